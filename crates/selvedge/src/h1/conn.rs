@@ -1,0 +1,405 @@
+//! One HTTP/1.x connection, as plain sequential async code: read a head, call the app,
+//! write the response, repeat.
+//!
+//! - Pipelining: while the receive buffer already holds another complete request, its
+//!   response is appended to the send buffer; the batch goes out in one write before the
+//!   next read.
+//! - Bodies: the receive buffer moves into the request's body reader and comes back when
+//!   the app is done; what the app left unread is drained (up to `max_drain`) so the
+//!   connection can be kept, else it is closed.
+//! - Timers: the header phase has an absolute deadline from the request's first byte; idle
+//!   waits, body reads and writes each set their own (see `time::timeout`). While the app
+//!   runs the timer is paused.
+//! - Errors in the head get their status (400, 413, 414, 417, 431, 501, 505) and a lingering
+//!   close: half-close, drain for a moment, then close, so the client reads the answer.
+
+use std::future::{poll_fn, Future};
+use std::panic::AssertUnwindSafe;
+use std::pin::pin;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+
+use bytes::BytesMut;
+use http::header::CONNECTION;
+use http::{Method, StatusCode, Version};
+
+use super::body::Decoder;
+use super::parse::{self, Framing, Head, Minor, ParseError};
+use super::reader::{self, Failure, Reader};
+use super::write::{compose, ConnHeader, Framing as Out};
+use super::writer::BodyWriter;
+use crate::app::App;
+use crate::body::Body;
+use crate::error::{Error, Kind};
+use crate::response::{Response, ResponseBody};
+use crate::settings::Settings;
+use crate::socket::Socket;
+use crate::sys::PeerAddr;
+use crate::time::timeout::{now_ms, Timer};
+use crate::Request;
+
+/// Bodies up to this size are copied into the send buffer (one write for head and body);
+/// larger ones go out with `writev` straight from their own memory.
+const COPY_BODY_MAX: usize = 16 * 1024;
+/// A pipelined batch is flushed once it reaches this size.
+const BATCH_MAX: usize = 64 * 1024;
+
+struct Conn {
+    sock: Arc<Socket>,
+    peer: PeerAddr,
+    cfg: Arc<Settings>,
+    timer: Timer,
+    rbuf: BytesMut,
+    wbuf: Vec<u8>,
+}
+
+/// What to do after a response.
+#[derive(PartialEq, Eq)]
+enum Next {
+    KeepAlive,
+    /// Close after flushing; `linger` when the client may still be sending.
+    Close { linger: bool },
+}
+
+/// Serves one connection until it closes.
+pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg: Arc<Settings>, timer: Timer) {
+    let rbuf = BytesMut::with_capacity(cfg.read_buffer);
+    let mut conn = Conn { sock: Arc::new(sock), peer, cfg, timer, rbuf, wbuf: Vec::new() };
+    conn.run(&*app).await;
+}
+
+impl Conn {
+    async fn run<A: App>(&mut self, app: &A) {
+        let mut first = true;
+        loop {
+            let head = match self.read_head(first).await {
+                Ok(Some(h)) => h,
+                Ok(None) => return,
+                Err(e) => {
+                    let err = Error::new(Kind::BadRequest, "invalid request head").with_status(e.status());
+                    let err = match e {
+                        ParseError::BadRequest(why) => Error::new(Kind::BadRequest, why).with_status(400),
+                        _ => err,
+                    };
+                    self.reject(e.status(), err).await;
+                    return;
+                }
+            };
+            first = false;
+            match self.request(app, head).await {
+                Next::KeepAlive => {}
+                Next::Close { linger } => {
+                    if self.flush().await.is_ok() && linger {
+                        self.linger().await;
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads until a complete head is buffered. `Ok(None)`: the connection ended quietly.
+    async fn read_head(&mut self, first: bool) -> Result<Option<Head>, ParseError> {
+        loop {
+            if !self.rbuf.is_empty() {
+                if let parse::Status::Complete(h) = parse::parse(&self.rbuf, &self.cfg.limits)? {
+                    return Ok(Some(h));
+                }
+            }
+            if self.flush().await.is_err() {
+                return Ok(None);
+            }
+            let idle = self.rbuf.is_empty();
+            if idle {
+                if !self.timer.enter_idle() {
+                    return Ok(None);
+                }
+                self.timer.tickle(if first { self.cfg.header_timeout } else { self.cfg.idle_timeout });
+            }
+            if self.rbuf.capacity() - self.rbuf.len() < 512 {
+                self.rbuf.reserve(self.cfg.read_buffer);
+            }
+            let n = if first && idle {
+                match self.sock.try_read(&mut self.rbuf) {
+                    Ok(Some(n)) => Ok(n),
+                    Ok(None) => self.sock.read(&mut self.rbuf).await,
+                    Err(e) => Err(e),
+                }
+            } else {
+                self.sock.read(&mut self.rbuf).await
+            };
+            match n {
+                Ok(0) | Err(_) => return Ok(None),
+                Ok(_) => {}
+            }
+            if idle {
+                if !self.timer.leave_idle() {
+                    return Ok(None);
+                }
+                self.timer.set_deadline(now_ms(), self.cfg.header_timeout);
+            }
+        }
+    }
+
+    /// Handles one request whose head is buffered.
+    async fn request<A: App>(&mut self, app: &A, h: Head) -> Next {
+        let minor = h.minor;
+        let method = match Method::from_bytes(&self.rbuf[h.method.range()]) {
+            Ok(m) => m,
+            Err(_) => {
+                self.reject(400, Error::new(Kind::BadRequest, "invalid method").with_status(400)).await;
+                return Next::Close { linger: false };
+            }
+        };
+        let is_head = method == Method::HEAD;
+        let mut keep_alive = match minor {
+            Minor::One => !h.conn_close,
+            Minor::Zero => h.conn_keep_alive && !h.conn_close,
+        };
+        let head_bytes = self.rbuf.split_to(h.len).freeze();
+
+        let decoder = match h.framing {
+            Framing::None => None,
+            Framing::Length(n) => match Decoder::length(n, self.cfg.body) {
+                Ok(d) => Some(d),
+                Err(_) => {
+                    self.reject(413, Error::new(Kind::Body, "request body over the limit").with_status(413)).await;
+                    return Next::Close { linger: false };
+                }
+            },
+            Framing::Chunked => Some(Decoder::chunked(self.cfg.body)),
+        };
+        let (body, home) = match decoder {
+            None => (Body::empty(), None),
+            Some(d) => {
+                let home: reader::Home = Arc::new(Mutex::new(None));
+                let st = reader::State::new(
+                    self.sock.clone(),
+                    std::mem::take(&mut self.rbuf),
+                    d,
+                    h.expect_continue && minor == Minor::One,
+                    self.timer.handle(),
+                    self.cfg.clone(),
+                );
+                (Body::h1(Reader::new(st, home.clone())), Some(home))
+            }
+        };
+        let req = Request {
+            buf: head_bytes,
+            method,
+            target: h.target,
+            path: h.path,
+            query: h.query,
+            authority: h.authority,
+            headers: h.headers,
+            version: if minor == Minor::One { Version::HTTP_11 } else { Version::HTTP_10 },
+            peer: self.peer.clone(),
+            body,
+        };
+
+        self.timer.pause();
+        let mut res = match call_catching_panics(app, req).await {
+            Some(res) => res,
+            None => {
+                keep_alive = false;
+                let err = Error::new(Kind::Panic, "application panicked");
+                self.cfg.exception(&err);
+                self.error_response(StatusCode::INTERNAL_SERVER_ERROR, &err)
+            }
+        };
+
+        let mut linger = false;
+        if let Some(home) = home {
+            let st = home.lock().ok().and_then(|mut g| g.take());
+            match st {
+                None => {
+                    // The app kept the body beyond its response: the connection cannot go on.
+                    keep_alive = false;
+                    linger = true;
+                }
+                Some(mut st) => {
+                    if st.failed.is_none() && !st.decoder.is_done() {
+                        if st.continue_pending || st.decoder.remaining().is_some_and(|r| r > self.cfg.max_drain) {
+                            keep_alive = false;
+                            linger = true;
+                        } else {
+                            let mut drained = 0u64;
+                            while let Some(piece) = st.next().await {
+                                match piece {
+                                    Ok(b) => {
+                                        drained += b.len() as u64;
+                                        if drained > self.cfg.max_drain {
+                                            keep_alive = false;
+                                            linger = true;
+                                            break;
+                                        }
+                                    }
+                                    Err(_) => break,
+                                }
+                            }
+                        }
+                    }
+                    match st.failed {
+                        None => {}
+                        Some(Failure::Broken) => return Next::Close { linger: false },
+                        Some(Failure::Status(s)) => {
+                            let status = StatusCode::from_u16(s).unwrap_or(StatusCode::BAD_REQUEST);
+                            let err = Error::new(Kind::Body, "invalid request body").with_status(s);
+                            self.cfg.exception(&err);
+                            res = self.error_response(status, &err);
+                            keep_alive = false;
+                            linger = true;
+                        }
+                    }
+                    self.rbuf = st.buf;
+                }
+            }
+        }
+
+        if keep_alive && (self.timer.shutting_down() || asks_close(&res)) {
+            keep_alive = false;
+        }
+        match self.respond(res, is_head, minor, keep_alive).await {
+            Ok(true) if keep_alive => Next::KeepAlive,
+            Ok(_) => Next::Close { linger: linger || !self.rbuf.is_empty() },
+            Err(_) => Next::Close { linger: false },
+        }
+    }
+
+    /// Writes (or queues) the response. `Ok(false)`: the framing forced a close.
+    async fn respond(&mut self, res: Response, is_head: bool, minor: Minor, keep_alive: bool) -> std::io::Result<bool> {
+        let Response { status, headers, body } = res;
+        let bodiless = status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+        let conn = |keep: bool| match (keep, minor) {
+            (false, _) => ConnHeader::Close,
+            (true, Minor::Zero) => ConnHeader::KeepAlive,
+            (true, Minor::One) => ConnHeader::Omit,
+        };
+        let server = self.cfg.server_name;
+        match body {
+            ResponseBody::Empty => {
+                let f = if bodiless { Out::None } else { Out::Length(0) };
+                compose(&mut self.wbuf, status, &headers, f, conn(keep_alive), server);
+            }
+            ResponseBody::Bytes(b) => {
+                let f = if bodiless { Out::None } else { Out::Length(b.len() as u64) };
+                compose(&mut self.wbuf, status, &headers, f, conn(keep_alive), server);
+                if !is_head && !bodiless {
+                    if b.len() <= COPY_BODY_MAX {
+                        self.wbuf.extend_from_slice(&b);
+                    } else {
+                        self.timer.tickle(self.cfg.send_timeout);
+                        self.sock.write_all_vectored(&mut [&self.wbuf, &b]).await?;
+                        self.wbuf.clear();
+                    }
+                }
+            }
+            ResponseBody::File(f) => {
+                let framing = if bodiless { Out::None } else { Out::Length(f.len) };
+                compose(&mut self.wbuf, status, &headers, framing, conn(keep_alive), server);
+                if !is_head && !bodiless {
+                    let timer = self.timer.handle();
+                    let t = self.cfg.send_timeout;
+                    timer.tickle(t);
+                    self.sock.send_file(&self.wbuf, &*f.file, f.offset, f.len, &|| timer.tickle(t)).await?;
+                    self.wbuf.clear();
+                }
+            }
+            ResponseBody::Stream(s) => {
+                if is_head || bodiless {
+                    let framing = if bodiless { Out::None } else { Out::Chunked };
+                    compose(&mut self.wbuf, status, &headers, framing, conn(keep_alive), server);
+                    return Ok(true);
+                }
+                let chunked = minor == Minor::One;
+                let keep = keep_alive && chunked;
+                let framing = if chunked { Out::Chunked } else { Out::Close };
+                compose(&mut self.wbuf, status, &headers, framing, conn(keep), server);
+                self.flush().await?;
+                let writer = BodyWriter::h1(self.sock.clone(), chunked, self.timer.handle(), self.cfg.send_timeout);
+                (s.0)(writer).await?;
+                if chunked {
+                    self.wbuf.extend_from_slice(b"0\r\n\r\n");
+                }
+                return Ok(keep);
+            }
+        }
+        if self.wbuf.len() >= BATCH_MAX {
+            self.flush().await?;
+        }
+        Ok(true)
+    }
+
+    /// Writes out the send buffer.
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        self.timer.tickle(self.cfg.send_timeout);
+        let r = self.sock.write_all(&self.wbuf).await;
+        self.wbuf.clear();
+        r
+    }
+
+    fn error_response(&self, status: StatusCode, err: &Error) -> Response {
+        match &self.cfg.error_response {
+            Some(hook) => hook(status, err),
+            None => default_error_response(status),
+        }
+    }
+
+    /// Answers an invalid request with `status`, then closes with a linger.
+    async fn reject(&mut self, status: u16, err: Error) {
+        self.cfg.exception(&err);
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+        let res = self.error_response(status, &err);
+        if self.respond(res, false, Minor::One, false).await.is_ok() && self.flush().await.is_ok() {
+            self.linger().await;
+        }
+    }
+
+    /// Lingering close: send FIN, then read and discard what the client still sends for a
+    /// moment, so closing with unread data does not reset the connection under the answer.
+    async fn linger(&mut self) {
+        self.sock.shutdown_write();
+        let sock = self.sock.clone();
+        let mut buf = BytesMut::with_capacity(4096);
+        let drain = async move {
+            let mut total = 0usize;
+            loop {
+                buf.clear();
+                match sock.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => total += n,
+                }
+                if total > 1 << 20 {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(self.cfg.linger_timeout, drain).await;
+    }
+}
+
+/// The app asked to close with `Connection: close`.
+fn asks_close(res: &Response) -> bool {
+    res.headers.iter().any(|(n, v)| n == CONNECTION && v.as_bytes().eq_ignore_ascii_case(b"close"))
+}
+
+/// The engine's own error answer: the status line's text as `text/plain`.
+pub(crate) fn default_error_response(status: StatusCode) -> Response {
+    let reason = status.canonical_reason().unwrap_or("Error");
+    Response::bytes(status, format!("{} {reason}\n", status.as_u16()))
+        .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+}
+
+/// Runs the app; `None` if it panicked (the panic stays inside this request).
+async fn call_catching_panics<A: App>(app: &A, req: Request) -> Option<Response> {
+    let mut fut = pin!(app.call(req));
+    poll_fn(|cx| match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+        Ok(Poll::Ready(r)) => Poll::Ready(Some(r)),
+        Ok(Poll::Pending) => Poll::Pending,
+        Err(_) => Poll::Ready(None),
+    })
+    .await
+}

@@ -1,0 +1,193 @@
+//! The response-head composer: copies prepared pieces straight into the send buffer.
+//!
+//! Status lines for common codes are static byte strings, the `Date` value comes from the
+//! shared once-a-second cache, numbers are formatted without `fmt`, and header names and
+//! values are `memcpy`'d. Nothing is allocated when the buffer has room.
+
+use http::header::{CONNECTION, CONTENT_LENGTH, DATE, SERVER, TRANSFER_ENCODING};
+use http::{HeaderName, HeaderValue, StatusCode};
+
+use crate::time::date::{self, DATE_LEN};
+
+/// How the response body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// `Content-Length: n`.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Ends when the connection closes (streams to HTTP/1.0 clients).
+    Close,
+    /// No body and no length (1xx, 204, 304).
+    None,
+}
+
+/// The `Connection` header to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConnHeader {
+    /// Nothing (HTTP/1.1 keep-alive is the default).
+    Omit,
+    /// `Connection: close`.
+    Close,
+    /// `Connection: keep-alive` (to HTTP/1.0 clients that asked for it).
+    KeepAlive,
+}
+
+fn status_line(status: StatusCode) -> Option<&'static [u8]> {
+    Some(match status.as_u16() {
+        200 => b"HTTP/1.1 200 OK\r\n",
+        201 => b"HTTP/1.1 201 Created\r\n",
+        204 => b"HTTP/1.1 204 No Content\r\n",
+        206 => b"HTTP/1.1 206 Partial Content\r\n",
+        301 => b"HTTP/1.1 301 Moved Permanently\r\n",
+        302 => b"HTTP/1.1 302 Found\r\n",
+        304 => b"HTTP/1.1 304 Not Modified\r\n",
+        400 => b"HTTP/1.1 400 Bad Request\r\n",
+        403 => b"HTTP/1.1 403 Forbidden\r\n",
+        404 => b"HTTP/1.1 404 Not Found\r\n",
+        500 => b"HTTP/1.1 500 Internal Server Error\r\n",
+        _ => return None,
+    })
+}
+
+/// Appends the decimal digits of `n`.
+#[inline]
+pub(crate) fn put_u64(dst: &mut Vec<u8>, mut n: u64) {
+    let mut tmp = [0u8; 20];
+    let mut i = tmp.len();
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    dst.extend_from_slice(&tmp[i..]);
+}
+
+/// Appends the lowercase hex digits of `n` (chunk sizes).
+#[inline]
+pub(crate) fn put_hex(dst: &mut Vec<u8>, mut n: u64) {
+    let mut tmp = [0u8; 16];
+    let mut i = tmp.len();
+    loop {
+        i -= 1;
+        tmp[i] = b"0123456789abcdef"[(n & 15) as usize];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    dst.extend_from_slice(&tmp[i..]);
+}
+
+/// Appends a response head (status line, headers, blank line) to `dst`.
+///
+/// The app's `Content-Length`, `Transfer-Encoding` and `Connection` headers are replaced by
+/// the engine's own, which follow from `framing` and `conn`. `Date` and `Server` are added
+/// unless the app set them.
+pub(crate) fn compose(
+    dst: &mut Vec<u8>,
+    status: StatusCode,
+    headers: &[(HeaderName, HeaderValue)],
+    framing: Framing,
+    conn: ConnHeader,
+    server: Option<&str>,
+) {
+    dst.reserve(128 + headers.len() * 48);
+    match status_line(status) {
+        Some(line) => dst.extend_from_slice(line),
+        None => {
+            dst.extend_from_slice(b"HTTP/1.1 ");
+            dst.extend_from_slice(status.as_str().as_bytes());
+            dst.push(b' ');
+            dst.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+            dst.extend_from_slice(b"\r\n");
+        }
+    }
+    let mut has_date = false;
+    let mut has_server = false;
+    for (name, value) in headers {
+        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == CONNECTION {
+            continue;
+        }
+        has_date |= name == DATE;
+        has_server |= name == SERVER;
+        dst.extend_from_slice(name.as_str().as_bytes());
+        dst.extend_from_slice(b": ");
+        dst.extend_from_slice(value.as_bytes());
+        dst.extend_from_slice(b"\r\n");
+    }
+    if !has_date {
+        let mut d = [0u8; DATE_LEN];
+        date::current(&mut d);
+        dst.extend_from_slice(b"date: ");
+        dst.extend_from_slice(&d);
+        dst.extend_from_slice(b"\r\n");
+    }
+    if let (Some(s), false) = (server, has_server) {
+        dst.extend_from_slice(b"server: ");
+        dst.extend_from_slice(s.as_bytes());
+        dst.extend_from_slice(b"\r\n");
+    }
+    match framing {
+        Framing::Length(n) => {
+            dst.extend_from_slice(b"content-length: ");
+            put_u64(dst, n);
+            dst.extend_from_slice(b"\r\n");
+        }
+        Framing::Chunked => dst.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        Framing::Close | Framing::None => {}
+    }
+    match conn {
+        ConnHeader::Omit => {}
+        ConnHeader::Close => dst.extend_from_slice(b"connection: close\r\n"),
+        ConnHeader::KeepAlive => dst.extend_from_slice(b"connection: keep-alive\r\n"),
+    }
+    dst.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::header::CONTENT_TYPE;
+
+    #[test]
+    fn composes_a_head() {
+        let mut out = Vec::new();
+        let headers = vec![
+            (CONTENT_TYPE, HeaderValue::from_static("text/html")),
+            (CONTENT_LENGTH, HeaderValue::from_static("999")),
+            (DATE, HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT")),
+        ];
+        compose(&mut out, StatusCode::OK, &headers, Framing::Length(612), ConnHeader::Close, Some("selvedge"));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
+             server: selvedge\r\ncontent-length: 612\r\nconnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn uncommon_status_and_chunked() {
+        let mut out = Vec::new();
+        compose(&mut out, StatusCode::IM_A_TEAPOT, &[], Framing::Chunked, ConnHeader::KeepAlive, None);
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.starts_with("HTTP/1.1 418 I'm a teapot\r\ndate: "), "{s}");
+        assert!(s.ends_with(" GMT\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"), "{s}");
+    }
+
+    #[test]
+    fn numbers() {
+        let mut v = Vec::new();
+        put_u64(&mut v, 0);
+        v.push(b' ');
+        put_u64(&mut v, u64::MAX);
+        v.push(b' ');
+        put_hex(&mut v, 0);
+        v.push(b' ');
+        put_hex(&mut v, 0xabc123);
+        assert_eq!(v, b"0 18446744073709551615 0 abc123");
+    }
+}

@@ -1,0 +1,55 @@
+//! # selvedge
+//!
+//! A high-performance HTTP/1.1 (and, as it lands, HTTP/2) server engine, built on the design
+//! of Haskell's Warp: an app is an async function from [`Request`] to [`Response`]; the
+//! engine runs one lightweight task per connection, written as plain sequential code.
+//!
+//! The engine's four key ideas, and where they live:
+//! - **Few system calls** ([`sys`], `socket`): `accept4` with non-blocking set,
+//!   `TCP_NODELAY` inherited from the listener, reads that clear readiness when they drain
+//!   the socket (no `EAGAIN` round trip), one `write` per batch of pipelined responses,
+//!   `send(MSG_MORE)` + `sendfile` for files.
+//! - **Specialised functions, no recalculation**: a hand-written zero-copy parser with
+//!   byte-class tables ([`h1::parse`]), a header composer that copies prepared bytes
+//!   ([`h1::write`]), and a `Date` value rendered once a second ([`time::date`]).
+//! - **No locks on hot paths**: timers are atomics, the date cache is a sequence lock of
+//!   atomics, workers are per-core runtimes with their own `SO_REUSEPORT` listener.
+//! - **Clean-up with timers**: one timeout manager for every connection
+//!   ([`time::timeout`]): a tickle is a memory write; a connection whose deadline passes is
+//!   dropped, which closes it and runs every destructor.
+//!
+//! ```no_run
+//! use selvedge::{Response, Server, Settings};
+//! use http::StatusCode;
+//!
+//! Server::new(Settings::default())
+//!     .bind("127.0.0.1:8080".parse::<std::net::SocketAddr>().unwrap())
+//!     .run(|_req| async { Response::bytes(StatusCode::OK, "hello\n") })
+//!     .unwrap();
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod app;
+mod body;
+mod error;
+pub mod h1;
+pub mod middleware;
+mod request;
+mod response;
+pub mod server;
+mod settings;
+mod socket;
+pub mod sys;
+pub mod time;
+
+pub use app::{App, AppExt, BoxApp, Middleware};
+pub use body::Body;
+pub use error::Error;
+pub use request::{percent_decode, Request, Segments};
+pub use response::{BodyWriter, Cleanup, FileBody, IntoHeaderValue, Response, ResponseBody};
+pub use server::{Listen, Server, ServerHandle};
+pub use settings::{ErrorResponseHook, ExceptionHook, Settings, Workers};
+pub use sys::PeerAddr;
+
+pub use http;

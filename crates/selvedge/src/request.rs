@@ -1,0 +1,247 @@
+//! The request an app receives: method, target, headers as slices of the receive buffer,
+//! the peer's address, and a body to read as a stream.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Method, Version};
+
+use crate::body::Body;
+use crate::h1::parse::{HeaderSpan, Span};
+use crate::sys::PeerAddr;
+
+/// An HTTP request. Cheap to move: the head's bytes are shared, never copied.
+pub struct Request {
+    pub(crate) buf: Bytes,
+    pub(crate) method: Method,
+    pub(crate) target: Span,
+    pub(crate) path: Span,
+    pub(crate) query: Option<Span>,
+    pub(crate) authority: Option<Span>,
+    pub(crate) headers: Vec<HeaderSpan>,
+    pub(crate) version: Version,
+    pub(crate) peer: PeerAddr,
+    pub(crate) body: Body,
+}
+
+impl Default for Request {
+    fn default() -> Self {
+        Request {
+            buf: Bytes::from_static(b"/"),
+            method: Method::GET,
+            target: Span { start: 0, len: 1 },
+            path: Span { start: 0, len: 1 },
+            query: None,
+            authority: None,
+            headers: Vec::new(),
+            version: Version::HTTP_11,
+            peer: PeerAddr::Unix,
+            body: Body::empty(),
+        }
+    }
+}
+
+impl fmt::Debug for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request")
+            .field("method", &self.method)
+            .field("target", &self.target())
+            .field("version", &self.version)
+            .field("headers", &self.headers().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+#[inline]
+fn ascii(b: &[u8]) -> &str {
+    // The parser admits only visible ASCII in targets and token characters in names, so
+    // this never fails for parsed requests; the fallback keeps it total.
+    std::str::from_utf8(b).unwrap_or("")
+}
+
+impl Request {
+    #[inline]
+    fn slice(&self, s: Span) -> &[u8] {
+        &self.buf[s.range()]
+    }
+
+    /// The request method.
+    #[inline]
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// The HTTP version (1.0, 1.1 or 2).
+    #[inline]
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// The raw request-target as sent (`/a%20b?x=1`, or an absolute URI).
+    pub fn target(&self) -> &str {
+        ascii(self.slice(self.target))
+    }
+
+    /// The raw (still percent-encoded) path, without the query. Always starts with `/`
+    /// except for `CONNECT` (the authority) and `OPTIONS *`.
+    #[inline]
+    pub fn path(&self) -> &str {
+        if self.path.len == 0 {
+            return "/";
+        }
+        ascii(self.slice(self.path))
+    }
+
+    /// The raw query string after `?`, if any.
+    #[inline]
+    pub fn query(&self) -> Option<&str> {
+        self.query.map(|q| ascii(self.slice(q)))
+    }
+
+    /// The authority: the absolute-form target's, else the `Host` header's (or `:authority`).
+    pub fn authority(&self) -> Option<&str> {
+        self.authority.map(|a| ascii(self.slice(a)))
+    }
+
+    /// The path's segments, split and percent-decoded lazily: nothing is decoded or
+    /// allocated until the iterator reaches a segment containing `%`.
+    pub fn segments(&self) -> Segments<'_> {
+        let p = self.path().as_bytes();
+        Segments { rest: p.strip_prefix(b"/").unwrap_or(p), done: p.is_empty() }
+    }
+
+    /// The headers in the order received, as `(name, value)` slices of the request's bytes.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &[u8])> + '_ {
+        self.headers.iter().map(|h| (ascii(self.slice(h.name)), self.slice(h.value)))
+    }
+
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: impl AsRef<str>) -> Option<&[u8]> {
+        let name = name.as_ref().as_bytes();
+        self.headers
+            .iter()
+            .find(|h| h.name.len as usize == name.len() && self.slice(h.name).eq_ignore_ascii_case(name))
+            .map(|h| self.slice(h.value))
+    }
+
+    /// The first value of header `name` as `&str`, if it is valid UTF-8.
+    pub fn header_str(&self, name: impl AsRef<str>) -> Option<&str> {
+        self.header(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> &PeerAddr {
+        &self.peer
+    }
+
+    /// The request body.
+    pub fn body_mut(&mut self) -> &mut Body {
+        &mut self.body
+    }
+
+    /// Takes the body out, leaving an empty one.
+    pub fn take_body(&mut self) -> Body {
+        std::mem::replace(&mut self.body, Body::empty())
+    }
+
+    /// Converts into an [`http::Request`]. Header values share the request's bytes; only
+    /// non-standard header names are copied.
+    pub fn into_http(self) -> http::Request<Body> {
+        let mut b = http::Request::builder().method(self.method.clone()).version(self.version);
+        let uri = match self.authority() {
+            Some(a) if !a.is_empty() && self.path().starts_with('/') => {
+                format!("http://{a}{}", &self.target()[self.target().find(self.path()).unwrap_or(0)..])
+            }
+            _ => self.target().to_string(),
+        };
+        b = b.uri(uri);
+        let mut req = b.body(Body::empty()).unwrap_or_default();
+        let map = req.headers_mut();
+        map.reserve(self.headers.len());
+        for h in &self.headers {
+            let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(self.slice(h.name)),
+                HeaderValue::from_maybe_shared(self.buf.slice(h.value.range())),
+            ) else {
+                continue;
+            };
+            map.append(name, value);
+        }
+        *req.body_mut() = self.body;
+        req
+    }
+}
+
+/// Iterator over percent-decoded path segments; see [`Request::segments`].
+#[derive(Debug)]
+pub struct Segments<'a> {
+    rest: &'a [u8],
+    done: bool,
+}
+
+impl<'a> Iterator for Segments<'a> {
+    type Item = Cow<'a, [u8]>;
+
+    fn next(&mut self) -> Option<Cow<'a, [u8]>> {
+        if self.done {
+            return None;
+        }
+        let seg = match self.rest.iter().position(|&b| b == b'/') {
+            Some(i) => {
+                let s = &self.rest[..i];
+                self.rest = &self.rest[i + 1..];
+                s
+            }
+            None => {
+                self.done = true;
+                self.rest
+            }
+        };
+        Some(percent_decode(seg))
+    }
+}
+
+/// Decodes `%XX` escapes; borrows when there are none. Malformed escapes stay as they are.
+pub fn percent_decode(s: &[u8]) -> Cow<'_, [u8]> {
+    if !s.contains(&b'%') {
+        return Cow::Borrowed(s);
+    }
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'%' && i + 2 < s.len() {
+            if let (Some(h), Some(l)) = (hex(s[i + 1]), hex(s[i + 2])) {
+                out.push(h << 4 | l);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(s[i]);
+        i += 1;
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_decode_lazily() {
+        let req = Request {
+            buf: Bytes::from_static(b"/a/b%20c//d%2Fe/%zz"),
+            path: Span { start: 0, len: 19 },
+            ..Request::default()
+        };
+        let segs: Vec<_> = req.segments().collect();
+        assert_eq!(segs.len(), 5);
+        assert!(matches!(segs[0], Cow::Borrowed(b"a")));
+        assert_eq!(&segs[1][..], b"b c");
+        assert_eq!(&segs[2][..], b"");
+        assert_eq!(&segs[3][..], b"d/e");
+        assert_eq!(&segs[4][..], b"%zz");
+        assert_eq!(percent_decode(b"%41%4"), Cow::<[u8]>::Owned(b"A%4".to_vec()));
+    }
+}

@@ -1,0 +1,265 @@
+//! The response an app returns: bytes in memory, a file (sent with `sendfile`), or a stream
+//! the app writes to.
+
+use std::fmt;
+use std::fs::File;
+use std::future::Future;
+use std::io;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, StatusCode};
+
+pub use crate::h1::writer::BodyWriter;
+
+/// A response: status, headers and one of the body kinds.
+pub struct Response {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
+    pub(crate) body: ResponseBody,
+}
+
+/// The body of a [`Response`].
+pub enum ResponseBody {
+    /// No body.
+    Empty,
+    /// Bytes in memory.
+    Bytes(Bytes),
+    /// A byte range of an open file, sent with `sendfile` on cleartext connections.
+    File(FileBody),
+    /// Produced by the app while the response is sent; see [`Response::stream`].
+    Stream(StreamBody),
+}
+
+/// A byte range of an open file.
+#[derive(Debug, Clone)]
+pub struct FileBody {
+    /// The open file (shared with the fd cache, if any).
+    pub file: Arc<File>,
+    /// First byte to send.
+    pub offset: u64,
+    /// Number of bytes to send.
+    pub len: u64,
+}
+
+type StreamFn = Box<dyn FnOnce(BodyWriter) -> Pin<Box<dyn Future<Output = io::Result<()>> + Send>> + Send>;
+
+/// A body the app writes while the response is being sent.
+pub struct StreamBody(pub(crate) StreamFn);
+
+impl fmt::Debug for StreamBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StreamBody")
+    }
+}
+
+impl fmt::Debug for ResponseBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResponseBody::Empty => f.write_str("Empty"),
+            ResponseBody::Bytes(b) => write!(f, "Bytes({})", b.len()),
+            ResponseBody::File(fb) => write!(f, "File({}+{})", fb.offset, fb.len),
+            ResponseBody::Stream(_) => f.write_str("Stream"),
+        }
+    }
+}
+
+impl fmt::Debug for Response {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Response")
+            .field("status", &self.status)
+            .field("headers", &self.headers)
+            .field("body", &self.body)
+            .finish()
+    }
+}
+
+/// Values accepted by [`Response::header`]: [`HeaderValue`], `&'static str` (no copy),
+/// `String` and numbers.
+pub trait IntoHeaderValue {
+    /// Converts; `None` if the value has characters a header cannot carry.
+    fn into_header_value(self) -> Option<HeaderValue>;
+}
+
+impl IntoHeaderValue for HeaderValue {
+    fn into_header_value(self) -> Option<HeaderValue> {
+        Some(self)
+    }
+}
+impl IntoHeaderValue for &'static str {
+    fn into_header_value(self) -> Option<HeaderValue> {
+        if self.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f)) {
+            Some(HeaderValue::from_static(self))
+        } else {
+            None
+        }
+    }
+}
+impl IntoHeaderValue for String {
+    fn into_header_value(self) -> Option<HeaderValue> {
+        HeaderValue::try_from(self).ok()
+    }
+}
+impl IntoHeaderValue for u64 {
+    fn into_header_value(self) -> Option<HeaderValue> {
+        Some(HeaderValue::from(self))
+    }
+}
+
+impl Response {
+    /// A response with no body.
+    pub fn new(status: StatusCode) -> Response {
+        Response { status, headers: Vec::new(), body: ResponseBody::Empty }
+    }
+
+    /// A response with a body in memory.
+    pub fn bytes(status: StatusCode, body: impl Into<Bytes>) -> Response {
+        Response { status, headers: Vec::new(), body: ResponseBody::Bytes(body.into()) }
+    }
+
+    /// A response sending a whole file.
+    ///
+    /// # Errors
+    /// Opening or `stat`ing the file.
+    pub fn file(status: StatusCode, path: impl AsRef<Path>) -> io::Result<Response> {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        Ok(Response::file_range(status, Arc::new(file), 0, len))
+    }
+
+    /// A response sending `len` bytes of an open file from `offset`.
+    pub fn file_range(status: StatusCode, file: Arc<File>, offset: u64, len: u64) -> Response {
+        Response { status, headers: Vec::new(), body: ResponseBody::File(FileBody { file, offset, len }) }
+    }
+
+    /// A streaming response: `f` receives a [`BodyWriter`] and writes the body. On HTTP/1.1
+    /// it goes out chunked.
+    ///
+    /// Clean-up is guaranteed the Rust way: everything the future owns is dropped when it
+    /// finishes, fails (a write returns an error once the client is gone), or is cancelled
+    /// (the connection timed out or the server shut down). Use [`Cleanup`] for the
+    /// `bracket`-style release of a resource.
+    pub fn stream<F, Fut>(status: StatusCode, f: F) -> Response
+    where
+        F: FnOnce(BodyWriter) -> Fut + Send + 'static,
+        Fut: Future<Output = io::Result<()>> + Send + 'static,
+    {
+        let f: StreamFn = Box::new(move |w| Box::pin(f(w)));
+        Response { status, headers: Vec::new(), body: ResponseBody::Stream(StreamBody(f)) }
+    }
+
+    /// Adds a header (appends; duplicates are allowed). Invalid values are dropped.
+    pub fn header(mut self, name: HeaderName, value: impl IntoHeaderValue) -> Response {
+        if let Some(v) = value.into_header_value() {
+            self.headers.push((name, v));
+        }
+        self
+    }
+
+    /// The status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// Sets the status.
+    pub fn set_status(&mut self, status: StatusCode) {
+        self.status = status;
+    }
+
+    /// The headers, in order.
+    pub fn headers(&self) -> &[(HeaderName, HeaderValue)] {
+        &self.headers
+    }
+
+    /// The headers, to edit.
+    pub fn headers_mut(&mut self) -> &mut Vec<(HeaderName, HeaderValue)> {
+        &mut self.headers
+    }
+
+    /// The first value of header `name`.
+    pub fn header_value(&self, name: &HeaderName) -> Option<&HeaderValue> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// The body.
+    pub fn body(&self) -> &ResponseBody {
+        &self.body
+    }
+
+    /// Replaces the body.
+    pub fn set_body(&mut self, body: ResponseBody) {
+        self.body = body;
+    }
+
+    /// Converts into an [`http::Response`].
+    pub fn into_http(self) -> http::Response<ResponseBody> {
+        let mut res = http::Response::new(self.body);
+        *res.status_mut() = self.status;
+        let map = res.headers_mut();
+        for (n, v) in self.headers {
+            map.append(n, v);
+        }
+        res
+    }
+}
+
+impl<B: Into<Bytes>> From<http::Response<B>> for Response {
+    fn from(res: http::Response<B>) -> Response {
+        let (parts, body) = res.into_parts();
+        let mut headers = Vec::with_capacity(parts.headers.len());
+        let mut last: Option<HeaderName> = None;
+        for (n, v) in parts.headers {
+            if let Some(n) = n {
+                last = Some(n);
+            }
+            if let Some(n) = &last {
+                headers.push((n.clone(), v));
+            }
+        }
+        Response { status: parts.status, headers, body: ResponseBody::Bytes(body.into()) }
+    }
+}
+
+/// A guard that releases a resource when dropped (the seeds' `bracket`): own one inside a
+/// stream's future and the release runs however the stream ends (done, error, the client
+/// went away, timeout, shutdown).
+pub struct Cleanup<R, F: FnOnce(R)> {
+    resource: Option<R>,
+    release: Option<F>,
+}
+
+impl<R, F: FnOnce(R)> Cleanup<R, F> {
+    /// Acquired `resource`, to be released by `release`.
+    pub fn new(resource: R, release: F) -> Self {
+        Cleanup { resource: Some(resource), release: Some(release) }
+    }
+}
+
+impl<R, F: FnOnce(R)> std::ops::Deref for Cleanup<R, F> {
+    type Target = R;
+    fn deref(&self) -> &R {
+        self.resource.as_ref().expect("present until drop")
+    }
+}
+
+impl<R, F: FnOnce(R)> std::ops::DerefMut for Cleanup<R, F> {
+    fn deref_mut(&mut self) -> &mut R {
+        self.resource.as_mut().expect("present until drop")
+    }
+}
+
+impl<R, F: FnOnce(R)> Drop for Cleanup<R, F> {
+    fn drop(&mut self) {
+        if let (Some(r), Some(f)) = (self.resource.take(), self.release.take()) {
+            f(r);
+        }
+    }
+}
+
+impl<R: fmt::Debug, F: FnOnce(R)> fmt::Debug for Cleanup<R, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Cleanup").field(&self.resource).finish()
+    }
+}

@@ -1,0 +1,127 @@
+//! Every limit and timeout, with its default.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::h1::body::BodyLimits;
+use crate::h1::parse::Limits;
+use crate::{Error, Response};
+
+/// How connections are spread over cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// `n` threads, each with its own single-threaded runtime and its own `SO_REUSEPORT`
+    /// listener: no work stealing, no cross-core traffic. The default (measured faster).
+    PerCore(usize),
+    /// tokio's multi-threaded, work-stealing runtime with `n` threads and one listener.
+    MultiThread(usize),
+}
+
+impl Default for Workers {
+    fn default() -> Self {
+        Workers::PerCore(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+}
+
+/// Hook called with every error the engine handles on its own (bad requests, I/O errors,
+/// timeouts, app panics).
+pub type ExceptionHook = Arc<dyn Fn(&Error) + Send + Sync>;
+
+/// Hook that builds the response the engine sends for its own 4xx/5xx answers.
+pub type ErrorResponseHook = Arc<dyn Fn(StatusCode, &Error) -> Response + Send + Sync>;
+
+/// Server settings. `Settings::default()` documents each default.
+#[derive(Clone)]
+pub struct Settings {
+    /// Request-head limits: request-target 8 KiB (414), head 16 KiB and 100 headers (431).
+    pub limits: Limits,
+    /// Body limits: 1 GiB per body (413), 1 KiB of chunk extensions per chunk and 8 KiB of
+    /// trailers (400).
+    pub body: BodyLimits,
+    /// Unread request body the connection will read and discard after the response to keep
+    /// the connection alive: 256 KiB. More than that and the connection is closed instead.
+    pub max_drain: u64,
+    /// Initial size of a connection's receive buffer: 4 KiB (it grows up to the head limit).
+    pub read_buffer: usize,
+    /// Time allowed for a whole request head, from its first byte: 10 s. Not extended by
+    /// reads, so a slowloris client cannot keep a connection open byte by byte.
+    pub header_timeout: Duration,
+    /// Time an idle keep-alive connection is kept: 60 s.
+    pub idle_timeout: Duration,
+    /// Time without an adequate body read before the connection is closed: 30 s.
+    pub body_timeout: Duration,
+    /// A body read extends the body deadline only when the average rate since the last
+    /// extension is at least this many bytes per second: 256 B/s.
+    pub min_body_rate: u64,
+    /// Time a write may make no progress (a client not reading): 30 s.
+    pub send_timeout: Duration,
+    /// How long a closing connection keeps reading (and discarding) so the client sees the
+    /// response instead of a reset: 2 s.
+    pub linger_timeout: Duration,
+    /// Most connections served at once (others wait in the listen backlog): 10,000.
+    pub max_connections: usize,
+    /// How long graceful shutdown waits for in-flight requests: 30 s.
+    pub graceful_timeout: Duration,
+    /// Listen backlog: 1024.
+    pub backlog: i32,
+    /// Workers: per-core runtimes, one per available core.
+    pub workers: Workers,
+    /// `Server` header value (`None` to omit): `selvedge`.
+    pub server_name: Option<&'static str>,
+    /// Called on errors the engine handles itself. Default: none.
+    pub on_exception: Option<ExceptionHook>,
+    /// Builds the engine's own error responses. Default: a short `text/plain` body.
+    pub error_response: Option<ErrorResponseHook>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            limits: Limits::default(),
+            body: BodyLimits::default(),
+            max_drain: 256 * 1024,
+            read_buffer: 4096,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            body_timeout: Duration::from_secs(30),
+            min_body_rate: 256,
+            send_timeout: Duration::from_secs(30),
+            linger_timeout: Duration::from_secs(2),
+            max_connections: 10_000,
+            graceful_timeout: Duration::from_secs(30),
+            backlog: 1024,
+            workers: Workers::default(),
+            server_name: Some("selvedge"),
+            on_exception: None,
+            error_response: None,
+        }
+    }
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("limits", &self.limits)
+            .field("body", &self.body)
+            .field("max_drain", &self.max_drain)
+            .field("header_timeout", &self.header_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("body_timeout", &self.body_timeout)
+            .field("min_body_rate", &self.min_body_rate)
+            .field("send_timeout", &self.send_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("workers", &self.workers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Settings {
+    pub(crate) fn exception(&self, e: &Error) {
+        if let Some(h) = &self.on_exception {
+            h(e);
+        }
+    }
+}

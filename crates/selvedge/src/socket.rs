@@ -1,0 +1,165 @@
+//! A connected socket on the tokio reactor, read and written with as few system calls as
+//! the kernel allows.
+//!
+//! - Reads go straight into the connection's buffer. A read that returns fewer bytes than
+//!   it had room for drained the socket, so the readiness flag is cleared at once
+//!   ([`AsyncFdReadyGuard::clear_ready`] only clears it if no new event arrived meanwhile):
+//!   the next read waits for epoll instead of making a `read` that fails with `EAGAIN`.
+//! - Writes are optimistic: the socket is usually writable, so `write`/`writev` is tried
+//!   first and readiness is only awaited after `EAGAIN`.
+//! - A file goes out as `send(header, MSG_MORE)` followed by `sendfile`, so header and the
+//!   first file bytes share a packet.
+//!
+//! [`AsyncFdReadyGuard::clear_ready`]: tokio::io::unix::AsyncFdReadyGuard::clear_ready
+
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use bytes::BytesMut;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+use crate::sys;
+
+/// A non-blocking connected stream socket (TCP or Unix).
+#[derive(Debug)]
+pub(crate) struct Socket {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl Socket {
+    /// Registers an accepted socket with the current runtime's reactor.
+    pub(crate) fn new(fd: OwnedFd) -> io::Result<Socket> {
+        Ok(Socket { fd: sys::register(fd, Interest::READABLE | Interest::WRITABLE)? })
+    }
+
+    #[inline]
+    pub(crate) fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Tries one `read` without waiting; `Ok(None)` means it would block.
+    pub(crate) fn try_read(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+        match sys::read_into(self.raw(), buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads into the spare capacity of `buf` (which must have some). `Ok(0)` is end of
+    /// stream.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: bytes are only appended to `buf` by a completed `read`.
+    pub(crate) async fn read(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        debug_assert!(buf.capacity() > buf.len());
+        loop {
+            let mut guard = self.fd.readable().await?;
+            let room = buf.capacity() - buf.len();
+            match sys::read_into(self.raw(), buf) {
+                Ok(n) => {
+                    if n > 0 && n < room {
+                        guard.clear_ready();
+                    }
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Waits until the socket is writable (after an `EAGAIN`).
+    async fn wait_writable(&self) -> io::Result<()> {
+        let mut guard = self.fd.writable().await?;
+        guard.clear_ready();
+        Ok(())
+    }
+
+    /// Writes all of `data`.
+    pub(crate) async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            match sys::send(self.raw(), data, false) {
+                Ok(n) => data = &data[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes all of the slices with `writev`, in as few calls as the kernel takes.
+    pub(crate) async fn write_all_vectored(&self, bufs: &mut [&[u8]]) -> io::Result<()> {
+        let mut first = 0;
+        while first < bufs.len() {
+            if bufs[first].is_empty() {
+                first += 1;
+                continue;
+            }
+            let mut slices = [IoSlice::new(&[]); 8];
+            let k = (bufs.len() - first).min(slices.len());
+            for (slot, b) in slices.iter_mut().zip(&bufs[first..first + k]) {
+                *slot = IoSlice::new(b);
+            }
+            match sys::writev(self.raw(), &slices[..k]) {
+                Ok(mut n) => {
+                    while n > 0 {
+                        let take = n.min(bufs[first].len());
+                        bufs[first] = &bufs[first][take..];
+                        n -= take;
+                        if bufs[first].is_empty() {
+                            first += 1;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `header` (with `MSG_MORE`) then `len` bytes of `file` from `offset` with
+    /// `sendfile`. `on_progress` runs after each call that moved bytes (to tickle a timer).
+    ///
+    /// # Errors
+    /// Socket errors, file read errors, or `UnexpectedEof` if the file shrank.
+    pub(crate) async fn send_file(
+        &self,
+        mut header: &[u8],
+        file: &impl AsRawFd,
+        mut offset: u64,
+        len: u64,
+        on_progress: &(dyn Fn() + Sync),
+    ) -> io::Result<()> {
+        let end = offset + len;
+        while !header.is_empty() {
+            match sys::send(self.raw(), header, len > 0) {
+                Ok(n) => header = &header[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        while offset < end {
+            let want = (end - offset).min(1 << 30) as usize;
+            match sys::sendfile(self.raw(), file.as_raw_fd(), &mut offset, want) {
+                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sending")),
+                Ok(_) => on_progress(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Half-closes the write side (FIN), keeping the read side open.
+    pub(crate) fn shutdown_write(&self) {
+        sys::shutdown_write(self.raw());
+    }
+}

@@ -1,0 +1,190 @@
+//! The system calls the engine makes, in one place.
+//!
+//! Every `unsafe` block of the crate that touches the kernel lives here, each with a
+//! `// SAFETY:` comment. Callers get safe functions over raw file descriptors they own.
+//! The set is small on purpose: `accept4` (non-blocking and close-on-exec in one call),
+//! `read`, `writev`, `send` with `MSG_MORE`, `sendfile`, `shutdown`, and two socket options.
+
+use std::io;
+use std::io::IoSlice;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Turns a `-1` return into the thread's `errno` as an [`io::Error`].
+fn cvt(ret: libc::ssize_t) -> io::Result<usize> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+/// The peer address of an accepted connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerAddr {
+    /// A TCP peer (IPv4 or IPv6).
+    Tcp(SocketAddr),
+    /// A Unix-domain socket peer (usually unnamed).
+    Unix,
+}
+
+/// `accept4(fd, SOCK_NONBLOCK | SOCK_CLOEXEC)`: one call returns a ready-to-use socket.
+///
+/// # Errors
+/// `WouldBlock` when the backlog is empty, or the kernel's error (`EMFILE`, `ECONNABORTED`...).
+pub fn accept(listener: RawFd) -> io::Result<(OwnedFd, PeerAddr)> {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `storage` and `len` are valid for writes and sized as the kernel expects;
+    // the flags are valid for accept4.
+    let fd = unsafe {
+        libc::accept4(
+            listener,
+            (&mut storage as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: accept4 returned a fresh descriptor that nothing else owns.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok((owned, peer_from_storage(&storage)))
+}
+
+fn peer_from_storage(storage: &libc::sockaddr_storage) -> PeerAddr {
+    match storage.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which it is big and
+            // aligned enough for.
+            let sin = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            PeerAddr::Tcp(SocketAddr::new(ip.into(), u16::from_be(sin.sin_port)))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            PeerAddr::Tcp(SocketAddr::new(ip.into(), u16::from_be(sin6.sin6_port)))
+        }
+        _ => PeerAddr::Unix,
+    }
+}
+
+/// `read(2)` into the spare capacity of `buf`, advancing its length by what arrived.
+///
+/// # Errors
+/// `WouldBlock` when no data is ready; the kernel's error otherwise.
+pub fn read_into(fd: RawFd, buf: &mut bytes::BytesMut) -> io::Result<usize> {
+    let spare = buf.spare_capacity_mut();
+    // SAFETY: `spare` is writable memory of `spare.len()` bytes owned by `buf`; the kernel
+    // writes at most that many.
+    let n = cvt(unsafe { libc::read(fd, spare.as_mut_ptr().cast(), spare.len()) })?;
+    // SAFETY: the kernel initialised the first `n` bytes of the spare capacity.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
+
+/// `writev(2)` of up to `IOV_MAX` slices; returns the bytes written.
+///
+/// # Errors
+/// `WouldBlock` when the socket buffer is full; `EPIPE`/`ECONNRESET` when the peer left.
+pub fn writev(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    let cnt = bufs.len().min(1024) as libc::c_int;
+    // SAFETY: IoSlice is ABI-compatible with `struct iovec` (documented by std); the slices
+    // are valid for reads for the duration of the call.
+    cvt(unsafe { libc::writev(fd, bufs.as_ptr().cast(), cnt) })
+}
+
+/// `send(2)` with `MSG_NOSIGNAL` and, when `more` is set, `MSG_MORE` so the kernel holds the
+/// bytes to share a packet with what follows (a `sendfile`).
+///
+/// # Errors
+/// As [`writev`].
+pub fn send(fd: RawFd, buf: &[u8], more: bool) -> io::Result<usize> {
+    let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
+    // SAFETY: `buf` is valid for reads of `buf.len()` bytes.
+    cvt(unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), flags) })
+}
+
+/// `sendfile(2)` of up to `len` bytes of `file` from `*offset`, advancing `*offset`.
+///
+/// # Errors
+/// As [`writev`], plus the file's read errors.
+pub fn sendfile(sock: RawFd, file: RawFd, offset: &mut u64, len: usize) -> io::Result<usize> {
+    let mut off = *offset as libc::off_t;
+    // SAFETY: `off` is a valid, writable off_t; both descriptors are open for the call.
+    let n = cvt(unsafe { libc::sendfile(sock, file, &mut off, len.min(0x7fff_f000)) })?;
+    *offset = off as u64;
+    Ok(n)
+}
+
+/// `pread(2)`: reads file bytes at an offset without moving the file position.
+///
+/// # Errors
+/// The kernel's error.
+pub fn pread(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+    cvt(unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) })
+}
+
+/// `shutdown(fd, SHUT_WR)`: sends FIN while still reading (the first step of a lingering close).
+pub fn shutdown_write(fd: RawFd) {
+    // SAFETY: shutdown takes no pointers; an error (e.g. ENOTCONN) is harmless here.
+    unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+}
+
+/// Reads an integer socket option (used by tests to check inherited options).
+///
+/// # Errors
+/// The kernel's error.
+pub fn getsockopt_int(fd: &impl AsRawFd, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
+    let mut val: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `val` and `len` are valid for writes and sized for an int option.
+    let r = unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&mut val as *mut libc::c_int).cast(), &mut len) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(val)
+    }
+}
+
+/// Sets `TCP_NODELAY` on a socket (set once on the listener; accepted sockets inherit it).
+///
+/// # Errors
+/// The kernel's error.
+pub fn set_nodelay(fd: &impl AsRawFd) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: `one` is a valid int option value for the call's duration.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Registers an owned descriptor with the current runtime's reactor.
+///
+/// # Errors
+/// The reactor's registration error (no runtime, or `epoll_ctl` failed).
+pub(crate) fn register(
+    fd: OwnedFd,
+    interest: tokio::io::Interest,
+) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: the AsyncFd takes ownership of the OwnedFd, so the descriptor stays open and is
+    // not reused for as long as the registration exists; it is closed only when the AsyncFd
+    // (and with it the OwnedFd) is dropped, after deregistration.
+    unsafe { Ok(tokio::io::unix::AsyncFd::register_with_interest(fd, interest)?) }
+}

@@ -1,0 +1,4 @@
+//! Time: the shared `Date` cache and the timeout manager.
+
+pub mod date;
+pub mod timeout;

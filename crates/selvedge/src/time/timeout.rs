@@ -1,0 +1,391 @@
+//! One timeout manager for every connection in the process (the Warp design).
+//!
+//! Ground rules:
+//! - A connection owns a [`Timer`]. Its hot-path operations are single relaxed atomic
+//!   stores: [`Timer::tickle`] moves the deadline to `now + timeout`, [`Timer::pause`] parks
+//!   it at infinity. No lock, no syscall, no heap traffic per request.
+//! - "Now" is a coarse clock ([`now_ms`]) that the manager's thread advances on each tick,
+//!   so reading it is one relaxed load.
+//! - New timers are pushed onto a lock-free stack (Warp's atomic prepend); the manager
+//!   takes the whole stack in one swap on each tick and merges it into its private list.
+//! - On each tick the manager walks its list once: a timer whose owner has gone is dropped,
+//!   a timer whose deadline passed has its task aborted (dropping the task closes the socket
+//!   and runs every destructor, so streams are cleaned up), and when the timer's group is
+//!   shutting down an idle connection is claimed (`IDLE -> CLOSING`) and aborted at once.
+//! - The manager's thread also refreshes the shared `Date` header once a second.
+//!
+//! The manager's tick is [`TICK`]: a timeout fires between `timeout` and `timeout + TICK`.
+
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+
+/// How often the manager wakes.
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// Deadline value meaning "no deadline".
+const PAUSED: u64 = u64::MAX;
+
+/// Connection phases as the manager sees them.
+const PHASE_ACTIVE: u8 = 0;
+const PHASE_IDLE: u8 = 1;
+const PHASE_CLOSING: u8 = 2;
+
+/// The coarse clock: milliseconds since the manager started, advanced on each tick.
+static NOW_MS: AtomicU64 = AtomicU64::new(0);
+
+/// The coarse clock in milliseconds (starts the manager on first use).
+#[inline]
+pub fn now_ms() -> u64 {
+    NOW_MS.load(Ordering::Relaxed)
+}
+
+/// A group of connections that shut down together (one per server).
+#[derive(Debug)]
+pub struct Group {
+    shutting_down: AtomicBool,
+    live: AtomicUsize,
+    max: usize,
+    /// Signalled when shutdown begins.
+    shutdown: Notify,
+    /// Signalled when a connection ends while the group is at its limit or shutting down.
+    freed: Notify,
+}
+
+impl Group {
+    /// A group that admits at most `max` live connections.
+    pub fn new(max: usize) -> Group {
+        Group {
+            shutting_down: AtomicBool::new(false),
+            live: AtomicUsize::new(0),
+            max: max.max(1),
+            shutdown: Notify::new(),
+            freed: Notify::new(),
+        }
+    }
+
+    /// Whether graceful shutdown has begun.
+    #[inline]
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Starts graceful shutdown: idle connections are closed on the manager's next pass,
+    /// which is requested at once.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        manager().wake();
+        self.shutdown.notify_waiters();
+        self.freed.notify_waiters();
+    }
+
+    /// Number of live connections.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    /// Whether the group is at its connection limit.
+    pub fn is_full(&self) -> bool {
+        self.live() >= self.max
+    }
+
+    /// Resolves once shutdown has begun.
+    pub async fn wait_shutdown(&self) {
+        loop {
+            let mut n = std::pin::pin!(self.shutdown.notified());
+            n.as_mut().enable();
+            if self.is_shutting_down() {
+                return;
+            }
+            n.await;
+        }
+    }
+
+    /// Resolves when a connection ends while full or shutting down (re-check after).
+    pub async fn wait_freed(&self) {
+        let mut n = std::pin::pin!(self.freed.notified());
+        n.as_mut().enable();
+        if !self.is_full() || self.is_shutting_down() {
+            return;
+        }
+        n.await;
+    }
+}
+
+/// Shared state of one connection's timer.
+#[derive(Debug)]
+struct Slot {
+    deadline: AtomicU64,
+    phase: AtomicU8,
+    abort: OnceLock<AbortHandle>,
+    group: Arc<Group>,
+}
+
+/// A connection's registration with the manager. Dropping it tells the manager the
+/// connection ended. Derefs to [`TimerHandle`] for the hot-path operations.
+#[derive(Debug)]
+pub struct Timer {
+    handle: TimerHandle,
+}
+
+/// A cloneable handle on a connection's deadline (for body readers and stream writers).
+#[derive(Debug, Clone)]
+pub struct TimerHandle {
+    slot: Arc<Slot>,
+}
+
+impl std::ops::Deref for Timer {
+    type Target = TimerHandle;
+    fn deref(&self) -> &TimerHandle {
+        &self.handle
+    }
+}
+
+impl Timer {
+    /// Registers a new connection of `group` with the manager, with a first deadline.
+    pub fn register(group: &Arc<Group>, timeout: Duration) -> Timer {
+        let mgr = manager();
+        group.live.fetch_add(1, Ordering::SeqCst);
+        let slot = Arc::new(Slot {
+            deadline: AtomicU64::new(now_ms().saturating_add(timeout.as_millis() as u64)),
+            phase: AtomicU8::new(PHASE_ACTIVE),
+            abort: OnceLock::new(),
+            group: group.clone(),
+        });
+        mgr.push(slot.clone());
+        Timer { handle: TimerHandle { slot } }
+    }
+
+    /// A cloneable handle on this timer.
+    pub fn handle(&self) -> TimerHandle {
+        self.handle.clone()
+    }
+
+    /// Marks the connection idle between requests. Returns `false` if the server is
+    /// shutting down, in which case the connection should close now.
+    #[inline]
+    pub fn enter_idle(&self) -> bool {
+        self.slot.phase.store(PHASE_IDLE, Ordering::SeqCst);
+        !self.slot.group.is_shutting_down()
+    }
+
+    /// Leaves the idle phase as a request begins. Returns `false` if shutdown already
+    /// claimed this connection, in which case it must close without answering.
+    #[inline]
+    pub fn leave_idle(&self) -> bool {
+        match self.slot.phase.compare_exchange(PHASE_IDLE, PHASE_ACTIVE, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => true,
+            Err(p) => p == PHASE_ACTIVE,
+        }
+    }
+}
+
+impl TimerHandle {
+    /// Gives the manager the means to stop the connection's task.
+    pub fn set_abort(&self, handle: AbortHandle) {
+        let _ = self.slot.abort.set(handle);
+    }
+
+    /// Moves the deadline to `timeout` from now: one relaxed store.
+    #[inline]
+    pub fn tickle(&self, timeout: Duration) {
+        self.slot.deadline.store(now_ms().saturating_add(timeout.as_millis() as u64), Ordering::Relaxed);
+    }
+
+    /// Sets the deadline to `timeout` after `since` (a [`now_ms`] reading): an absolute
+    /// deadline that later reads do not push back.
+    #[inline]
+    pub fn set_deadline(&self, since: u64, timeout: Duration) {
+        self.slot.deadline.store(since.saturating_add(timeout.as_millis() as u64), Ordering::Relaxed);
+    }
+
+    /// No deadline until the next tickle (while the application runs).
+    #[inline]
+    pub fn pause(&self) {
+        self.slot.deadline.store(PAUSED, Ordering::Relaxed);
+    }
+
+    /// Whether the connection's server is shutting down.
+    #[inline]
+    pub fn shutting_down(&self) -> bool {
+        self.slot.group.is_shutting_down()
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        let g = &self.handle.slot.group;
+        let prev = g.live.fetch_sub(1, Ordering::SeqCst);
+        if prev >= g.max || g.is_shutting_down() {
+            g.freed.notify_waiters();
+        }
+        // The manager sees the Arc count fall to one and forgets the slot on its next pass.
+    }
+}
+
+/// A push-only stack with take-all, holding timers not yet seen by the manager.
+struct Inbox {
+    head: AtomicPtr<Node>,
+}
+
+struct Node {
+    slot: Arc<Slot>,
+    next: *mut Node,
+}
+
+impl Inbox {
+    fn push(&self, slot: Arc<Slot>) {
+        let node = Box::into_raw(Box::new(Node { slot, next: ptr::null_mut() }));
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `node` came from Box::into_raw above and is not yet shared.
+            unsafe { (*node).next = head };
+            match self.head.compare_exchange_weak(head, node, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    fn take_all(&self, out: &mut Vec<Arc<Slot>>) {
+        let mut p = self.head.swap(ptr::null_mut(), Ordering::Acquire);
+        while !p.is_null() {
+            // SAFETY: every node was made by Box::into_raw in `push`; the swap above removed
+            // the whole chain from the stack, so this thread owns each node exactly once.
+            let node = unsafe { Box::from_raw(p) };
+            p = node.next;
+            out.push(node.slot);
+        }
+    }
+}
+
+struct Manager {
+    inbox: Inbox,
+    thread: Thread,
+}
+
+// SAFETY: the raw pointers in `Inbox` are only touched through atomics as documented there;
+// the nodes own `Arc<Slot>`s, which are Send + Sync.
+unsafe impl Sync for Inbox {}
+// SAFETY: as above.
+unsafe impl Send for Inbox {}
+
+impl Manager {
+    fn push(&self, slot: Arc<Slot>) {
+        self.inbox.push(slot);
+    }
+
+    fn wake(&self) {
+        self.thread.unpark();
+    }
+}
+
+static MANAGER: OnceLock<Manager> = OnceLock::new();
+
+fn manager() -> &'static Manager {
+    MANAGER.get_or_init(|| {
+        crate::time::date::refresh(SystemTime::now());
+        let handle = std::thread::Builder::new()
+            .name("selvedge-timeout".into())
+            .spawn(run)
+            .expect("spawn the timeout manager thread");
+        Manager { inbox: Inbox { head: AtomicPtr::new(ptr::null_mut()) }, thread: handle.thread().clone() }
+    })
+}
+
+/// Starts the manager (and so the coarse clock and the date cache) if it is not running.
+pub fn start() {
+    let _ = manager();
+}
+
+fn run() {
+    let start = Instant::now();
+    let mut list: Vec<Arc<Slot>> = Vec::new();
+    loop {
+        std::thread::park_timeout(TICK);
+        let now = start.elapsed().as_millis() as u64;
+        NOW_MS.store(now, Ordering::Relaxed);
+        crate::time::date::refresh(SystemTime::now());
+        let Some(mgr) = MANAGER.get() else { continue };
+        mgr.inbox.take_all(&mut list);
+        list.retain(|slot| sweep(slot, now));
+    }
+}
+
+/// One slot's turn: returns whether to keep watching it.
+fn sweep(slot: &Arc<Slot>, now: u64) -> bool {
+    if Arc::strong_count(slot) == 1 {
+        return false; // the connection is gone
+    }
+    let expired = slot.deadline.load(Ordering::Relaxed) <= now;
+    let claim_idle = slot.group.is_shutting_down()
+        && slot
+            .phase
+            .compare_exchange(PHASE_IDLE, PHASE_CLOSING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok();
+    if expired || claim_idle {
+        if let Some(h) = slot.abort.get() {
+            h.abort();
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inbox_takes_everything_pushed() {
+        let inbox = Inbox { head: AtomicPtr::new(ptr::null_mut()) };
+        let group = Arc::new(Group::new(10));
+        for _ in 0..10 {
+            inbox.push(Arc::new(Slot {
+                deadline: AtomicU64::new(0),
+                phase: AtomicU8::new(PHASE_ACTIVE),
+                abort: OnceLock::new(),
+                group: group.clone(),
+            }));
+        }
+        let mut out = Vec::new();
+        inbox.take_all(&mut out);
+        assert_eq!(out.len(), 10);
+        inbox.take_all(&mut out);
+        assert_eq!(out.len(), 10);
+    }
+
+    #[test]
+    fn tickle_and_pause_move_the_deadline() {
+        start();
+        let group = Arc::new(Group::new(10));
+        let t = Timer::register(&group, Duration::from_secs(5));
+        assert_eq!(group.live(), 1);
+        t.pause();
+        assert_eq!(t.slot.deadline.load(Ordering::Relaxed), PAUSED);
+        t.tickle(Duration::from_secs(1));
+        let d = t.slot.deadline.load(Ordering::Relaxed);
+        assert!(d >= now_ms() + 900 && d <= now_ms() + 1000, "{d}");
+        assert!(t.enter_idle());
+        assert!(t.leave_idle());
+        drop(t);
+        assert_eq!(group.live(), 0);
+    }
+
+    #[test]
+    fn shutdown_claims_idle_but_not_active() {
+        let group = Arc::new(Group::new(10));
+        let t = Timer::register(&group, Duration::from_secs(5));
+        assert!(t.enter_idle());
+        group.shutting_down.store(true, Ordering::SeqCst);
+        // Without an abort handle the manager cannot claim; emulate its CAS.
+        assert!(sweep(&t.slot, 0));
+        assert_eq!(t.slot.phase.load(Ordering::SeqCst), PHASE_CLOSING);
+        assert!(!t.leave_idle());
+    }
+}
