@@ -229,7 +229,7 @@ async fn worker<A: App>(socks: Vec<OwnedFd>, app: Arc<A>, cfg: Arc<Settings>, gr
     let deadline = Instant::now() + cfg.graceful_timeout;
     while group.live() > 0 && Instant::now() < deadline {
         tokio::select! {
-            _ = group.wait_freed() => {}
+            _ = group.wait_drop() => {}
             _ = tokio::time::sleep(Duration::from_millis(50)) => {}
         }
     }
@@ -238,9 +238,7 @@ async fn worker<A: App>(socks: Vec<OwnedFd>, app: Arc<A>, cfg: Arc<Settings>, gr
 async fn accept_loop<A: App>(listener: AsyncFd<OwnedFd>, app: Arc<A>, cfg: Arc<Settings>, group: Arc<Group>) {
     let fd = listener.as_raw_fd();
     loop {
-        while group.is_full() && !group.is_shutting_down() {
-            group.wait_freed().await;
-        }
+        group.wait_room().await;
         let mut guard = tokio::select! {
             g = listener.readable() => match g {
                 Ok(g) => g,

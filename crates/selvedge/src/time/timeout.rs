@@ -106,14 +106,21 @@ impl Group {
         }
     }
 
-    /// Resolves when a connection ends while full or shutting down (re-check after).
-    pub async fn wait_freed(&self) {
-        let mut n = std::pin::pin!(self.freed.notified());
-        n.as_mut().enable();
-        if !self.is_full() || self.is_shutting_down() {
-            return;
+    /// Resolves when the group has room for another connection or is shutting down.
+    pub async fn wait_room(&self) {
+        loop {
+            let mut n = std::pin::pin!(self.freed.notified());
+            n.as_mut().enable();
+            if !self.is_full() || self.is_shutting_down() {
+                return;
+            }
+            n.await;
         }
-        n.await;
+    }
+
+    /// Resolves when a connection of a shutting-down (or full) group ends.
+    pub async fn wait_drop(&self) {
+        self.freed.notified().await;
     }
 }
 

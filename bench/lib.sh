@@ -1,0 +1,585 @@
+# shellcheck shell=bash
+# Shared helpers for the selvedge whole-server benchmarks (h1.sh, h2.sh, static.sh, ...).
+#
+# Source it from a script that runs under `set -euo pipefail`, set SERVERS, then:
+#   bench_init h1                      # temp dir $WORK + EXIT trap that kills every server we started
+#   bench_run h1 load_wrk              # ROUNDS interleaved rounds of bench_round over $SERVERS
+#   bench_report TITLE h1 "load description"   # Markdown table to stdout + bench/out/h1-<date>.md
+# Building blocks, for scripts that need a different cycle:
+#   server_start nginx h1              # -> SRV_PID SRV_PORT SRV_DIR SRV_LOG, or returns 1 with SRV_WHY
+#   verify_http "$SRV_PORT" h1         # 200 + exactly the bytes of $EXPECT_FILE at $REQ_PATH
+#   cpu_ticks "$SRV_PID"; cpu_ns "$SRV_PID"   # CPU used so far by the server's process tree
+#   load_wrk run "$SRV_PORT" out.txt; load_wrk_parse out.txt   # -> "requests req/s errors"
+#   server_stop "$SRV_PID"
+# A new server type is a function srv_NAME DIR PORT PROTO that writes its config into DIR and
+# sets SRV_CMD/SRV_ENV/SRV_LOG; a new client is a pair LOADER / LOADER_parse (see load_wrk).
+# Static-file scripts can point SITE_DIR / REQ_PATH / EXPECT_FILE elsewhere before sourcing.
+#
+# Nothing in here writes outside $WORK (a mktemp dir) and bench/out/.
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(dirname "$BENCH_DIR")
+SITE_DIR=${SITE_DIR:-$BENCH_DIR/site}
+OUT_DIR=${OUT_DIR:-$BENCH_DIR/out}
+REQ_PATH=${REQ_PATH:-/index.html}
+EXPECT_FILE=${EXPECT_FILE:-$SITE_DIR${REQ_PATH}}
+SERVER_CPU=${SERVER_CPU:-1}
+CLIENT_CPU=${CLIENT_CPU:-0}
+ROUNDS=${ROUNDS:-3}
+CPU_SOURCE=${CPU_SOURCE:-stat}   # stat (utime+stime ticks, the default) or schedstat (ns)
+CLK_TCK=$(getconf CLK_TCK)
+SELVEDGE_DEFAULT_CMD=target/release/examples/hello
+SELVEDGE_CMD=${SELVEDGE_CMD:-$SELVEDGE_DEFAULT_CMD}
+SELVEDGE_WORKERS=${SELVEDGE_WORKERS:-1}
+# shellcheck disable=SC2034  # used by the scripts that source this
+DEFAULT_SERVERS="selvedge nginx h2o lighttpd mighttpd2"
+
+WORK=
+RESULTS=
+_STARTED_PIDS=()
+declare -A SRV_FAILED=()   # name -> reason; a server that failed once is skipped afterwards
+declare -A SRV_NOTES=()    # name -> free-form note for the report
+
+log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "FATAL: $*"; exit 1; }
+
+need() {
+    local c
+    for c in "$@"; do command -v "$c" >/dev/null 2>&1 || die "missing command: $c"; done
+}
+
+# ---------------------------------------------------------------- setup / teardown
+
+bench_init() {
+    local name=$1
+    need taskset curl cmp pgrep getconf
+    WORK=$(mktemp -d "/tmp/selvedge-bench-$name.XXXXXX")
+    RESULTS=$WORK/results.tsv
+    : >"$RESULTS"
+    trap _bench_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    [[ -s $EXPECT_FILE ]] || die "expected file $EXPECT_FILE is missing or empty"
+    LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
+    if awk -v l="${LOADAVG_START%% *}" 'BEGIN { exit !(l > 0.5) }'; then
+        log "warning: load average is $LOADAVG_START; other work on this machine will add noise"
+    fi
+    log "work dir: $WORK (KEEP_TMP=1 keeps it)"
+}
+
+_bench_cleanup() {
+    local rc=$? pid
+    trap - EXIT INT TERM
+    if [[ -n $_LOAD_PID ]]; then kill -TERM "$_LOAD_PID" 2>/dev/null || true; fi
+    for pid in "${_STARTED_PIDS[@]}"; do
+        server_stop "$pid"
+    done
+    if [[ -n $WORK && -d $WORK ]]; then
+        if [[ ${KEEP_TMP:-0} == 1 || $rc -ne 0 ]]; then
+            log "kept $WORK"
+        else
+            rm -rf "$WORK"
+        fi
+    fi
+    exit "$rc"
+}
+
+# ---------------------------------------------------------------- processes and ports
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# A port nobody listens on. Random, in 20000-59999, to stay clear of the usual dev ports.
+free_port() {
+    local p i
+    for i in $(seq 1 200); do
+        p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        if ! port_open "$p"; then echo "$p"; return 0; fi
+    done
+    die "no free port found"
+}
+
+# wait_port PID PORT [TIMEOUT_S]: until PORT accepts, or PID died (returns 1).
+wait_port() {
+    local pid=$1 port=$2 timeout=${3:-10} i
+    for ((i = 0; i < timeout * 20; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        port_open "$port" && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# The PID itself and all its descendants, one a line.
+proc_tree() {
+    local c
+    echo "$1"
+    for c in $(pgrep -P "$1" || true); do proc_tree "$c"; done
+}
+
+# CPU time of a process tree in clock ticks (getconf CLK_TCK per second):
+# utime+stime (fields 14, 15 of /proc/PID/stat; these already cover all threads) plus
+# cutime+cstime (16, 17: children that exited and were reaped), summed over the tree.
+cpu_ticks() {
+    local total=0 p stat f
+    for p in $(proc_tree "$1"); do
+        stat=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+        read -ra f <<<"${stat##*) }"   # f[0] is field 3, so field N is f[N-3]
+        total=$((total + f[11] + f[12] + f[13] + f[14]))
+    done
+    echo "$total"
+}
+
+# Cross-check with nanosecond resolution: sum of on-CPU time (first field of
+# /proc/PID/task/TID/schedstat) over the live threads of the tree. Prints 0 if unavailable.
+cpu_ns() {
+    local total=0 p t run rest
+    for p in $(proc_tree "$1"); do
+        for t in /proc/"$p"/task/*/schedstat; do
+            [[ -r $t ]] || continue
+            read -r run rest <"$t" 2>/dev/null || continue
+            total=$((total + run))
+        done
+    done
+    echo "$total"
+}
+
+server_stop() {
+    local pid=$1 p pids i
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+    pids=$(proc_tree "$pid" | tr '\n' ' ')
+    for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
+    for ((i = 0; i < 60; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
+    wait "$pid" 2>/dev/null || true
+}
+
+# ---------------------------------------------------------------- server definitions
+# srv_NAME DIR PORT PROTO fills SRV_CMD (argv), SRV_ENV (VAR=value list) and SRV_LOG
+# (the file to show when it fails). PROTO is h1 or h2 (h2 = cleartext HTTP/2 with prior
+# knowledge; servers that can, serve both on the port). All: one worker, no access log,
+# keep-alive with a very high request limit, foreground, document root $SITE_DIR.
+
+srv_nginx() {
+    local dir=$1 port=$2 proto=$3 listen_flags=""
+    need nginx
+    # nginx 1.22 (Debian 12) has no `http2 on;` (that is 1.25.1+): `listen ... http2` on a
+    # non-TLS listener means h2c with prior knowledge only (HTTP/1.1 is not served there).
+    [[ $proto == h2 ]] && listen_flags=" http2"
+    mkdir -p "$dir/tmp"
+    cat >"$dir/nginx.conf" <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    types { text/html html; text/css css; application/javascript js; image/svg+xml svg; }
+    default_type application/octet-stream;
+    keepalive_requests 1000000;
+    keepalive_timeout 300s;
+    sendfile on;
+    tcp_nopush on;
+    open_file_cache max=1000 inactive=300s;
+    client_body_temp_path $dir/tmp/client_body;
+    proxy_temp_path $dir/tmp/proxy;
+    fastcgi_temp_path $dir/tmp/fastcgi;
+    uwsgi_temp_path $dir/tmp/uwsgi;
+    scgi_temp_path $dir/tmp/scgi;
+    server {
+        listen 127.0.0.1:$port$listen_flags;
+        root $SITE_DIR;
+        index index.html;
+    }
+}
+EOF
+    SRV_LOG=$dir/error.log
+    SRV_CMD=(nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf")
+}
+
+srv_h2o() {
+    local dir=$1 port=$2
+    need h2o
+    # `user: root` is needed: as root, h2o otherwise switches to nobody and then cannot
+    # write its pid file / error log into our root-owned temp dir. h2c (prior knowledge
+    # and Upgrade) is always on for plain listeners. No access-log directive = no logging.
+    cat >"$dir/h2o.conf" <<EOF
+user: root
+listen:
+  host: 127.0.0.1
+  port: $port
+num-threads: 1
+pid-file: $dir/h2o.pid
+error-log: $dir/error.log
+http1-request-timeout: 300
+http2-idle-timeout: 300
+hosts:
+  default:
+    paths:
+      /:
+        file.dir: $SITE_DIR
+EOF
+    SRV_LOG=$dir/error.log
+    SRV_CMD=(h2o -c "$dir/h2o.conf")
+}
+
+srv_lighttpd() {
+    local dir=$1 port=$2
+    need lighttpd
+    # max-keep-alive-requests is an unsigned short in lighttpd 1.4: larger integers are
+    # silently truncated (1000000 -> 16960), so 65535 is the real maximum.
+    # h2: lighttpd advertises SETTINGS_MAX_CONCURRENT_STREAMS=8 (hard-coded), so h2load -m100
+    # only gets 8 streams in flight per connection there.
+    cat >"$dir/lighttpd.conf" <<EOF
+server.document-root = "$SITE_DIR"
+server.bind = "127.0.0.1"
+server.port = $port
+server.errorlog = "$dir/error.log"
+server.pid-file = "$dir/lighttpd.pid"
+server.max-worker = 0
+server.max-fds = 16384
+server.max-connections = 4096
+server.max-keep-alive-requests = 65535
+server.max-keep-alive-idle = 300
+index-file.names = ("index.html")
+mimetype.assign = (".html" => "text/html", ".css" => "text/css", ".js" => "application/javascript", ".svg" => "image/svg+xml", "" => "application/octet-stream")
+server.feature-flags += ("server.h2proto" => "enable", "server.h2c" => "enable")
+EOF
+    SRV_LOG=$dir/error.log
+    SRV_CMD=(lighttpd -D -f "$dir/lighttpd.conf")
+}
+
+srv_mighttpd2() {
+    local dir=$1 port=$2
+    need mighty
+    # Mighttpd2 (Haskell, warp): Debug_Mode: Yes = foreground; Worker_Processes: 1 = no fork.
+    # The GHC threaded RTS still runs a few threads (ticker, IO manager); all share CPU $SERVER_CPU.
+    # Warp also speaks h2c with prior knowledge on the plain port.
+    mkdir -p "$dir/status" "$dir/log"
+    cat >"$dir/mighty.conf" <<EOF
+Port: $port
+Host: 127.0.0.1
+Debug_Mode: Yes
+User: root
+Group: root
+Pid_File: $dir/mighty.pid
+Report_File: $dir/mighty_report
+Logging: No
+Log_File: $dir/log/mighty
+Log_File_Size: 16777216
+Log_Backup_Number: 1
+Index_File: index.html
+Index_Cgi: index.cgi
+Status_File_Dir: $dir/status
+Connection_Timeout: 300
+Proxy_Timeout: 0
+Fd_Cache_Duration: 10
+Worker_Processes: 1
+Service: 0
+EOF
+    printf '[*]\n/ -> %s/\n' "$SITE_DIR" >"$dir/mighty.route"
+    SRV_LOG=$dir/stdout.log
+    SRV_CMD=(mighty "$dir/mighty.conf" "$dir/mighty.route")
+}
+
+# selvedge: $SELVEDGE_CMD (word-split; relative paths are resolved against the repo root),
+# started with SELVEDGE_ADDR=127.0.0.1:PORT SELVEDGE_WORKERS=$SELVEDGE_WORKERS.
+srv_selvedge() {
+    local dir=$1 port=$2
+    read -ra SRV_CMD <<<"$SELVEDGE_CMD"
+    [[ ${#SRV_CMD[@]} -gt 0 ]] || { SRV_WHY="SELVEDGE_CMD is empty"; return 1; }
+    if [[ ${SRV_CMD[0]} == */* && ${SRV_CMD[0]} != /* ]]; then
+        SRV_CMD[0]=$REPO_DIR/${SRV_CMD[0]}
+    fi
+    command -v "${SRV_CMD[0]}" >/dev/null 2>&1 || { SRV_WHY="not executable: ${SRV_CMD[0]}"; return 1; }
+    SRV_ENV=("SELVEDGE_ADDR=127.0.0.1:$port" "SELVEDGE_WORKERS=$SELVEDGE_WORKERS")
+    SRV_LOG=$dir/stdout.log
+}
+
+# Build the default selvedge example if it is missing (or always, with SELVEDGE_BUILD=1).
+# Only for the default SELVEDGE_CMD; a custom command is used as given.
+selvedge_prepare() {
+    [[ $SELVEDGE_CMD == "$SELVEDGE_DEFAULT_CMD" ]] || return 0
+    local bin=$REPO_DIR/$SELVEDGE_DEFAULT_CMD
+    if [[ -n ${CARGO_TARGET_DIR:-} ]]; then
+        bin=$CARGO_TARGET_DIR/release/examples/hello
+        SELVEDGE_CMD=$bin
+    fi
+    if [[ ! -x $bin || ${SELVEDGE_BUILD:-0} == 1 ]]; then
+        log "building selvedge: cargo build --release -p selvedge --example hello"
+        if ! (cd "$REPO_DIR" && cargo build --release -p selvedge --example hello) >&2; then
+            SRV_FAILED[selvedge]="cargo build failed"
+            return 0
+        fi
+    fi
+}
+
+# Installed Debian package version, or nothing.
+pkg_version() { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null | awk '/ installed / { print $NF }'; }
+
+server_version() {
+    local v
+    case $1 in
+        selvedge)
+            v=$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo "?")
+            [[ -n $(git -C "$REPO_DIR" status --porcelain --untracked-files=no 2>/dev/null) ]] && v="$v+dirty"
+            echo "selvedge git $v (SELVEDGE_CMD=$SELVEDGE_CMD)" ;;
+        nginx) echo "nginx $(pkg_version nginx || true)$(pkg_version nginx-core || true)" ;;
+        *) echo "$1 $(pkg_version "$1" || true)" ;;
+    esac
+}
+
+# server_start NAME PROTO: start it pinned to $SERVER_CPU in a fresh dir, wait for its port.
+# Sets SRV_PID SRV_PORT SRV_DIR SRV_LOG; on failure returns 1 with SRV_WHY set.
+server_start() {
+    local name=$1 proto=$2
+    SRV_PID='' SRV_WHY='' SRV_LOG='' SRV_DIR='' SRV_CMD=() SRV_ENV=()
+    declare -F "srv_$name" >/dev/null || { SRV_WHY="unknown server '$name'"; return 1; }
+    SRV_PORT=$(free_port)
+    SRV_DIR=$(mktemp -d "$WORK/$name-$proto.XXXX")
+    "srv_$name" "$SRV_DIR" "$SRV_PORT" "$proto" || { SRV_WHY=${SRV_WHY:-"config failed"}; return 1; }
+    (cd "$SRV_DIR" && exec env "${SRV_ENV[@]}" taskset -c "$SERVER_CPU" "${SRV_CMD[@]}") \
+        >"$SRV_DIR/stdout.log" 2>&1 </dev/null &
+    SRV_PID=$!
+    _STARTED_PIDS+=("$SRV_PID")
+    if ! wait_port "$SRV_PID" "$SRV_PORT" 10; then
+        if kill -0 "$SRV_PID" 2>/dev/null; then
+            SRV_WHY="port $SRV_PORT not accepting after 10s"
+        else
+            local rc=0
+            wait "$SRV_PID" 2>/dev/null || rc=$?
+            SRV_WHY="process exited with status $rc"
+        fi
+        server_stop "$SRV_PID"
+        return 1
+    fi
+}
+
+# Last lines of whatever the server said, indented.
+server_tail() {
+    local f
+    for f in "$SRV_DIR/stdout.log" "${SRV_LOG:-}"; do
+        [[ -n $f && -s $f ]] || continue
+        echo "    --- ${f#"$WORK"/}"
+        tail -n "${TAIL_LINES:-15}" "$f" | sed 's/^/    /'
+    done | awk '!seen[$0]++ { n++; print } END { if (!n) print "    (no output)" }' >&2
+}
+
+# verify_http PORT PROTO: GET $REQ_PATH must be 200 with exactly the bytes of $EXPECT_FILE
+# (and HTTP/2 for PROTO=h2). Prints the reason and returns 1 otherwise.
+verify_http() {
+    local port=$1 proto=$2 body=$WORK/verify.body out want
+    local -a opt=()
+    [[ $proto == h2 ]] && opt=(--http2-prior-knowledge)
+    want=$(wc -c <"$EXPECT_FILE")
+    rm -f "$body"
+    if ! out=$(curl -sS --max-time 10 "${opt[@]}" -o "$body" \
+        -w '%{http_code} %{size_download} %{http_version}' "http://127.0.0.1:$port$REQ_PATH" 2>&1); then
+        echo "curl failed: $out"; return 1
+    fi
+    read -r code size ver <<<"$out"
+    [[ $code == 200 ]] || { echo "status $code (want 200)"; return 1; }
+    [[ $size == "$want" ]] || { echo "body $size bytes (want $want)"; return 1; }
+    cmp -s "$body" "$EXPECT_FILE" || { echo "body differs from $EXPECT_FILE"; return 1; }
+    if [[ $proto == h2 && $ver != 2 ]]; then echo "HTTP version $ver (want 2)"; return 1; fi
+    return 0
+}
+
+# ---------------------------------------------------------------- load generators
+# A loader LOADER is called as `LOADER warm|run PORT OUTFILE`: it runs the client (pinned to
+# $CLIENT_CPU, in the background + wait, so that a signal to this script is handled at once)
+# with its output in OUTFILE. `LOADER_parse OUTFILE` prints "REQUESTS REQ_PER_S ERRORS",
+# ERRORS being "-" when clean, else a summary without spaces.
+
+_LOAD_PID=
+
+# run_client OUTFILE CMD...: run CMD pinned to $CLIENT_CPU, output to OUTFILE; a nonzero exit
+# is noted at the end of OUTFILE (the parsers flag it).
+run_client() {
+    local out=$1 rc=0
+    shift
+    taskset -c "$CLIENT_CPU" "$@" >"$out" 2>&1 </dev/null &
+    _LOAD_PID=$!
+    wait "$_LOAD_PID" || rc=$?
+    _LOAD_PID=
+    [[ $rc == 0 ]] || echo "CLIENT EXIT STATUS $rc" >>"$out"
+}
+
+CONNS=${CONNS:-50}
+DURATION=${DURATION:-10s}
+THREADS=${THREADS:-1}
+WARMUP=${WARMUP:-2s}
+
+load_wrk() {
+    local mode=$1 port=$2 out=$3 dur=$DURATION
+    [[ $mode == warm ]] && dur=$WARMUP
+    run_client "$out" wrk -t"$THREADS" -c"$CONNS" -d"$dur" "http://127.0.0.1:$port$REQ_PATH"
+}
+
+# wrk: "  123456 requests in 10.00s, 85.00MB read", "Requests/sec: 12345.67",
+# and, only when nonzero, "Socket errors: connect 0, read 1, write 0, timeout 0" and
+# "Non-2xx or 3xx responses: 5".
+load_wrk_parse() {
+    awk '
+        / requests in / { req = $1 }
+        /^Requests\/sec:/ { rps = $2 }
+        /Socket errors:/ { gsub(/,/, ""); s = $4 + $6 + $8 + $10; if (s > 0) err = err "sock(c/r/w/t):" $4 "/" $6 "/" $8 "/" $10 "," }
+        /Non-2xx or 3xx responses:/ { err = err "non2xx:" $NF "," }
+        /^CLIENT EXIT STATUS/ { err = err "wrk-exit:" $NF "," }
+        END {
+            if (req == "") { req = 0; err = err "unparsed," }
+            if (rps == "") rps = 0
+            if (err == "") err = "-"; else sub(/,$/, "", err)
+            print req, rps, err
+        }' "$1"
+}
+
+H2_CONNS=${H2_CONNS:-100}
+H2_STREAMS=${H2_STREAMS:-100}
+H2_REQUESTS=${H2_REQUESTS:-200000}
+H2_WARMUP_REQUESTS=${H2_WARMUP_REQUESTS:-20000}
+H2_THREADS=${H2_THREADS:-1}
+
+load_h2load() {
+    local mode=$1 port=$2 out=$3 n=$H2_REQUESTS
+    [[ $mode == warm ]] && n=$H2_WARMUP_REQUESTS
+    run_client "$out" h2load -t"$H2_THREADS" -c"$H2_CONNS" -m"$H2_STREAMS" -n"$n" "http://127.0.0.1:$port$REQ_PATH"
+}
+
+# h2load: "finished in 2.01s, 99502.49 req/s, 70.12MB/s",
+# "requests: 200000 total, 200000 started, 200000 done, 200000 succeeded, 0 failed, 0 errored, 0 timeout",
+# "Application protocol: h2c". Requests counted = succeeded.
+load_h2load_parse() {
+    awk '
+        /^finished in/ { rps = $4 }
+        /^requests:/ { total = $2; ok = $8; failed = $10; errored = $12; tmo = $14 }
+        /^Application protocol:/ { proto = $3 }
+        /^CLIENT EXIT STATUS/ { err = err "h2load-exit:" $NF "," }
+        END {
+            if (ok == "") { ok = 0; err = err "unparsed," }
+            if (rps == "") rps = 0
+            if (failed + errored + tmo > 0) err = err "failed:" failed "/errored:" errored "/timeout:" tmo ","
+            if (ok + 0 < total + 0) err = err "succeeded:" ok "<" total ","
+            if (proto != "h2c") err = err "protocol:" (proto == "" ? "none" : proto) ","
+            if (err == "") err = "-"; else sub(/,$/, "", err)
+            print ok, rps, err
+        }' "$1"
+}
+
+# ---------------------------------------------------------------- one measurement
+
+# bench_round NAME PROTO LOADER ROUND: start, verify, warm up, measure, stop; appends a line
+# to $RESULTS. A server that fails (start or verify) is recorded in SRV_FAILED and skipped later.
+bench_round() {
+    local name=$1 proto=$2 loader=$3 round=$4 why t0 t1 n0 n1 s0 s1 res req rps err
+    if [[ -n ${SRV_FAILED[$name]:-} ]]; then return 0; fi
+    if ! server_start "$name" "$proto"; then
+        log "$name: failed to start: $SRV_WHY"
+        [[ -n ${SRV_DIR:-} ]] && server_tail
+        SRV_FAILED[$name]="failed to start: $SRV_WHY"
+        return 0
+    fi
+    if ! why=$(verify_http "$SRV_PORT" "$proto"); then
+        log "$name: verification failed: $why"
+        server_tail
+        SRV_FAILED[$name]="verification failed: $why"
+        server_stop "$SRV_PID"
+        return 0
+    fi
+    "$loader" warm "$SRV_PORT" "$SRV_DIR/warmup.out"
+    t0=$(cpu_ticks "$SRV_PID"); n0=$(cpu_ns "$SRV_PID"); s0=$(date +%s%N)
+    "$loader" run "$SRV_PORT" "$SRV_DIR/load.out"
+    t1=$(cpu_ticks "$SRV_PID"); n1=$(cpu_ns "$SRV_PID"); s1=$(date +%s%N)
+    res=$("${loader}_parse" "$SRV_DIR/load.out")
+    if ! kill -0 "$SRV_PID" 2>/dev/null; then
+        res="${res% *} died"
+        log "$name: server died during the run"
+        server_tail
+    fi
+    server_stop "$SRV_PID"
+    read -r req rps err <<<"$res"
+    [[ $err != - ]] && { log "$name: round $round: ERRORS: $err"; sed 's/^/    /' "$SRV_DIR/load.out" >&2; }
+    # round server requests req/s cpu_ticks cpu_s us/req us/req(schedstat) cpu% errors
+    awk -v r="$round" -v n="$name" -v req="$req" -v rps="$rps" -v dt="$((t1 - t0))" -v hz="$CLK_TCK" \
+        -v dns="$((n1 - n0))" -v wall="$((s1 - s0))" -v err="$err" 'BEGIN {
+            cpu = dt / hz
+            us = req > 0 ? cpu * 1e6 / req : 0
+            uss = req > 0 ? dns / 1e3 / req : 0
+            pct = wall > 0 ? 100 * dns / wall : 0
+            printf "%s\t%s\t%d\t%.0f\t%d\t%.2f\t%.3f\t%.3f\t%.0f\t%s\n", r, n, req, rps, dt, cpu, us, uss, pct, err
+        }' >>"$RESULTS"
+    tail -n 1 "$RESULTS" | awk -F'\t' '{ printf "[round %s] %-10s %9d req  %8s req/s  cpu %6ss  %7s us/req  (schedstat %s us/req, server cpu %s%%)  errors: %s\n", $1, $2, $3, $4, $6, $7, $8, $9, $10 }' >&2
+}
+
+# bench_run PROTO LOADER: ROUNDS interleaved rounds over $SERVERS.
+bench_run() {
+    local proto=$1 loader=$2 r s
+    for ((r = 1; r <= ROUNDS; r++)); do
+        log "round $r/$ROUNDS"
+        for s in $SERVERS; do bench_round "$s" "$proto" "$loader" "$r"; done
+    done
+}
+
+# ---------------------------------------------------------------- report
+
+median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print ""; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+# bench_report TITLE PREFIX LOAD_DESCRIPTION: Markdown to stdout and to $OUT_DIR/PREFIX-<date>.md.
+bench_report() {
+    local title=$1 prefix=$2 load=$3 s rps us errs best="" file summary col=7 cpudesc
+    cpudesc="utime+stime of the server's process tree from /proc/PID/stat (CLK_TCK=$CLK_TCK) across the measured run"
+    if [[ $CPU_SOURCE == schedstat ]]; then
+        col=8
+        cpudesc="on-CPU ns of the server's threads from /proc/PID/task/*/schedstat across the measured run (CPU_SOURCE=schedstat)"
+    fi
+    mkdir -p "$OUT_DIR"
+    file=$OUT_DIR/$prefix-$(date +%Y%m%d-%H%M%S).md
+    summary=$WORK/summary.tsv
+    : >"$summary"
+    for s in $SERVERS; do
+        awk -F'\t' -v s="$s" '$2 == s { f = 1 } END { exit !f }' "$RESULTS" || continue
+        rps=$(awk -F'\t' -v s="$s" '$2 == s { print $4 }' "$RESULTS" | median)
+        us=$(awk -F'\t' -v s="$s" -v c="$col" '$2 == s { print $c }' "$RESULTS" | median)
+        errs=$(awk -F'\t' -v s="$s" '$2 == s && $10 != "-" { n++ } END { print n + 0 }' "$RESULTS")
+        printf '%s\t%s\t%s\t%s\n' "$s" "$rps" "$us" "$errs" >>"$summary"
+        if [[ $s != selvedge ]]; then
+            best=$(awk -v a="$best" -v b="$us" 'BEGIN { print (a == "" || b + 0 < a + 0) ? b : a }')
+        fi
+    done
+    {
+        echo "# $title — $(date '+%Y-%m-%d %H:%M:%S %Z')"
+        echo
+        echo "- host: $(uname -sr), $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+        echo "- load: $load; server pinned to CPU $SERVER_CPU, client to CPU $CLIENT_CPU; $ROUNDS interleaved rounds, medians shown"
+        echo "- request: GET $REQ_PATH ($(wc -c <"$EXPECT_FILE") bytes from ${EXPECT_FILE#"$REPO_DIR"/})"
+        echo "- CPU: $cpudesc"
+        echo "- versions: $(for s in $SERVERS; do server_version "$s"; done | paste -sd ';' | sed 's/;/; /g')"
+        echo "- load average (1/5/15 min) at start: $LOADAVG_START, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+        echo
+        echo "| server | requests/s | server CPU µs/req (median) | ratio to best peer |"
+        echo "|---|---:|---:|---:|"
+        sort -t$'\t' -k3,3g "$summary" | while IFS=$'\t' read -r s rps us errs; do
+            awk -v s="$s" -v rps="$rps" -v us="$us" -v best="$best" -v errs="$errs" 'BEGIN {
+                ratio = (best != "" && best + 0 > 0) ? sprintf("%.2f", us / best) : "n/a"
+                flag = errs > 0 ? sprintf(" ⚠ errors in %d round(s)", errs) : ""
+                printf "| %s%s | %.0f | %.2f | %s |\n", s, flag, rps, us, ratio
+            }'
+        done
+        if [[ ${#SRV_FAILED[@]} -gt 0 || ${#SRV_NOTES[@]} -gt 0 ]]; then
+            echo
+            for s in "${!SRV_FAILED[@]}"; do echo "- **$s not measured**: ${SRV_FAILED[$s]}"; done
+            for s in "${!SRV_NOTES[@]}"; do echo "- $s: ${SRV_NOTES[$s]}"; done
+        fi
+        echo
+        echo "Raw rounds (µs/req from /proc/PID/stat ticks; schedstat = same from /proc/PID/task/*/schedstat ns, cross-check; server CPU % = schedstat CPU / wall time):"
+        echo
+        echo "| round | server | requests | requests/s | CPU ticks | CPU s | µs/req | µs/req (schedstat) | server CPU % | errors |"
+        echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"
+        awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$RESULTS"
+    } | tee "$file"
+    log "wrote ${file#"$REPO_DIR"/}"
+}

@@ -1,0 +1,1 @@
+document.getElementById("script-status").textContent = "The script ran.";
