@@ -378,8 +378,8 @@ verify_http() {
     want=$(wc -c <"$EXPECT_FILE")
     rm -f "$body"
     if ! out=$(curl -sS --max-time 10 "${opt[@]}" -o "$body" \
-        -w '%{http_code} %{size_download} %{http_version}' "http://127.0.0.1:$port$REQ_PATH" 2>&1); then
-        echo "curl failed: $out"; return 1
+        -w '%{http_code} %{size_download} %{http_version}' "http://127.0.0.1:$port$REQ_PATH" 2>"$WORK/verify.err"); then
+        cat "$WORK/verify.err"; return 1
     fi
     read -r code size ver <<<"$out"
     [[ $code == 200 ]] || { echo "status $code (want 200)"; return 1; }
@@ -530,7 +530,7 @@ median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print ""; else if (N
 
 # bench_report TITLE PREFIX LOAD_DESCRIPTION: Markdown to stdout and to $OUT_DIR/PREFIX-<date>.md.
 bench_report() {
-    local title=$1 prefix=$2 load=$3 s rps us errs best="" file summary col=7 cpudesc
+    local title=$1 prefix=$2 load=$3 s rps us errs best="" file summary col=7 cpudesc low
     cpudesc="utime+stime of the server's process tree from /proc/PID/stat (CLK_TCK=$CLK_TCK) across the measured run"
     if [[ $CPU_SOURCE == schedstat ]]; then
         col=8
@@ -569,10 +569,14 @@ bench_report() {
                 printf "| %s%s | %.0f | %.2f | %s |\n", s, flag, rps, us, ratio
             }'
         done
-        if [[ ${#SRV_FAILED[@]} -gt 0 || ${#SRV_NOTES[@]} -gt 0 ]]; then
+        low=$(awk -F'\t' '$9 < 80 { printf "%s%s r%s (%s%%)", sep, $2, $1, $9; sep = ", " }' "$RESULTS")
+        if [[ ${#SRV_FAILED[@]} -gt 0 || ${#SRV_NOTES[@]} -gt 0 || -n $low ]]; then
             echo
             for s in "${!SRV_FAILED[@]}"; do echo "- **$s not measured**: ${SRV_FAILED[$s]}"; done
             for s in "${!SRV_NOTES[@]}"; do echo "- $s: ${SRV_NOTES[$s]}"; done
+            if [[ -n $low ]]; then
+                echo "- server below 80% CPU in: $low — the client was the bottleneck or the machine was busy; requests/s there is not the server's limit"
+            fi
         fi
         echo
         echo "Raw rounds (µs/req from /proc/PID/stat ticks; schedstat = same from /proc/PID/task/*/schedstat ns, cross-check; server CPU % = schedstat CPU / wall time):"

@@ -100,6 +100,7 @@ impl Conn {
 
     /// Reads until a complete head is buffered. `Ok(None)`: the connection ended quietly.
     async fn read_head(&mut self, first: bool) -> Result<Option<Head>, ParseError> {
+        let mut deadline_set = false;
         loop {
             if !self.rbuf.is_empty() {
                 if let parse::Status::Complete(h) = parse::parse(&self.rbuf, &self.cfg.limits)? {
@@ -115,6 +116,10 @@ impl Conn {
                     return Ok(None);
                 }
                 self.timer.tickle(if first { self.cfg.header_timeout } else { self.cfg.idle_timeout });
+            } else if !deadline_set {
+                // Part of the next request is already here: its head is on the clock.
+                self.timer.set_deadline(now_ms(), self.cfg.header_timeout);
+                deadline_set = true;
             }
             if self.rbuf.capacity() - self.rbuf.len() < 512 {
                 self.rbuf.reserve(self.cfg.read_buffer);
@@ -137,6 +142,7 @@ impl Conn {
                     return Ok(None);
                 }
                 self.timer.set_deadline(now_ms(), self.cfg.header_timeout);
+                deadline_set = true;
             }
         }
     }
