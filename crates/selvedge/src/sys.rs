@@ -179,10 +179,7 @@ pub fn set_nodelay(fd: &impl AsRawFd) -> io::Result<()> {
 ///
 /// # Errors
 /// The reactor's registration error (no runtime, or `epoll_ctl` failed).
-pub(crate) fn register(
-    fd: OwnedFd,
-    interest: tokio::io::Interest,
-) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+pub(crate) fn register(fd: OwnedFd, interest: tokio::io::Interest) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
     // SAFETY: the AsyncFd takes ownership of the OwnedFd, so the descriptor stays open and is
     // not reused for as long as the registration exists; it is closed only when the AsyncFd
     // (and with it the OwnedFd) is dropped, after deregistration.

@@ -128,7 +128,8 @@ fn unread_small_body_is_drained_and_connection_kept() {
     let srv = start(settings(), app);
     let mut s = connect(srv.addr);
     s.write_all(b"POST /ignore HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nabcde").unwrap();
-    s.write_all(b"POST /ignore HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n").unwrap();
+    s.write_all(b"POST /ignore HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+        .unwrap();
     s.write_all(b"GET /hello HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
     let rs = read_responses(&mut s, 3);
     assert_eq!(rs[0].text(), "ignored");
@@ -232,8 +233,12 @@ fn file_response_whole_and_range() {
 #[test]
 fn request_fields_and_lazy_segments() {
     let srv = start(settings(), app);
-    let (out, _) = exchange(srv.addr, b"GET http://Example.com:81/info?q=1 HTTP/1.1\r\nHost: other\r\nConnection: close\r\n\r\n");
-    assert!(out.contains("method=GET path=/info query=q=1 authority=Example.com:81 version=HTTP/1.1 segs=info"), "{out}");
+    let (out, _) =
+        exchange(srv.addr, b"GET http://Example.com:81/info?q=1 HTTP/1.1\r\nHost: other\r\nConnection: close\r\n\r\n");
+    assert!(
+        out.contains("method=GET path=/info query=q=1 authority=Example.com:81 version=HTTP/1.1 segs=info"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -269,4 +274,3 @@ fn curl_get_post_and_keepalive() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hellopart0;part1;part2;part3;part4;");
     assert!(String::from_utf8_lossy(&out.stderr).contains("Re-using existing connection"));
 }
-

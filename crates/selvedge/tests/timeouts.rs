@@ -45,7 +45,11 @@ fn slowloris_headers_are_closed_on_time() {
     let srv = start(short(), app);
     let mut s = connect(srv.addr);
     // A byte every 150 ms: each read brings data, but the head's deadline is absolute.
-    let (t, out) = trickle(&mut s, b"GET /hello HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", Duration::from_millis(150));
+    let (t, out) = trickle(
+        &mut s,
+        b"GET /hello HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        Duration::from_millis(150),
+    );
     assert!(out.is_empty(), "{out}");
     assert!(t >= Duration::from_millis(900) && t < Duration::from_millis(2000), "closed after {t:?}");
 }

@@ -59,7 +59,9 @@ pub enum Decoded {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Chunk {
     /// In chunk-size; `digits` so far.
-    Size { digits: u8 },
+    Size {
+        digits: u8,
+    },
     /// After the size: extensions or CRLF.
     Ext(ExtState),
     /// Saw CR after the size line.
@@ -76,7 +78,9 @@ enum Chunk {
     /// In a trailer field value.
     TrailerValue,
     /// Saw CR at the end of a trailer line (`last` = it was the empty line).
-    TrailerLf { last: bool },
+    TrailerLf {
+        last: bool,
+    },
     Done,
 }
 
@@ -367,7 +371,10 @@ mod tests {
         assert_eq!(d.decode(&mut buf).unwrap(), Decoded::Data(Bytes::from_static(b"abc")));
         assert_eq!(d.decode(&mut buf).unwrap(), Decoded::Done);
         assert_eq!(&buf[..], b"NEXT");
-        assert_eq!(Decoder::length(11, BodyLimits { max_body: 10, ..Default::default() }).unwrap_err(), BodyError::TooLarge);
+        assert_eq!(
+            Decoder::length(11, BodyLimits { max_body: 10, ..Default::default() }).unwrap_err(),
+            BodyError::TooLarge
+        );
     }
 
     macro_rules! rejects {

@@ -58,7 +58,9 @@ struct Conn {
 enum Next {
     KeepAlive,
     /// Close after flushing; `linger` when the client may still be sending.
-    Close { linger: bool },
+    Close {
+        linger: bool,
+    },
 }
 
 /// Serves one connection until it closes.
@@ -275,7 +277,8 @@ impl Conn {
     /// Writes (or queues) the response. `Ok(false)`: the framing forced a close.
     async fn respond(&mut self, res: Response, is_head: bool, minor: Minor, keep_alive: bool) -> std::io::Result<bool> {
         let Response { status, headers, body } = res;
-        let bodiless = status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+        let bodiless =
+            status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
         let conn = |keep: bool| match (keep, minor) {
             (false, _) => ConnHeader::Close,
             (true, Minor::Zero) => ConnHeader::KeepAlive,

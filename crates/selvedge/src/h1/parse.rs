@@ -211,8 +211,24 @@ const fn is_host(b: u8) -> bool {
     b.is_ascii_alphanumeric()
         || matches!(
             b,
-            b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
-                | b'%' | b':' | b'[' | b']'
+            b'-' | b'.'
+                | b'_'
+                | b'~'
+                | b'!'
+                | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b';'
+                | b'='
+                | b'%'
+                | b':'
+                | b'['
+                | b']'
         )
 }
 
@@ -280,9 +296,7 @@ impl Cursor<'_> {
                 Ok(Some(()))
             }
             Some(_) => Err(ParseError::BadRequest("bare CR or LF")),
-            None if self.buf.get(self.pos).is_some_and(|&b| b != b'\r') => {
-                Err(ParseError::BadRequest("bare CR or LF"))
-            }
+            None if self.buf.get(self.pos).is_some_and(|&b| b != b'\r') => Err(ParseError::BadRequest("bare CR or LF")),
             None => Ok(None),
         }
     }

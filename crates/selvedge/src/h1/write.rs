@@ -148,6 +148,19 @@ pub(crate) fn compose(
     dst.extend_from_slice(b"\r\n");
 }
 
+/// The composer as the benches see it: a `Content-Length` response head, kept alive or
+/// closed, with the `Server` header.
+pub fn compose_head(
+    dst: &mut Vec<u8>,
+    status: StatusCode,
+    headers: &[(HeaderName, HeaderValue)],
+    len: u64,
+    keep_alive: bool,
+) {
+    let conn = if keep_alive { ConnHeader::Omit } else { ConnHeader::Close };
+    compose(dst, status, headers, Framing::Length(len), conn, Some("selvedge"));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

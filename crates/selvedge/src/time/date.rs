@@ -32,9 +32,7 @@ pub fn refresh(now: SystemTime) {
         return;
     }
     let seq = SHARED.seq.load(Ordering::Relaxed);
-    if seq & 1 == 1
-        || SHARED.seq.compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed).is_err()
-    {
+    if seq & 1 == 1 || SHARED.seq.compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
         return; // another writer is rendering the same second
     }
     fence(Ordering::Release);

@@ -331,10 +331,7 @@ fn sweep(slot: &Arc<Slot>, now: u64) -> bool {
     }
     let expired = slot.deadline.load(Ordering::Relaxed) <= now;
     let claim_idle = slot.group.is_shutting_down()
-        && slot
-            .phase
-            .compare_exchange(PHASE_IDLE, PHASE_CLOSING, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok();
+        && slot.phase.compare_exchange(PHASE_IDLE, PHASE_CLOSING, Ordering::SeqCst, Ordering::SeqCst).is_ok();
     if expired || claim_idle {
         if let Some(h) = slot.abort.get() {
             h.abort();
