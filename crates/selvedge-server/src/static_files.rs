@@ -63,7 +63,7 @@ fn status(code: StatusCode) -> Response {
 }
 
 impl App for StaticFiles {
-    async fn call(&self, req: Request) -> Response {
+    async fn handle(&self, req: Request) -> Response {
         if req.method() != Method::GET && req.method() != Method::HEAD {
             return status(StatusCode::METHOD_NOT_ALLOWED).header(header::ALLOW, "GET, HEAD");
         }

@@ -8,7 +8,7 @@
 //! let app = |req: Request| async move {
 //!     Response::bytes(StatusCode::OK, format!("hello {}", req.path()))
 //! };
-//! let app = app.with(middleware::from_fn(|req, next| async move {
+//! let app = app.with(middleware::from_fn(|req, next: middleware::Next<_>| async move {
 //!     let res = next.run(req).await;
 //!     res.header(http::header::SERVER, "demo")
 //! }));
@@ -27,7 +27,7 @@ use crate::{Request, Response};
 /// `Send` so the same app runs on per-core workers and on tokio's multi-threaded runtime.
 pub trait App: Send + Sync + 'static {
     /// Handles one request.
-    fn call(&self, req: Request) -> impl Future<Output = Response> + Send;
+    fn handle(&self, req: Request) -> impl Future<Output = Response> + Send;
 }
 
 impl<F, Fut> App for F
@@ -35,14 +35,14 @@ where
     F: Fn(Request) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response> + Send,
 {
-    fn call(&self, req: Request) -> impl Future<Output = Response> + Send {
+    fn handle(&self, req: Request) -> impl Future<Output = Response> + Send {
         self(req)
     }
 }
 
 impl<A: App> App for Arc<A> {
-    fn call(&self, req: Request) -> impl Future<Output = Response> + Send {
-        (**self).call(req)
+    fn handle(&self, req: Request) -> impl Future<Output = Response> + Send {
+        (**self).handle(req)
     }
 }
 
@@ -68,14 +68,14 @@ impl BoxApp {
         BoxApp {
             inner: Arc::new(move |req| {
                 let app = app.clone();
-                Box::pin(async move { app.call(req).await })
+                Box::pin(async move { app.handle(req).await })
             }),
         }
     }
 }
 
 impl App for BoxApp {
-    fn call(&self, req: Request) -> impl Future<Output = Response> + Send {
+    fn handle(&self, req: Request) -> impl Future<Output = Response> + Send {
         (self.inner)(req)
     }
 }

@@ -16,7 +16,7 @@ pub struct Next<A> {
 impl<A: App> Next<A> {
     /// Runs the wrapped app.
     pub async fn run(self, req: Request) -> Response {
-        self.app.call(req).await
+        self.app.handle(req).await
     }
 }
 
@@ -56,7 +56,7 @@ where
     F: Fn(Request, Next<A>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response> + Send,
 {
-    fn call(&self, req: Request) -> impl Future<Output = Response> + Send {
+    fn handle(&self, req: Request) -> impl Future<Output = Response> + Send {
         (self.f)(req, Next { app: self.app.clone() })
     }
 }

@@ -173,6 +173,53 @@ impl Request {
     }
 }
 
+impl<B: Into<Bytes>> From<http::Request<B>> for Request {
+    /// Builds a request from an [`http::Request`] (tests, adapters): the target and headers
+    /// are copied once into one buffer that the spans point into.
+    fn from(req: http::Request<B>) -> Request {
+        let (parts, body) = req.into_parts();
+        let mut buf = bytes::BytesMut::new();
+        let mut put = |b: &[u8]| {
+            let start = buf.len();
+            buf.extend_from_slice(b);
+            Span { start: start as u32, len: b.len() as u32 }
+        };
+        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let target = put(pq.as_bytes());
+        let (path, query) = match pq.find('?') {
+            Some(i) => (
+                Span { start: target.start, len: i as u32 },
+                Some(Span { start: target.start + i as u32 + 1, len: (pq.len() - i - 1) as u32 }),
+            ),
+            None => (target, None),
+        };
+        let mut authority = parts.uri.authority().map(|a| put(a.as_str().as_bytes()));
+        let mut headers = Vec::with_capacity(parts.headers.len());
+        for (name, value) in &parts.headers {
+            let is_host = name == http::header::HOST;
+            let name = put(name.as_str().as_bytes());
+            let value = put(value.as_bytes());
+            if authority.is_none() && is_host {
+                authority = Some(value);
+            }
+            headers.push(HeaderSpan { name, value });
+        }
+        let body = body.into();
+        Request {
+            buf: buf.freeze(),
+            method: parts.method,
+            target,
+            path,
+            query,
+            authority,
+            headers,
+            version: parts.version,
+            peer: PeerAddr::Unix,
+            body: if body.is_empty() { Body::empty() } else { Body::from_bytes(body) },
+        }
+    }
+}
+
 /// Iterator over percent-decoded path segments; see [`Request::segments`].
 #[derive(Debug)]
 pub struct Segments<'a> {

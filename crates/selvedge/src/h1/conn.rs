@@ -404,7 +404,7 @@ pub(crate) fn default_error_response(status: StatusCode) -> Response {
 
 /// Runs the app; `None` if it panicked (the panic stays inside this request).
 async fn call_catching_panics<A: App>(app: &A, req: Request) -> Option<Response> {
-    let mut fut = pin!(app.call(req));
+    let mut fut = pin!(app.handle(req));
     poll_fn(|cx| match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
         Ok(Poll::Ready(r)) => Poll::Ready(Some(r)),
         Ok(Poll::Pending) => Poll::Pending,
