@@ -300,6 +300,13 @@ srv_selvedge() {
     SRV_LOG=$dir/stdout.log
 }
 
+# selvedge-mt: the same app on tokio's multi-threaded runtime (SELVEDGE_MODE=multi), to
+# compare the two worker modes in one run.
+srv_selvedge-mt() {
+    srv_selvedge "$@" || return 1
+    SRV_ENV+=("SELVEDGE_MODE=multi")
+}
+
 # Build the default selvedge example if it is missing (or always, with SELVEDGE_BUILD=1).
 # Only for the default SELVEDGE_CMD; a custom command is used as given.
 selvedge_prepare() {
@@ -546,7 +553,7 @@ bench_report() {
         us=$(awk -F'\t' -v s="$s" -v c="$col" '$2 == s { print $c }' "$RESULTS" | median)
         errs=$(awk -F'\t' -v s="$s" '$2 == s && $10 != "-" { n++ } END { print n + 0 }' "$RESULTS")
         printf '%s\t%s\t%s\t%s\n' "$s" "$rps" "$us" "$errs" >>"$summary"
-        if [[ $s != selvedge ]]; then
+        if [[ $s != selvedge* ]]; then
             best=$(awk -v a="$best" -v b="$us" 'BEGIN { print (a == "" || b + 0 < a + 0) ? b : a }')
         fi
     done

@@ -79,9 +79,11 @@ fn peer_from_storage(storage: &libc::sockaddr_storage) -> PeerAddr {
 /// `WouldBlock` when no data is ready; the kernel's error otherwise.
 pub fn read_into(fd: RawFd, buf: &mut bytes::BytesMut) -> io::Result<usize> {
     let spare = buf.spare_capacity_mut();
+    // The raw system call skips glibc's cancellation-point bookkeeping (measurable per
+    // request; we never use pthread cancellation).
     // SAFETY: `spare` is writable memory of `spare.len()` bytes owned by `buf`; the kernel
     // writes at most that many.
-    let n = cvt(unsafe { libc::read(fd, spare.as_mut_ptr().cast(), spare.len()) })?;
+    let n = cvt(unsafe { libc::syscall(libc::SYS_read, fd, spare.as_mut_ptr(), spare.len()) } as libc::ssize_t)?;
     // SAFETY: the kernel initialised the first `n` bytes of the spare capacity.
     unsafe { buf.set_len(buf.len() + n) };
     Ok(n)
@@ -95,7 +97,7 @@ pub fn writev(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
     let cnt = bufs.len().min(1024) as libc::c_int;
     // SAFETY: IoSlice is ABI-compatible with `struct iovec` (documented by std); the slices
     // are valid for reads for the duration of the call.
-    cvt(unsafe { libc::writev(fd, bufs.as_ptr().cast(), cnt) })
+    cvt(unsafe { libc::syscall(libc::SYS_writev, fd, bufs.as_ptr(), cnt) } as libc::ssize_t)
 }
 
 /// `send(2)` with `MSG_NOSIGNAL` and, when `more` is set, `MSG_MORE` so the kernel holds the
@@ -105,8 +107,12 @@ pub fn writev(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
 /// As [`writev`].
 pub fn send(fd: RawFd, buf: &[u8], more: bool) -> io::Result<usize> {
     let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
-    // SAFETY: `buf` is valid for reads of `buf.len()` bytes.
-    cvt(unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), flags) })
+    // sendto with no address is send; raw for the same reason as `read_into`.
+    // SAFETY: `buf` is valid for reads of `buf.len()` bytes; a null address with length 0
+    // is how sendto means send.
+    cvt(unsafe {
+        libc::syscall(libc::SYS_sendto, fd, buf.as_ptr(), buf.len(), flags, std::ptr::null::<libc::sockaddr>(), 0)
+    } as libc::ssize_t)
 }
 
 /// `sendfile(2)` of up to `len` bytes of `file` from `*offset`, advancing `*offset`.

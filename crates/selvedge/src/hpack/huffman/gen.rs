@@ -1,0 +1,181 @@
+//! Generator of `table.rs`, the nibble-at-a-time Huffman decoding table.
+//!
+//! Regenerate with
+//! `cargo test -- --ignored regenerate_huffman_decode_table` (from the crate
+//! holding this module); `generated_table_is_up_to_date` fails while the
+//! committed table differs from what [`generate`] produces.
+//!
+//! States are the internal nodes of the code tree built from
+//! [`CODES`](super::CODES), numbered breadth first (the root is state 0).
+//! The entry for (state, nibble) walks the 4 bits from that node, restarting
+//! at the root after a leaf, and records: the node it ends on (bits 0-7), the
+//! symbol of a leaf passed on the way (bits 8-15, with
+//! [`EMIT`](super::EMIT)), [`ACCEPT`](super::ACCEPT) if the end node is the
+//! root or reached from it by at most 7 one-bits (valid padding), and
+//! [`FAIL`](super::FAIL) if the walk hits EOS.
+
+use std::fmt::Write as _;
+
+use super::{ACCEPT, CODES, EMIT, FAIL};
+
+const EOS: u16 = 256;
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Child {
+    Empty,
+    Node(usize),
+    Leaf(u16),
+}
+
+/// The code tree: `tree[node] = [child on 0, child on 1]`, breadth-first
+/// order, root first.
+fn build_tree() -> Vec<[Child; 2]> {
+    let mut tree = vec![[Child::Empty; 2]];
+    for (symbol, &(code, len)) in CODES.iter().enumerate() {
+        let mut node = 0;
+        for i in (0..len).rev() {
+            let bit = ((code >> i) & 1) as usize;
+            if i == 0 {
+                assert_eq!(tree[node][bit], Child::Empty, "prefix clash");
+                tree[node][bit] = Child::Leaf(symbol as u16);
+            } else {
+                node = match tree[node][bit] {
+                    Child::Node(n) => n,
+                    Child::Empty => {
+                        tree.push([Child::Empty; 2]);
+                        let n = tree.len() - 1;
+                        tree[node][bit] = Child::Node(n);
+                        n
+                    }
+                    Child::Leaf(_) => panic!("prefix clash"),
+                };
+            }
+        }
+    }
+    // Renumber breadth first so the numbering does not depend on symbol
+    // order.
+    let mut order = vec![0usize];
+    let mut i = 0;
+    while i < order.len() {
+        for child in tree[order[i]] {
+            if let Child::Node(n) = child {
+                order.push(n);
+            }
+        }
+        i += 1;
+    }
+    let mut new_id = vec![0; tree.len()];
+    for (id, &old) in order.iter().enumerate() {
+        new_id[old] = id;
+    }
+    order
+        .iter()
+        .map(|&old| {
+            tree[old].map(|c| match c {
+                Child::Node(n) => Child::Node(new_id[n]),
+                Child::Empty => panic!("incomplete code"),
+                leaf => leaf,
+            })
+        })
+        .collect()
+}
+
+/// The decode table, `[state][nibble]`.
+fn build_table() -> Vec<[u32; 16]> {
+    let tree = build_tree();
+    assert_eq!(tree.len(), 256, "a 257-symbol complete code has 256 internal nodes");
+    // Accepting nodes: the root and the nodes 1..=7 one-bits below it.
+    let mut accepting = vec![false; tree.len()];
+    let mut node = 0;
+    accepting[0] = true;
+    for _ in 0..7 {
+        match tree[node][1] {
+            Child::Node(n) => node = n,
+            other => panic!("short all-ones path: {other:?}"),
+        }
+        accepting[node] = true;
+    }
+    (0..tree.len())
+        .map(|state| {
+            let mut row = [0u32; 16];
+            for (nibble, slot) in row.iter_mut().enumerate() {
+                let mut node = state;
+                let mut emitted = None;
+                let mut failed = false;
+                for i in (0..4).rev() {
+                    match tree[node][(nibble >> i) & 1] {
+                        Child::Node(n) => node = n,
+                        Child::Leaf(EOS) => {
+                            failed = true;
+                            break;
+                        }
+                        Child::Leaf(symbol) => {
+                            assert!(emitted.is_none(), "two symbols in a nibble");
+                            emitted = Some(symbol);
+                            node = 0;
+                        }
+                        Child::Empty => unreachable!(),
+                    }
+                }
+                *slot = if failed {
+                    FAIL
+                } else {
+                    let mut e = node as u32;
+                    if let Some(symbol) = emitted {
+                        e |= EMIT | (u32::from(symbol) << 8);
+                    }
+                    if accepting[node] {
+                        e |= ACCEPT;
+                    }
+                    e
+                };
+            }
+            row
+        })
+        .collect()
+}
+
+/// The text of `table.rs`.
+pub(super) fn generate() -> String {
+    let table = build_table();
+    let mut out = String::new();
+    out.push_str(
+        "// @generated by src/hpack/huffman/gen.rs -- do not edit.\n\
+         // Regenerate: cargo test -- --ignored regenerate_huffman_decode_table\n\
+         \n\
+         //! Huffman decoding state machine, one nibble per step: `DECODE[state][nibble]`\n\
+         //! is `next_state | symbol << 8 | flags` (see `EMIT`, `ACCEPT`, `FAIL` in\n\
+         //! `mod.rs`).\n\
+         \n\
+         #[rustfmt::skip]\n\
+         pub(super) static DECODE: [[u32; 16]; 256] = [\n",
+    );
+    for (state, row) in table.iter().enumerate() {
+        out.push_str("    [");
+        for (i, e) in row.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            write!(out, "{e:#07x}").unwrap();
+        }
+        writeln!(out, "], // {state}").unwrap();
+    }
+    out.push_str("];\n");
+    out
+}
+
+#[test]
+fn generated_table_is_up_to_date() {
+    assert!(
+        generate() == include_str!("table.rs"),
+        "src/hpack/huffman/table.rs is stale: \
+         run `cargo test -- --ignored regenerate_huffman_decode_table`"
+    );
+}
+
+#[test]
+#[ignore = "writes src/hpack/huffman/table.rs"]
+fn regenerate_huffman_decode_table() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/hpack/huffman/table.rs");
+    std::fs::write(path, generate()).unwrap();
+}

@@ -1,0 +1,140 @@
+//! Replays the hpack-test-case stories (`shared/testdata/hpack-test-case`
+//! beside the repository, or `$HPACK_TEST_CASE_DIR`): every implementation's
+//! `wire` must decode to its `headers`, and the raw-data stories must
+//! round-trip through our encoder and decoder (and decode with the `hpack`
+//! crate too).
+
+#[path = "support/story.rs"]
+mod story;
+
+use std::path::PathBuf;
+
+use story::{check_story, collect_json_files, load_story, testdata_dir, Json, Story};
+
+/// The directories of the test suite as shipped.
+const KNOWN_DIRS: [&str; 6] =
+    ["go-hpack", "haskell-http2-linear-huffman", "nghttp2", "nghttp2-change-table-size", "python-hpack", "raw-data"];
+
+fn stories(dir: &str) -> Vec<Story> {
+    let path = testdata_dir().join(dir);
+    assert!(path.is_dir(), "{} not found (set HPACK_TEST_CASE_DIR)", path.display());
+    let mut files = Vec::new();
+    collect_json_files(&path, &mut files).unwrap();
+    assert!(!files.is_empty(), "no stories in {}", path.display());
+    files.iter().map(|f| load_story(f).unwrap()).collect()
+}
+
+/// Checks every story of a directory; returns the number of cases.
+fn check_dir(dir: &str, raw: bool) -> usize {
+    let mut passed = 0;
+    let mut failures = Vec::new();
+    for story in stories(dir) {
+        assert_eq!(story.is_raw(), raw, "{}", story.path.display());
+        let outcome = check_story(&story);
+        passed += outcome.passed;
+        failures.extend(outcome.failures);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(passed > 0);
+    passed
+}
+
+#[test]
+fn go_hpack() {
+    check_dir("go-hpack", false);
+}
+
+#[test]
+fn haskell_http2_linear_huffman() {
+    check_dir("haskell-http2-linear-huffman", false);
+}
+
+#[test]
+fn nghttp2() {
+    check_dir("nghttp2", false);
+}
+
+#[test]
+fn nghttp2_change_table_size() {
+    check_dir("nghttp2-change-table-size", false);
+}
+
+#[test]
+fn python_hpack() {
+    check_dir("python-hpack", false);
+}
+
+#[test]
+fn raw_data_round_trips() {
+    check_dir("raw-data", true);
+}
+
+/// Directories added to the suite later are checked too.
+#[test]
+fn other_directories() {
+    let mut dirs: Vec<PathBuf> =
+        std::fs::read_dir(testdata_dir()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    dirs.sort();
+    let mut seen_known = 0;
+    for dir in dirs {
+        let name = dir.file_name().unwrap().to_str().unwrap().to_owned();
+        if KNOWN_DIRS.contains(&name.as_str()) {
+            seen_known += 1;
+            continue;
+        }
+        let raw = stories(&name)[0].is_raw();
+        check_dir(&name, raw);
+    }
+    assert_eq!(seen_known, KNOWN_DIRS.len());
+}
+
+/// Our encoder's output for the raw-data stories decodes with the `hpack`
+/// crate (an independent decoder) to the same headers.
+#[test]
+fn raw_data_decodes_with_the_hpack_crate() {
+    let mut cases = 0;
+    for story in stories("raw-data") {
+        let wires = story::encode_story(&story);
+        let mut theirs = hpack::Decoder::new();
+        for (case, wire) in story.cases.iter().zip(&wires) {
+            let got = theirs.decode(wire).unwrap_or_else(|e| panic!("{}: {e:?}", story.path.display()));
+            assert_eq!(got, case.headers, "{}", story.path.display());
+            cases += 1;
+        }
+    }
+    assert!(cases > 0);
+}
+
+/// Our encoder compresses the raw-data stories better than the `hpack`
+/// crate's (which never uses Huffman coding).
+#[test]
+fn raw_data_compression_beats_the_hpack_crate() {
+    let (mut ours, mut theirs, mut raw) = (0usize, 0usize, 0usize);
+    for story in stories("raw-data") {
+        ours += story::encode_story(&story).iter().map(Vec::len).sum::<usize>();
+        let mut encoder = hpack::Encoder::new();
+        for case in &story.cases {
+            let headers = case.headers.iter().map(|(n, v)| (&n[..], &v[..]));
+            theirs += encoder.encode(headers).len();
+            raw += case.headers.iter().map(|(n, v)| n.len() + v.len()).sum::<usize>();
+        }
+    }
+    println!("raw-data: {raw} header bytes, ours {ours} bytes, hpack crate {theirs} bytes");
+    assert!(ours < theirs && theirs < raw);
+}
+
+#[test]
+fn json_reader() {
+    let j =
+        story::parse_json(r#" {"a": [1, -2.5e1, true, false, null], "b": "x\"\\\/\n\u00e9\ud83d\ude00", "c": {}} "#)
+            .unwrap();
+    assert_eq!(
+        j.get("a").unwrap().as_array().unwrap(),
+        [Json::Number(1.0), Json::Number(-25.0), Json::Bool(true), Json::Bool(false), Json::Null]
+    );
+    assert_eq!(j.get("b").unwrap().as_str(), Some("x\"\\/\né😀"));
+    assert_eq!(j.get("c"), Some(&Json::Object(vec![])));
+    for bad in ["", "{", "[1,]", "{\"a\" 1}", "\"abc", "tru", "[1] x", "\"\\q\""] {
+        assert!(story::parse_json(bad).is_err(), "{bad:?}");
+    }
+}
