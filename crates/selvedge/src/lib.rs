@@ -36,6 +36,7 @@ mod error;
 pub mod h1;
 pub mod hpack;
 pub mod middleware;
+mod pool;
 mod request;
 mod response;
 pub mod server;

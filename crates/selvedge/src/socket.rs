@@ -71,6 +71,11 @@ impl Socket {
         }
     }
 
+    /// Waits until the socket is readable, without reading.
+    pub(crate) async fn ready(&self) -> io::Result<()> {
+        self.fd.readable().await.map(|_| ())
+    }
+
     /// Waits until the socket is writable (after an `EAGAIN`).
     async fn wait_writable(&self) -> io::Result<()> {
         let mut guard = self.fd.writable().await?;

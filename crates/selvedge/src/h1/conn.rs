@@ -65,8 +65,7 @@ enum Next {
 
 /// Serves one connection until it closes.
 pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg: Arc<Settings>, timer: Timer) {
-    let rbuf = BytesMut::with_capacity(cfg.read_buffer);
-    let mut conn = Conn { sock: Arc::new(sock), peer, cfg, timer, rbuf, wbuf: Vec::new() };
+    let mut conn = Conn { sock: Arc::new(sock), peer, cfg, timer, rbuf: BytesMut::new(), wbuf: Vec::new() };
     conn.run(&*app).await;
 }
 
@@ -123,16 +122,12 @@ impl Conn {
                 self.timer.set_deadline(now_ms(), self.cfg.header_timeout);
                 deadline_set = true;
             }
-            if self.rbuf.capacity() - self.rbuf.len() < 512 {
-                self.rbuf.reserve(self.cfg.read_buffer);
-            }
-            let n = if first && idle {
-                match self.sock.try_read(&mut self.rbuf) {
-                    Ok(Some(n)) => Ok(n),
-                    Ok(None) => self.sock.read(&mut self.rbuf).await,
-                    Err(e) => Err(e),
-                }
+            let n = if idle {
+                self.read_when_idle(first).await
             } else {
+                if self.rbuf.capacity() - self.rbuf.len() < 512 {
+                    self.rbuf.reserve(self.cfg.read_buffer);
+                }
                 self.sock.read(&mut self.rbuf).await
             };
             match n {
@@ -147,6 +142,25 @@ impl Conn {
                 deadline_set = true;
             }
         }
+    }
+
+    /// The first read of a request on an idle connection. The connection holds no buffers
+    /// while it waits: they go back to the thread's pool and are taken again once the socket
+    /// is readable. A new connection first tries one optimistic read (the request usually
+    /// arrived with the handshake).
+    async fn read_when_idle(&mut self, first: bool) -> std::io::Result<usize> {
+        if first {
+            self.rbuf = crate::pool::take_read(self.cfg.read_buffer);
+            if let Some(n) = self.sock.try_read(&mut self.rbuf)? {
+                return Ok(n);
+            }
+        }
+        crate::pool::put_read(std::mem::take(&mut self.rbuf));
+        crate::pool::put_write(std::mem::take(&mut self.wbuf));
+        self.sock.ready().await?;
+        self.rbuf = crate::pool::take_read(self.cfg.read_buffer);
+        self.wbuf = crate::pool::take_write();
+        self.sock.read(&mut self.rbuf).await
     }
 
     /// Handles one request whose head is buffered.
