@@ -33,6 +33,8 @@
 pub mod app;
 mod body;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod h1;
 pub mod hpack;
 pub mod middleware;
