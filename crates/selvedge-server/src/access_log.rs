@@ -131,15 +131,31 @@ impl AccessLog {
                 let _ = io::stdout().lock().write_all(data);
             }
             LogTarget::File(path) => {
-                if let Some(f) = s.file.as_mut() {
-                    let _ = f.write_all(data);
-                }
-                s.written += data.len() as u64;
-                if s.cfg.size > 0 && s.written >= s.cfg.size {
-                    s.file = None;
-                    rotate(&path, s.cfg.backups);
-                    s.file = open_target(&s.cfg.target).ok().flatten();
-                    s.written = 0;
+                let mut data = data;
+                while !data.is_empty() {
+                    // Cut at a line end so that each file stays close to `size`.
+                    let room = if s.cfg.size == 0 { u64::MAX } else { s.cfg.size.saturating_sub(s.written) };
+                    let take = if (data.len() as u64) <= room {
+                        data.len()
+                    } else {
+                        let room = room as usize;
+                        match data[..room].iter().rposition(|&b| b == b'\n') {
+                            Some(i) => i + 1,
+                            None => data[room..].iter().position(|&b| b == b'\n').map_or(data.len(), |i| room + i + 1),
+                        }
+                    };
+                    let cut = take < data.len();
+                    if let Some(f) = s.file.as_mut() {
+                        let _ = f.write_all(&data[..take]);
+                    }
+                    s.written += take as u64;
+                    data = &data[take..];
+                    if s.cfg.size > 0 && (cut || s.written >= s.cfg.size) {
+                        s.file = None;
+                        rotate(&path, s.cfg.backups);
+                        s.file = open_target(&s.cfg.target).ok().flatten();
+                        s.written = 0;
+                    }
                 }
             }
         }

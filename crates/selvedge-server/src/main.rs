@@ -159,7 +159,11 @@ fn main() -> ExitCode {
         }
     };
     if let Some(p) = &cfg.pid_file {
-        if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
+        let written = p
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(p, format!("{}\n", std::process::id())));
+        if let Err(e) = written {
             eprintln!("selvedge: pid file {}: {e}", p.display());
             handle.shutdown();
             handle.join();
