@@ -1,45 +1,97 @@
 //! `selvedge`: the web server on the selvedge engine.
 //!
 //! ```text
-//! selvedge serve [DIR] [--host H] [--port P] [--workers N]
+//! selvedge serve [DIR] [--host H] [--port P] [--workers N] [--log FILE|stdout] [--pid-file F]
+//! selvedge --config FILE [--check]
 //! ```
-//! Serves `DIR` (default: the bundled example site) as static files.
+//! `serve` needs no configuration (DIR defaults to the bundled example site; the
+//! `SELVEDGE_ADDR` and `SELVEDGE_WORKERS` environment variables give defaults for the
+//! address and workers, as the benchmark scripts use). `--config` reads everything from a
+//! TOML file (see `examples/selvedge.toml`); `--check` only validates it.
+//!
+//! Signals: SIGTERM/SIGINT shut down gracefully (in-flight requests finish); SIGHUP
+//! reloads the configuration file and reopens the access log, keeping the listeners and
+//! every connection.
 
+mod access_log;
+mod config;
+mod mime;
+mod routes;
 mod static_files;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use selvedge::{Server, Settings, Workers};
+use arc_swap::ArcSwap;
+use selvedge::Server;
+use tokio::signal::unix::{signal, SignalKind};
 
-const USAGE: &str = "usage: selvedge serve [DIR] [--host H] [--port P] [--workers N]";
+use crate::access_log::AccessLog;
+use crate::config::{Config, LogConfig, LogTarget};
+use crate::routes::{Front, Site};
 
-struct Args {
-    root: PathBuf,
-    host: IpAddr,
-    port: u16,
-    workers: Option<usize>,
+const USAGE: &str = "usage: selvedge serve [DIR] [--host H] [--port P] [--workers N] [--log FILE|stdout] \
+                     [--pid-file F]\n       selvedge --config FILE [--check]";
+
+enum Mode {
+    Run(Box<Config>),
+    Check(PathBuf),
 }
 
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Mode, String> {
     match args.next().as_deref() {
         Some("serve") => {}
+        Some("--config") => {
+            let file = PathBuf::from(args.next().ok_or("--config needs a file")?);
+            return match args.next().as_deref() {
+                None => Config::load(&file).map(|c| Mode::Run(Box::new(c))).map_err(|e| e.to_string()),
+                Some("--check") => Ok(Mode::Check(file)),
+                Some(other) => Err(format!("unexpected argument {other:?}\n{USAGE}")),
+            };
+        }
         Some("-h" | "--help") | None => return Err(USAGE.into()),
         Some(other) => return Err(format!("unknown command {other:?}\n{USAGE}")),
     }
-    let mut out = Args { root: default_root(), host: IpAddr::from([127, 0, 0, 1]), port: 8080, workers: None };
+    let env_addr: Option<SocketAddr> = std::env::var("SELVEDGE_ADDR").ok().and_then(|a| a.parse().ok());
+    let mut host = env_addr.map_or(IpAddr::from([127, 0, 0, 1]), |a| a.ip());
+    let mut port = env_addr.map_or(8080, |a| a.port());
+    let mut workers: Option<usize> = std::env::var("SELVEDGE_WORKERS").ok().and_then(|w| w.parse().ok());
+    let mut root = default_root();
+    let mut log = LogConfig::default();
+    let mut pid_file = None;
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
         match a.as_str() {
-            "--host" => out.host = value("--host")?.parse().map_err(|e| format!("--host: {e}"))?,
-            "--port" => out.port = value("--port")?.parse().map_err(|e| format!("--port: {e}"))?,
-            "--workers" => out.workers = Some(value("--workers")?.parse().map_err(|e| format!("--workers: {e}"))?),
+            "--host" => host = value("--host")?.parse().map_err(|e| format!("--host: {e}"))?,
+            "--port" => port = value("--port")?.parse().map_err(|e| format!("--port: {e}"))?,
+            "--workers" => {
+                let n: usize = value("--workers")?.parse().map_err(|e| format!("--workers: {e}"))?;
+                workers = Some(n.max(1));
+            }
+            "--log" => {
+                log.target = match value("--log")?.as_str() {
+                    "stdout" | "-" => LogTarget::Stdout,
+                    "off" => LogTarget::Off,
+                    p => LogTarget::File(PathBuf::from(p)),
+                }
+            }
+            "--pid-file" => pid_file = Some(PathBuf::from(value("--pid-file")?)),
             s if s.starts_with('-') => return Err(format!("unknown option {s}\n{USAGE}")),
-            dir => out.root = PathBuf::from(dir),
+            dir => root = PathBuf::from(dir),
         }
     }
-    Ok(out)
+    if !root.is_dir() {
+        return Err(format!("selvedge: {} is not a directory", root.display()));
+    }
+    let mut cfg = Config::simple(root, SocketAddr::new(host, port), workers);
+    if let Some(n) = workers {
+        cfg.settings.workers = selvedge::Workers::PerCore(n);
+    }
+    cfg.log = log;
+    cfg.pid_file = pid_file;
+    Ok(Mode::Run(Box::new(cfg)))
 }
 
 /// The bundled example site: next to the binary's source tree, or `./examples/site`.
@@ -52,49 +104,172 @@ fn default_root() -> PathBuf {
     }
 }
 
+fn open_log(cfg: &LogConfig) -> std::io::Result<Option<AccessLog>> {
+    if cfg.target == LogTarget::Off {
+        return Ok(None);
+    }
+    AccessLog::open(cfg.clone()).map(Some)
+}
+
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(a) => a,
+    let cfg = match parse_args(std::env::args().skip(1)) {
+        Ok(Mode::Run(c)) => *c,
+        Ok(Mode::Check(file)) => {
+            return match Config::load(&file) {
+                Ok(_) => {
+                    eprintln!("selvedge: {} is valid", file.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("selvedge: {e}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Err(msg) => {
             eprintln!("{msg}");
             return ExitCode::from(2);
         }
     };
-    let root = match args.root.canonicalize() {
-        Ok(r) if r.is_dir() => r,
-        _ => {
-            eprintln!("selvedge: {} is not a directory", args.root.display());
+    let site = match Site::build(&cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("selvedge: {e}");
             return ExitCode::from(2);
         }
     };
-    let mut settings = Settings::default();
-    if let Some(n) = args.workers {
-        settings.workers = Workers::PerCore(n);
-    }
-    let workers = match settings.workers {
-        Workers::PerCore(n) | Workers::MultiThread(n) => n,
+    let log = match open_log(&cfg.log) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("selvedge: access log: {e}");
+            return ExitCode::from(2);
+        }
     };
-    let addr = SocketAddr::new(args.host, args.port);
-    let app = static_files::StaticFiles::new(root.clone());
-    let server = match Server::new(settings).bind(addr).start(app) {
+    let roots = site.roots();
+    let front = Front { site: Arc::new(ArcSwap::from_pointee(site)), log: Arc::new(ArcSwap::from_pointee(log)) };
+    let mut server = Server::new(cfg.settings.clone());
+    for a in &cfg.listen {
+        server = server.bind(*a);
+    }
+    let handle = match server.start(front.clone()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("selvedge: cannot listen on {addr}: {e}");
+            eprintln!("selvedge: cannot listen on {:?}: {e}", cfg.listen);
             return ExitCode::FAILURE;
         }
     };
-    let bound = server.tcp_addr().unwrap_or(addr);
-    eprintln!("selvedge: serving {} on http://{bound}/ with {workers} workers", root.display());
+    if let Some(p) = &cfg.pid_file {
+        let written = p
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(p, format!("{}\n", std::process::id())));
+        if let Err(e) = written {
+            eprintln!("selvedge: pid file {}: {e}", p.display());
+            handle.shutdown();
+            handle.join();
+            return ExitCode::FAILURE;
+        }
+    }
+    let addrs: Vec<String> = handle.local_addrs().iter().map(|l| format!("{l:?}")).collect();
+    let urls: Vec<String> = handle
+        .local_addrs()
+        .iter()
+        .map(|l| match l {
+            selvedge::Listen::Tcp(a) => format!("http://{a}/"),
+            selvedge::Listen::Unix(p) => format!("unix:{}", p.display()),
+        })
+        .collect();
+    drop(addrs);
+    eprintln!(
+        "selvedge: listening on {} with {} workers, root {}, config {}, access log {}",
+        urls.join(" "),
+        cfg.worker_count(),
+        roots.join(" "),
+        cfg.file.as_ref().map_or("none".into(), |f| f.display().to_string()),
+        match &cfg.log.target {
+            LogTarget::Off => "off".to_string(),
+            LogTarget::Stdout => "stdout".to_string(),
+            LogTarget::File(p) => p.display().to_string(),
+        }
+    );
+
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("signal runtime");
+    let mut current = cfg;
     rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM");
+        let mut int = signal(SignalKind::interrupt()).expect("SIGINT");
+        let mut hup = signal(SignalKind::hangup()).expect("SIGHUP");
+        loop {
+            tokio::select! {
+                _ = int.recv() => break,
+                _ = term.recv() => break,
+                _ = hup.recv() => reload(&mut current, &front),
+            }
         }
     });
-    eprintln!("selvedge: shutting down");
-    server.shutdown();
-    server.join();
+    eprintln!("selvedge: shutting down (draining in-flight requests)");
+    handle.shutdown();
+    handle.join();
+    if let Some(log) = front.log.load().as_ref() {
+        log.flush();
+    }
+    if let Some(p) = &current.pid_file {
+        let _ = std::fs::remove_file(p);
+    }
+    eprintln!("selvedge: stopped");
     ExitCode::SUCCESS
+}
+
+/// SIGHUP: reread the configuration file (if any), swap in the new site, reopen the log.
+/// A bad file is reported and the running configuration kept.
+fn reload(current: &mut Config, front: &Front) {
+    let new = match &current.file {
+        None => current.clone(),
+        Some(f) => match Config::load(f) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("selvedge: reload failed, keeping the running configuration: {e}");
+                return;
+            }
+        },
+    };
+    let site = match Site::build(&new) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("selvedge: reload failed, keeping the running configuration: {e}");
+            return;
+        }
+    };
+    let old_log = front.log.load_full();
+    let log = match (old_log.as_ref(), &new.log.target) {
+        (_, LogTarget::Off) => None,
+        (Some(l), _) => match l.reopen(new.log.clone()) {
+            Ok(()) => Some(l.clone()),
+            Err(e) => {
+                eprintln!("selvedge: reopening the access log: {e}");
+                Some(l.clone())
+            }
+        },
+        (None, _) => match open_log(&new.log) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("selvedge: opening the access log: {e}");
+                None
+            }
+        },
+    };
+    if new.listen != current.listen || new.workers != current.workers {
+        eprintln!("selvedge: note: listeners and workers change only on restart");
+    }
+    front.site.store(Arc::new(site));
+    front.log.store(Arc::new(log));
+    if let Some(l) = old_log.as_ref() {
+        l.flush();
+    }
+    let listen = std::mem::take(&mut current.listen);
+    let workers = current.workers;
+    *current = new;
+    current.listen = listen;
+    current.workers = workers;
+    eprintln!("selvedge: reloaded configuration");
 }

@@ -1,88 +1,369 @@
 //! Static files: the app that maps a request path under a root directory.
+//!
+//! Per request, after the route picked this app:
+//! 1. GET and HEAD only (else 405 with `Allow`).
+//! 2. The path's segments (percent-decoded) are checked: `.`/`..`, encoded slashes or
+//!    backslashes and NUL bytes are a 400; a segment starting with `.` (a dotfile) is a
+//!    404 unless `dotfiles` is on. So nothing built from the URL can climb out of the root.
+//! 3. The file cache says what the path is (no system call when cached). A directory
+//!    without a trailing slash is redirected (301) to the slash form; with one, its index
+//!    file is served. A file whose real path (symlinks resolved) is outside the root is a
+//!    404 unless `symlinks_outside` allows it.
+//! 4. A `.br` or `.gz` sibling is served instead when `Accept-Encoding` allows it
+//!    (`Content-Encoding`, `Vary: Accept-Encoding`).
+//! 5. Conditionals (`If-Match`, `If-Unmodified-Since`, `If-None-Match`,
+//!    `If-Modified-Since`) give 304/412; then `If-Range` + `Range` give 206 (one range from
+//!    the file, several as `multipart/byteranges`) or 416; else 200.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use selvedge::http::{header, Method, StatusCode};
-use selvedge::{App, Request, Response};
+use bytes::{Bytes, BytesMut};
+use selvedge::file::range::{self, ByteRange, Ranges};
+use selvedge::file::{conditional, FileCache, FileInfo, Kind, Precondition, Preconditions};
+use selvedge::http::{header, HeaderValue, Method, StatusCode};
+use selvedge::{Request, Response};
 
-/// Serves files under `root`. Paths never escape the root: `.`/`..` segments, encoded
-/// slashes, NUL bytes and dotfiles are refused, and the resolved path (after symlinks) must
-/// stay inside the root.
+use crate::mime;
+
+/// Multipart bodies are built in memory up to this size; a larger request is answered with
+/// the whole file instead (RFC 9110 lets a server ignore `Range`).
+const MULTIPART_MAX: u64 = 8 << 20;
+
+/// Options of one static route.
+#[derive(Debug, Clone)]
+pub struct StaticOptions {
+    /// Index files tried in a directory, in order: `["index.html"]`.
+    pub index: Vec<String>,
+    /// Serve names starting with `.`: off.
+    pub dotfiles: bool,
+    /// Serve files whose real path (after symlinks) leaves the root: off.
+    pub symlinks_outside: bool,
+    /// Serve `.br` / `.gz` siblings when the client accepts them: on.
+    pub precompressed: bool,
+    /// `Cache-Control: max-age=N` on files, if set.
+    pub max_age: Option<u64>,
+    /// Error pages by status: files served (with that status) instead of the plain text.
+    pub error_pages: HashMap<u16, PathBuf>,
+}
+
+impl Default for StaticOptions {
+    fn default() -> Self {
+        StaticOptions {
+            index: vec!["index.html".into()],
+            dotfiles: false,
+            symlinks_outside: false,
+            precompressed: true,
+            max_age: None,
+            error_pages: HashMap::new(),
+        }
+    }
+}
+
+/// Serves files under `root`.
 #[derive(Debug, Clone)]
 pub struct StaticFiles {
     root: PathBuf,
+    /// Number of path segments of the route's prefix, skipped before mapping.
+    skip: usize,
+    opts: Arc<StaticOptions>,
+    cache: FileCache,
+    cache_control: Option<HeaderValue>,
+}
+
+/// Why a path cannot be mapped.
+enum Refused {
+    Bad,
+    Hidden,
 }
 
 impl StaticFiles {
-    /// Serves `root` (which should be canonical).
-    pub fn new(root: PathBuf) -> StaticFiles {
-        StaticFiles { root }
+    /// Serves `root` (canonicalized here) for requests under `prefix`.
+    ///
+    /// # Errors
+    /// `root` does not exist or is not a directory.
+    pub fn new(root: &Path, prefix: &str, opts: StaticOptions, cache: FileCache) -> std::io::Result<StaticFiles> {
+        let root = root.canonicalize()?;
+        if !root.is_dir() {
+            return Err(std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"));
+        }
+        let skip = prefix.split('/').filter(|s| !s.is_empty()).count();
+        let cache_control = opts.max_age.map(|a| HeaderValue::try_from(format!("max-age={a}")).expect("digits"));
+        Ok(StaticFiles { root, skip, opts: Arc::new(opts), cache, cache_control })
     }
 
-    fn resolve(&self, req: &Request) -> Option<PathBuf> {
+    /// The canonical root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn resolve(&self, req: &Request) -> Result<PathBuf, Refused> {
         let mut path = self.root.clone();
-        for seg in req.segments() {
+        for seg in req.segments().skip(self.skip) {
             if seg.is_empty() {
                 continue;
             }
-            if seg[0] == b'.' || seg.contains(&b'/') || seg.contains(&0) || seg.contains(&b'\\') {
-                return None;
+            if &*seg == b"." || &*seg == b".." || seg.iter().any(|&b| b == b'/' || b == b'\\' || b == 0) {
+                return Err(Refused::Bad);
+            }
+            if seg[0] == b'.' && !self.opts.dotfiles {
+                return Err(Refused::Hidden);
             }
             path.push(OsStr::from_bytes(&seg));
         }
-        Some(path)
+        Ok(path)
+    }
+
+    /// The cached open file at `path` if it is a regular file this route may serve.
+    fn file_at(&self, path: &Path) -> Option<Arc<selvedge::file::Entry>> {
+        let e = self.cache.lookup(path);
+        let f = e.file()?;
+        if !self.opts.symlinks_outside && !f.real.starts_with(&self.root) {
+            return None;
+        }
+        Some(e)
+    }
+
+    /// A plain or custom error response.
+    pub fn error(&self, status: StatusCode) -> Response {
+        if let Some(page) = self.opts.error_pages.get(&status.as_u16()) {
+            if let Some(f) = self.cache.lookup(page).file() {
+                return body_of(status, f, 0, f.size).header(header::CONTENT_TYPE, mime::for_path(page));
+            }
+        }
+        plain(status)
+    }
+
+    /// Handles a request routed here.
+    pub async fn handle(&self, req: Request) -> Response {
+        let get = req.method() == Method::GET;
+        if !get && req.method() != Method::HEAD {
+            return self.error(StatusCode::METHOD_NOT_ALLOWED).header(header::ALLOW, "GET, HEAD");
+        }
+        let mut path = match self.resolve(&req) {
+            Ok(p) => p,
+            Err(Refused::Bad) => return self.error(StatusCode::BAD_REQUEST),
+            Err(Refused::Hidden) => return self.error(StatusCode::NOT_FOUND),
+        };
+        let entry = self.cache.lookup(&path);
+        let entry = match entry.kind {
+            Kind::File(_) => entry,
+            Kind::Missing => return self.error(StatusCode::NOT_FOUND),
+            Kind::Dir => {
+                if !req.path().ends_with('/') {
+                    let loc = match req.query() {
+                        Some(q) => format!("{}/?{q}", req.path()),
+                        None => format!("{}/", req.path()),
+                    };
+                    return self.error(StatusCode::MOVED_PERMANENTLY).header(header::LOCATION, loc);
+                }
+                let found = self.opts.index.iter().find_map(|name| {
+                    let p = path.join(name);
+                    let e = self.cache.lookup(&p);
+                    e.file().is_some().then_some((p, e))
+                });
+                match found {
+                    Some((p, e)) => {
+                        path = p;
+                        e
+                    }
+                    None => return self.error(StatusCode::NOT_FOUND),
+                }
+            }
+        };
+        let Some(f) = entry.file() else { return self.error(StatusCode::NOT_FOUND) };
+        if !self.opts.symlinks_outside && !f.real.starts_with(&self.root) {
+            return self.error(StatusCode::NOT_FOUND);
+        }
+        let content_type = mime::for_path(&path);
+
+        // Precompressed siblings.
+        let mut encoding = None;
+        let mut vary = false;
+        let mut variant = None;
+        if self.opts.precompressed && mime::compressible(content_type) {
+            let accept = req.header("accept-encoding").unwrap_or(b"");
+            for (coding, ext) in [("br", "br"), ("gzip", "gz")] {
+                let mut p = path.clone().into_os_string();
+                p.push(".");
+                p.push(ext);
+                if let Some(e) = self.file_at(Path::new(&p)) {
+                    vary = true;
+                    if encoding.is_none() && accepts(accept, coding) {
+                        encoding = Some(coding);
+                        variant = Some(e);
+                    }
+                }
+            }
+        }
+        let entry = variant.unwrap_or(entry);
+        let f = entry.file().expect("checked to be a file");
+
+        let pre = Preconditions {
+            if_match: req.header("if-match"),
+            if_none_match: req.header("if-none-match"),
+            if_modified_since: req.header("if-modified-since"),
+            if_unmodified_since: req.header("if-unmodified-since"),
+        };
+        let common = |mut res: Response| {
+            let h = res.headers_mut();
+            h.push((header::LAST_MODIFIED, f.last_modified.clone()));
+            h.push((header::ETAG, f.etag.clone()));
+            if let Some(cc) = &self.cache_control {
+                h.push((header::CACHE_CONTROL, cc.clone()));
+            }
+            if vary {
+                h.push((header::VARY, HeaderValue::from_static("Accept-Encoding")));
+            }
+            res
+        };
+        match conditional::evaluate(&pre, true, f.etag.as_bytes(), f.mtime) {
+            Precondition::Proceed => {}
+            Precondition::NotModified => return common(Response::new(StatusCode::NOT_MODIFIED)),
+            Precondition::Failed => return common(self.error(StatusCode::PRECONDITION_FAILED)),
+        }
+        let typed = |res: Response| {
+            let res = common(res).header(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+            match encoding {
+                Some(c) => res.header(header::CONTENT_ENCODING, HeaderValue::from_static(c)),
+                None => res,
+            }
+        };
+
+        let ranges = match req.header("range") {
+            Some(r) if get => match req.header("if-range") {
+                Some(ir) if !range::if_range_matches(ir, f.etag.as_bytes(), f.mtime) => Ranges::Ignore,
+                _ => range::parse(r, f.size),
+            },
+            _ => Ranges::Ignore,
+        };
+        match ranges {
+            Ranges::Ignore => typed(body_of(StatusCode::OK, f, 0, f.size)).header(header::ACCEPT_RANGES, "bytes"),
+            Ranges::Unsatisfiable => common(self.error(StatusCode::RANGE_NOT_SATISFIABLE))
+                .header(header::CONTENT_RANGE, format!("bytes */{}", f.size)),
+            Ranges::Satisfiable(rs) if rs.len() == 1 => {
+                let r = rs[0];
+                typed(body_of(StatusCode::PARTIAL_CONTENT, f, r.start, r.len))
+                    .header(header::CONTENT_RANGE, range::content_range(r, f.size))
+            }
+            Ranges::Satisfiable(rs) => match multipart(f, &rs, content_type) {
+                Some((boundary, body)) => {
+                    let mut res = common(Response::bytes(StatusCode::PARTIAL_CONTENT, body))
+                        .header(header::CONTENT_TYPE, format!("multipart/byteranges; boundary={boundary}"));
+                    if let Some(c) = encoding {
+                        res = res.header(header::CONTENT_ENCODING, HeaderValue::from_static(c));
+                    }
+                    res
+                }
+                None => typed(body_of(StatusCode::OK, f, 0, f.size)).header(header::ACCEPT_RANGES, "bytes"),
+            },
+        }
     }
 }
 
-/// The `Content-Type` for a file name.
-pub fn mime(path: &std::path::Path) -> &'static str {
-    match path.extension().and_then(OsStr::to_str).unwrap_or("") {
-        "html" | "htm" => "text/html; charset=utf-8",
-        "css" => "text/css; charset=utf-8",
-        "js" | "mjs" => "text/javascript; charset=utf-8",
-        "json" => "application/json",
-        "txt" => "text/plain; charset=utf-8",
-        "svg" => "image/svg+xml",
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "gif" => "image/gif",
-        "webp" => "image/webp",
-        "ico" => "image/x-icon",
-        "wasm" => "application/wasm",
-        "pdf" => "application/pdf",
-        "woff2" => "font/woff2",
-        _ => "application/octet-stream",
+/// A response carrying `len` bytes of `f` from `offset`: from memory if the cache holds
+/// the bytes, else from the open file (`sendfile`).
+fn body_of(status: StatusCode, f: &FileInfo, offset: u64, len: u64) -> Response {
+    match &f.bytes {
+        Some(b) => Response::bytes(status, b.slice(offset as usize..(offset + len) as usize)),
+        None => Response::file_range(status, f.file.clone(), offset, len),
     }
 }
 
-fn status(code: StatusCode) -> Response {
-    Response::bytes(code, format!("{} {}\n", code.as_u16(), code.canonical_reason().unwrap_or("")))
+fn plain(status: StatusCode) -> Response {
+    Response::bytes(status, format!("{} {}\n", status.as_u16(), status.canonical_reason().unwrap_or("")))
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
 }
 
-impl App for StaticFiles {
-    async fn handle(&self, req: Request) -> Response {
-        if req.method() != Method::GET && req.method() != Method::HEAD {
-            return status(StatusCode::METHOD_NOT_ALLOWED).header(header::ALLOW, "GET, HEAD");
-        }
-        let Some(mut path) = self.resolve(&req) else { return status(StatusCode::NOT_FOUND) };
-        let Ok(meta) = std::fs::metadata(&path) else { return status(StatusCode::NOT_FOUND) };
-        if meta.is_dir() {
-            if !req.path().ends_with('/') {
-                let loc = format!("{}/", req.path());
-                return status(StatusCode::MOVED_PERMANENTLY).header(header::LOCATION, loc);
+/// Whether `Accept-Encoding` allows `coding` (by name or `*`, with a non-zero q).
+fn accepts(header: &[u8], coding: &str) -> bool {
+    let mut star = false;
+    for item in header.split(|&b| b == b',') {
+        let mut parts = item.split(|&b| b == b';');
+        let name = trim(parts.next().unwrap_or(b""));
+        let mut q_zero = false;
+        for p in parts {
+            let p = trim(p);
+            if p.len() >= 2 && p[..2].eq_ignore_ascii_case(b"q=") {
+                let q = trim(&p[2..]);
+                q_zero = !q.is_empty() && q.iter().all(|&b| b == b'0' || b == b'.');
             }
-            path.push("index.html");
         }
-        match path.canonicalize() {
-            Ok(real) if real.starts_with(&self.root) => {}
-            _ => return status(StatusCode::NOT_FOUND),
+        if name.eq_ignore_ascii_case(coding.as_bytes()) {
+            return !q_zero;
         }
-        match Response::file(StatusCode::OK, &path) {
-            Ok(res) => res.header(header::CONTENT_TYPE, mime(&path)),
-            Err(_) => status(StatusCode::NOT_FOUND),
+        if name == b"*" {
+            star = !q_zero;
         }
+    }
+    star
+}
+
+fn trim(s: &[u8]) -> &[u8] {
+    let start = s.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(s.len());
+    let end = s.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(start, |e| e + 1);
+    &s[start..end]
+}
+
+/// Builds a `multipart/byteranges` body; `None` if it would be too large or a read fails.
+fn multipart(f: &FileInfo, rs: &[ByteRange], content_type: &str) -> Option<(String, Bytes)> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    if rs.iter().map(|r| r.len).sum::<u64>() > MULTIPART_MAX {
+        return None;
+    }
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let boundary = format!("selvedge-{:016x}{n:08x}", f.mtime ^ f.size.rotate_left(32));
+    let mut out = BytesMut::new();
+    for r in rs {
+        let part_head = format!(
+            "\r\n--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: {}\r\n\r\n",
+            range::content_range(*r, f.size)
+        );
+        out.extend_from_slice(part_head.as_bytes());
+        match &f.bytes {
+            Some(b) => out.extend_from_slice(&b[r.start as usize..(r.start + r.len) as usize]),
+            None => {
+                let at = out.len();
+                out.resize(at + r.len as usize, 0);
+                read_exact_at(&f.file, &mut out[at..], r.start)?;
+            }
+        }
+    }
+    out.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    Some((boundary, out.freeze()))
+}
+
+fn read_exact_at(file: &std::fs::File, mut buf: &mut [u8], mut offset: u64) -> Option<()> {
+    use std::os::unix::fs::FileExt;
+    while !buf.is_empty() {
+        match file.read_at(buf, offset) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+        }
+    }
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_encoding() {
+        assert!(accepts(b"gzip, deflate, br", "br"));
+        assert!(accepts(b"gzip;q=0.5", "gzip"));
+        assert!(!accepts(b"gzip;q=0", "gzip"));
+        assert!(!accepts(b"br;q=0.0, *", "br"));
+        assert!(accepts(b"*", "gzip"));
+        assert!(!accepts(b"*;q=0", "gzip"));
+        assert!(!accepts(b"", "gzip"));
+        assert!(!accepts(b"identity", "br"));
     }
 }

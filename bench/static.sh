@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Static files: server CPU µs per request for `selvedge serve` (the real server binary,
+# file cache on) and peer servers serving the same files from disk, one worker each,
+# pinned to one core: the 612-byte index.html and a 10 MB file, with access logging off
+# and then (LOGGING=both, the default) on, to price the log.
+# See bench/README.md. Env: SERVERS ROUNDS CONNS DURATION BIG_CONNS BIG_DURATION WARMUP
+# CASES ("small big") LOGGING (off|on|both) SELVEDGE_BIN SERVER_CPU CLIENT_CPU KEEP_TMP.
+set -euo pipefail
+
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+SERVERS=${SERVERS:-$DEFAULT_SERVERS}
+CASES=${CASES:-small big}
+LOGGING=${LOGGING:-both}
+BIG_CONNS=${BIG_CONNS:-4}
+BIG_DURATION=${BIG_DURATION:-$DURATION}
+SELVEDGE_BIN=${SELVEDGE_BIN:-${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/selvedge}
+need wrk
+
+bench_init static
+
+if [[ " $SERVERS " == *" selvedge "* && ( ! -x $SELVEDGE_BIN || ${SELVEDGE_BUILD:-0} == 1 ) ]]; then
+    log "building selvedge: cargo build --release -p selvedge-server"
+    (cd "$REPO_DIR" && cargo build --release -p selvedge-server) >&2 || SRV_FAILED[selvedge]="cargo build failed"
+fi
+SELVEDGE_CMD="$SELVEDGE_BIN --config <dir>/selvedge.toml"
+
+# The site: the 612-byte page and a 10 MB file of fixed pseudo-random bytes.
+SITE_DIR=$WORK/site
+mkdir -p "$SITE_DIR"
+cp "$BENCH_DIR/site/index.html" "$SITE_DIR/index.html"
+head -c $((10 << 20)) /dev/urandom >"$SITE_DIR/big.bin"
+
+# srv_selvedge: the server binary with a config file; one worker, file cache on.
+srv_selvedge() {
+    local dir=$1 port=$2 access=off
+    [[ ${BENCH_LOG:-0} == 1 ]] && access=$dir/access.log
+    cat >"$dir/selvedge.toml" <<EOF
+[server]
+workers = 1
+[[listen]]
+host = "127.0.0.1"
+port = $port
+[timeouts]
+idle = 300
+[log]
+access = "$access"
+size = 1073741824
+[[vhost]]
+[[vhost.route]]
+path = "/"
+root = "$SITE_DIR"
+EOF
+    SRV_CMD=("$SELVEDGE_BIN" --config "$dir/selvedge.toml")
+    SRV_LOG=$dir/stdout.log
+}
+
+# With BENCH_LOG=1 every peer writes a combined-format access log to a file in its dir.
+for s in nginx h2o lighttpd mighttpd2; do
+    eval "_orig_$(declare -f "srv_$s")"
+done
+srv_nginx() {
+    _orig_srv_nginx "$@" || return 1
+    [[ ${BENCH_LOG:-0} == 1 ]] && sed -i "s|access_log off;|access_log $1/access.log combined;|" "$1/nginx.conf"
+    return 0
+}
+srv_h2o() {
+    _orig_srv_h2o "$@" || return 1
+    [[ ${BENCH_LOG:-0} == 1 ]] && echo "access-log: $1/access.log" >>"$1/h2o.conf"
+    return 0
+}
+srv_lighttpd() {
+    _orig_srv_lighttpd "$@" || return 1
+    if [[ ${BENCH_LOG:-0} == 1 ]]; then
+        printf 'server.modules += ("mod_accesslog")\naccesslog.filename = "%s/access.log"\n' "$1" >>"$1/lighttpd.conf"
+    fi
+    return 0
+}
+srv_mighttpd2() {
+    _orig_srv_mighttpd2 "$@" || return 1
+    [[ ${BENCH_LOG:-0} == 1 ]] && sed -i 's/^Logging: No/Logging: Yes/' "$1/mighty.conf"
+    return 0
+}
+
+case $LOGGING in
+    off) LOG_MODES=0 ;;
+    on) LOG_MODES=1 ;;
+    *) LOG_MODES="0 1" ;;
+esac
+
+for BENCH_LOG in $LOG_MODES; do
+    for c in $CASES; do
+        case $c in
+            small) REQ_PATH=/index.html; conns=$CONNS; dur=$DURATION ;;
+            big) REQ_PATH=/big.bin; conns=$BIG_CONNS; dur=$BIG_DURATION ;;
+            *) die "unknown case $c (small, big)" ;;
+        esac
+        EXPECT_FILE=$SITE_DIR$REQ_PATH
+        : >"$RESULTS"
+        logdesc=off; [[ $BENCH_LOG == 1 ]] && logdesc="on (combined format, to a file)"
+        log "static $c, access log $logdesc: servers: $SERVERS; wrk -t$THREADS -c$conns -d$dur; $ROUNDS rounds"
+        CONNS=$conns DURATION=$dur bench_run h1 load_wrk
+        prefix=static-$c; [[ $BENCH_LOG == 1 ]] && prefix=$prefix-log
+        CONNS=$conns DURATION=$dur bench_report "selvedge static benchmark: $c file, access log $logdesc" "$prefix" \
+            "wrk -t$THREADS -c$conns -d$dur over HTTP/1.1 keep-alive (after a $WARMUP warm-up run); access log $logdesc"
+    done
+done

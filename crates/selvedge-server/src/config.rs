@@ -1,0 +1,445 @@
+//! The configuration file (TOML). See `examples/selvedge.toml` for every key.
+//!
+//! Unknown keys, wrong types and invalid values are errors reported as
+//! `FILE:LINE:COLUMN: reason`; relative paths are taken from the config file's directory.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use selvedge::file::CacheConfig;
+use selvedge::{Settings, Workers};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::static_files::StaticOptions;
+
+/// A configuration error, with its position in the file.
+#[derive(Debug)]
+pub struct ConfigError {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line (0 if unknown).
+    pub line: usize,
+    /// 1-based column (0 if unknown).
+    pub col: usize,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: {}", self.file.display(), self.line, self.col, self.reason)
+    }
+}
+
+/// Where access log lines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    /// No access log.
+    Off,
+    /// Standard output.
+    Stdout,
+    /// A file, rotated by size.
+    File(PathBuf),
+}
+
+/// Access log settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Where lines go: off by default.
+    pub target: LogTarget,
+    /// Rotate when the file reaches this many bytes: 10 MiB (0: never).
+    pub size: u64,
+    /// Rotated files kept (`log.1` .. `log.N`): 5.
+    pub backups: u32,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { target: LogTarget::Off, size: 10 << 20, backups: 5 }
+    }
+}
+
+/// One route: requests whose path starts with `prefix` are served from `root`.
+#[derive(Debug, Clone)]
+pub struct RouteConfig {
+    /// Path prefix (starts with `/`).
+    pub prefix: String,
+    /// Directory served.
+    pub root: PathBuf,
+    /// Static-file options.
+    pub opts: StaticOptions,
+}
+
+/// A virtual host: the `Host` names it answers (empty: the default host) and its routes.
+#[derive(Debug, Clone)]
+pub struct VhostConfig {
+    /// Host names, lower case, without port.
+    pub hosts: Vec<String>,
+    /// Routes.
+    pub routes: Vec<RouteConfig>,
+}
+
+/// A whole configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it came from (`None`: built from the command line).
+    pub file: Option<PathBuf>,
+    /// Addresses to listen on.
+    pub listen: Vec<SocketAddr>,
+    /// Worker threads (`None`: one per core).
+    pub workers: Option<usize>,
+    /// Pid file to write at startup and remove at exit.
+    pub pid_file: Option<PathBuf>,
+    /// Engine settings (timeouts, limits).
+    pub settings: Settings,
+    /// File cache settings.
+    pub cache: CacheConfig,
+    /// Access log.
+    pub log: LogConfig,
+    /// Virtual hosts.
+    pub vhosts: Vec<VhostConfig>,
+}
+
+impl Config {
+    /// The configuration of `selvedge serve DIR`: one listener, one default host serving
+    /// `root` at `/`.
+    pub fn simple(root: PathBuf, addr: SocketAddr, workers: Option<usize>) -> Config {
+        Config {
+            file: None,
+            listen: vec![addr],
+            workers,
+            pid_file: None,
+            settings: Settings::default(),
+            cache: CacheConfig::default(),
+            log: LogConfig::default(),
+            vhosts: vec![VhostConfig {
+                hosts: Vec::new(),
+                routes: vec![RouteConfig { prefix: "/".into(), root, opts: StaticOptions::default() }],
+            }],
+        }
+    }
+
+    /// Reads and checks `file`.
+    ///
+    /// # Errors
+    /// The file cannot be read, is not valid TOML, or has an invalid value.
+    pub fn load(file: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|e| ConfigError {
+            file: file.to_path_buf(),
+            line: 0,
+            col: 0,
+            reason: format!("cannot read: {e}"),
+        })?;
+        Config::parse(file, &text)
+    }
+
+    /// Parses `text` as if read from `file`.
+    ///
+    /// # Errors
+    /// Invalid TOML, unknown keys, wrong types, invalid values.
+    pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
+        let err = |span: Option<std::ops::Range<usize>>, reason: String| {
+            let (line, col) = span.map_or((0, 0), |s| line_col(text, s.start));
+            ConfigError { file: file.to_path_buf(), line, col, reason }
+        };
+        let raw: Raw = toml::from_str(text).map_err(|e| err(e.span(), e.message().trim().to_string()))?;
+        let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let abs = |p: &str| if Path::new(p).is_absolute() { PathBuf::from(p) } else { base.join(p) };
+
+        let mut settings = Settings::default();
+        let t = &raw.timeouts;
+        let secs = |v: Option<f64>, d: &mut Duration| {
+            if let Some(v) = v.filter(|v| v.is_finite() && *v > 0.0) {
+                *d = Duration::from_secs_f64(v);
+            }
+        };
+        secs(t.header, &mut settings.header_timeout);
+        secs(t.idle, &mut settings.idle_timeout);
+        secs(t.body, &mut settings.body_timeout);
+        secs(t.send, &mut settings.send_timeout);
+        secs(t.graceful, &mut settings.graceful_timeout);
+        let l = &raw.limits;
+        if let Some(v) = l.max_connections {
+            settings.max_connections = v;
+        }
+        if let Some(v) = l.max_body {
+            settings.body.max_body = v;
+        }
+        if let Some(v) = l.max_head {
+            settings.limits.max_head = v;
+        }
+        if let Some(v) = l.max_headers {
+            settings.limits.max_headers = v;
+        }
+        if let Some(v) = l.max_target {
+            settings.limits.max_target = v;
+        }
+        let workers = match raw.server.workers {
+            Some(w) if *w.get_ref() == 0 => return Err(err(Some(w.span()), "workers must be at least 1".into())),
+            w => w.map(Spanned::into_inner),
+        };
+        if let Some(n) = workers {
+            settings.workers = Workers::PerCore(n);
+        }
+
+        let mut listen = Vec::new();
+        for l in &raw.listen {
+            let host: IpAddr = match &l.get_ref().host {
+                None => IpAddr::from([127, 0, 0, 1]),
+                Some(h) => h.get_ref().parse().map_err(|e| err(Some(h.span()), format!("host: {e}")))?,
+            };
+            listen.push(SocketAddr::new(host, l.get_ref().port));
+        }
+        if listen.is_empty() {
+            listen.push(SocketAddr::from(([127, 0, 0, 1], 8080)));
+        }
+
+        let fc = &raw.file_cache;
+        let mut cache = CacheConfig::default();
+        cache.enabled = fc.enabled.unwrap_or(cache.enabled);
+        if let Some(ms) = &fc.sweep_ms {
+            if *ms.get_ref() == 0 {
+                return Err(err(Some(ms.span()), "sweep_ms must be at least 1".into()));
+            }
+            cache.sweep = Duration::from_millis(*ms.get_ref());
+        }
+        cache.max_entries = fc.max_entries.unwrap_or(cache.max_entries);
+        cache.memory_max = fc.memory_max.unwrap_or(cache.memory_max);
+
+        let mut log = LogConfig::default();
+        if let Some(a) = &raw.log.access {
+            log.target = match a.as_str() {
+                "off" | "" => LogTarget::Off,
+                "stdout" | "-" => LogTarget::Stdout,
+                p => LogTarget::File(abs(p)),
+            };
+        }
+        log.size = raw.log.size.unwrap_or(log.size);
+        log.backups = raw.log.backups.unwrap_or(log.backups);
+
+        let mut vhosts = Vec::new();
+        let mut seen_default = false;
+        for v in raw.vhost {
+            let v = v.into_inner();
+            if v.hosts.is_empty() {
+                if seen_default {
+                    return Err(err(None, "more than one [[vhost]] without hosts (the default host)".into()));
+                }
+                seen_default = true;
+            }
+            let mut routes = Vec::new();
+            for r in v.route {
+                let span = r.span();
+                let r = r.into_inner();
+                if !r.path.starts_with('/') {
+                    return Err(err(Some(span), format!("route path {:?} must start with '/'", r.path)));
+                }
+                let root = abs(r.root.get_ref());
+                if !root.is_dir() {
+                    return Err(err(Some(r.root.span()), format!("root {} is not a directory", root.display())));
+                }
+                let mut opts = StaticOptions::default();
+                if let Some(i) = r.index {
+                    opts.index = i;
+                }
+                opts.dotfiles = r.dotfiles.unwrap_or(opts.dotfiles);
+                opts.symlinks_outside = r.symlinks_outside.unwrap_or(opts.symlinks_outside);
+                opts.precompressed = r.precompressed.unwrap_or(opts.precompressed);
+                opts.max_age = r.max_age.or(raw.cache.max_age);
+                for (code, page) in r.error_pages.unwrap_or_default() {
+                    let n: u16 = match code.parse() {
+                        Ok(n) if (400..600).contains(&n) => n,
+                        _ => {
+                            return Err(err(Some(span.clone()), format!("error page status {code:?} is not 400..599")))
+                        }
+                    };
+                    opts.error_pages.insert(n, abs(&page));
+                }
+                routes.push(RouteConfig { prefix: r.path, root, opts });
+            }
+            let hosts = v.hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+            vhosts.push(VhostConfig { hosts, routes });
+        }
+        if vhosts.is_empty() {
+            return Err(err(Some(0..0), "no [[vhost]]: nothing to serve".into()));
+        }
+        Ok(Config {
+            file: Some(file.to_path_buf()),
+            listen,
+            workers,
+            pid_file: raw.server.pid_file.as_deref().map(abs),
+            settings,
+            cache,
+            log,
+            vhosts,
+        })
+    }
+
+    /// Number of worker threads this configuration runs.
+    pub fn worker_count(&self) -> usize {
+        match self.settings.workers {
+            Workers::PerCore(n) | Workers::MultiThread(n) => n,
+        }
+    }
+}
+
+/// 1-based line and column of byte `at` in `text`.
+fn line_col(text: &str, at: usize) -> (usize, usize) {
+    let at = at.min(text.len());
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let col = at - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, col)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    listen: Vec<Spanned<RawListen>>,
+    #[serde(default)]
+    timeouts: RawTimeouts,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    file_cache: RawFileCache,
+    #[serde(default)]
+    cache: RawCache,
+    #[serde(default)]
+    log: RawLog,
+    #[serde(default)]
+    vhost: Vec<Spanned<RawVhost>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    workers: Option<Spanned<usize>>,
+    pid_file: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListen {
+    host: Option<Spanned<String>>,
+    port: u16,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTimeouts {
+    header: Option<f64>,
+    idle: Option<f64>,
+    body: Option<f64>,
+    send: Option<f64>,
+    graceful: Option<f64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_connections: Option<usize>,
+    max_body: Option<u64>,
+    max_head: Option<usize>,
+    max_headers: Option<usize>,
+    max_target: Option<usize>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFileCache {
+    enabled: Option<bool>,
+    sweep_ms: Option<Spanned<u64>>,
+    max_entries: Option<usize>,
+    memory_max: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawCache {
+    max_age: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    access: Option<String>,
+    size: Option<u64>,
+    backups: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVhost {
+    #[serde(default)]
+    hosts: Vec<String>,
+    #[serde(default)]
+    route: Vec<Spanned<RawRoute>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    path: String,
+    root: Spanned<String>,
+    index: Option<Vec<String>>,
+    dotfiles: Option<bool>,
+    symlinks_outside: Option<bool>,
+    precompressed: Option<bool>,
+    max_age: Option<u64>,
+    error_pages: Option<HashMap<String, String>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("/tmp/t.toml"), text)
+    }
+
+    #[test]
+    fn minimal_and_full() {
+        let c = parse("[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/tmp\"\n").unwrap();
+        assert_eq!(c.listen, vec![SocketAddr::from(([127, 0, 0, 1], 8080))]);
+        assert_eq!(c.vhosts[0].routes[0].root, PathBuf::from("/tmp"));
+        let c = parse(
+            "[server]\nworkers = 3\npid_file = \"run/x.pid\"\n[[listen]]\nhost = \"0.0.0.0\"\nport = 9000\n\
+             [timeouts]\nidle = 5\n[file_cache]\nsweep_ms = 200\nmemory_max = 0\n[log]\naccess = \"logs/a.log\"\n\
+             size = 1000\nbackups = 2\n[[vhost]]\nhosts = [\"Example.com\"]\n[[vhost.route]]\npath = \"/s\"\n\
+             root = \"/tmp\"\nmax_age = 60\nerror_pages = { 404 = \"/tmp/404.html\" }\n",
+        )
+        .unwrap();
+        assert_eq!(c.workers, Some(3));
+        assert_eq!(c.pid_file, Some(PathBuf::from("/tmp/run/x.pid")));
+        assert_eq!(c.listen[0].port(), 9000);
+        assert_eq!(c.settings.idle_timeout, Duration::from_secs(5));
+        assert_eq!(c.cache.sweep, Duration::from_millis(200));
+        assert_eq!(c.log.target, LogTarget::File(PathBuf::from("/tmp/logs/a.log")));
+        assert_eq!(c.vhosts[0].hosts, vec!["example.com".to_string()]);
+        assert_eq!(c.vhosts[0].routes[0].opts.max_age, Some(60));
+        assert!(c.vhosts[0].routes[0].opts.error_pages.contains_key(&404));
+    }
+
+    #[test]
+    fn errors_have_positions() {
+        let e = parse("[server]\nworkerz = 2\n").unwrap_err();
+        assert_eq!((e.line, e.reason.contains("workerz")), (2, true), "{e}");
+        let e = parse("[server]\nworkers = \"two\"\n").unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        let e = parse("[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/definitely/not/here\"\n").unwrap_err();
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.to_string().starts_with("/tmp/t.toml:4:"), "{e}");
+        let e = parse("[[listen]]\nhost = \"nope\"\nport = 1\n").unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        let e = parse("this is not toml").unwrap_err();
+        assert_eq!(e.line, 1, "{e}");
+        assert!(parse("").is_err());
+    }
+}

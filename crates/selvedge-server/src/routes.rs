@@ -1,0 +1,158 @@
+//! Virtual hosts and routes: the `Host` header picks a virtual host (else the default
+//! one), then the longest path prefix picks a route. [`Front`] is the app the engine runs:
+//! it reads the current [`Site`] from an [`ArcSwap`] on each request (one atomic load and
+//! reference-count increment, no lock), so SIGHUP can swap in a new configuration without
+//! touching the listeners or any connection.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use selvedge::file::FileCache;
+use selvedge::http::StatusCode;
+use selvedge::{App, Request, Response};
+
+use crate::access_log::AccessLog;
+use crate::config::Config;
+use crate::static_files::StaticFiles;
+
+/// One route.
+#[derive(Debug)]
+struct Route {
+    prefix: String,
+    app: StaticFiles,
+}
+
+/// A virtual host: routes, longest prefix first.
+#[derive(Debug, Default)]
+struct Vhost {
+    routes: Vec<Route>,
+}
+
+impl Vhost {
+    fn route(&self, path: &str) -> Option<&Route> {
+        self.routes.iter().find(|r| prefix_matches(&r.prefix, path))
+    }
+}
+
+/// `prefix` matches `path` on a segment boundary (`/a` matches `/a`, `/a/b`, not `/ab`).
+fn prefix_matches(prefix: &str, path: &str) -> bool {
+    path.starts_with(prefix)
+        && (prefix.ends_with('/') || path.len() == prefix.len() || path.as_bytes()[prefix.len()] == b'/')
+}
+
+/// Everything a configuration serves.
+#[derive(Debug)]
+pub struct Site {
+    vhosts: Vec<Vhost>,
+    by_host: HashMap<String, usize>,
+    default: Option<usize>,
+}
+
+impl Site {
+    /// Builds the routes of `cfg`, with a new file cache.
+    ///
+    /// # Errors
+    /// A route's root is not a directory.
+    pub fn build(cfg: &Config) -> io::Result<Site> {
+        let cache = FileCache::new(cfg.cache);
+        let mut vhosts = Vec::new();
+        let mut by_host = HashMap::new();
+        let mut default = None;
+        for (i, v) in cfg.vhosts.iter().enumerate() {
+            let mut routes = Vec::new();
+            for r in &v.routes {
+                let app = StaticFiles::new(&r.root, &r.prefix, r.opts.clone(), cache.clone()).map_err(|e| {
+                    io::Error::new(e.kind(), format!("route {}: root {}: {e}", r.prefix, r.root.display()))
+                })?;
+                routes.push(Route { prefix: r.prefix.clone(), app });
+            }
+            routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+            vhosts.push(Vhost { routes });
+            if v.hosts.is_empty() {
+                default = Some(i);
+            }
+            for h in &v.hosts {
+                by_host.insert(h.clone(), i);
+            }
+        }
+        Ok(Site { vhosts, by_host, default })
+    }
+
+    fn vhost(&self, req: &Request) -> Option<&Vhost> {
+        if !self.by_host.is_empty() {
+            if let Some(auth) = req.authority() {
+                let host = match auth.rfind(':') {
+                    Some(i) if !auth.ends_with(']') => &auth[..i],
+                    _ => auth,
+                };
+                let mut buf = [0u8; 256];
+                if host.len() <= buf.len() {
+                    for (o, b) in buf.iter_mut().zip(host.bytes()) {
+                        *o = b.to_ascii_lowercase();
+                    }
+                    let lower = std::str::from_utf8(&buf[..host.len()]).unwrap_or("");
+                    if let Some(&i) = self.by_host.get(lower) {
+                        return self.vhosts.get(i);
+                    }
+                }
+            }
+        }
+        self.default.and_then(|i| self.vhosts.get(i))
+    }
+
+    /// Serves one request.
+    pub async fn handle(&self, req: Request) -> Response {
+        let Some(route) = self.vhost(&req).and_then(|v| v.route(req.path())) else {
+            return Response::bytes(StatusCode::NOT_FOUND, "404 Not Found\n")
+                .header(selvedge::http::header::CONTENT_TYPE, "text/plain; charset=utf-8");
+        };
+        route.app.handle(req).await
+    }
+
+    /// The roots served, for the startup line.
+    pub fn roots(&self) -> Vec<String> {
+        self.vhosts.iter().flat_map(|v| v.routes.iter().map(|r| r.app.root().display().to_string())).collect()
+    }
+}
+
+/// The app the engine runs: the current site, plus the access log.
+#[derive(Debug, Clone)]
+pub struct Front {
+    /// The site, swapped on reload.
+    pub site: Arc<ArcSwap<Site>>,
+    /// The access log, if on.
+    pub log: Arc<ArcSwap<Option<AccessLog>>>,
+}
+
+impl App for Front {
+    async fn handle(&self, req: Request) -> Response {
+        let site = self.site.load_full();
+        let log: Option<AccessLog> = Option::clone(&self.log.load());
+        match log {
+            None => site.handle(req).await,
+            Some(log) => {
+                let pending = log.begin(&req);
+                let res = site.handle(req).await;
+                log.finish(pending, &res);
+                res
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_matches;
+
+    #[test]
+    fn prefixes() {
+        assert!(prefix_matches("/", "/anything"));
+        assert!(prefix_matches("/a", "/a"));
+        assert!(prefix_matches("/a", "/a/b"));
+        assert!(!prefix_matches("/a", "/ab"));
+        assert!(prefix_matches("/a/", "/a/b"));
+        assert!(!prefix_matches("/a/", "/a"));
+    }
+}

@@ -1,0 +1,217 @@
+//! Test support: the `selvedge` binary run as a process on 127.0.0.1:0, temp sites, and a
+//! blocking HTTP/1.1 client over real sockets.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_selvedge");
+
+/// A fresh temp directory (removed when dropped).
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("selvedge-it-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+    pub fn write(&self, rel: &str, data: impl AsRef<[u8]>) -> PathBuf {
+        let p = self.0.join(rel);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(&p, data).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `selvedge` process.
+pub struct Srv {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Srv {
+    /// Runs `selvedge ARGS` and waits for its startup line.
+    pub fn start(args: &[&str]) -> Srv {
+        Srv::try_start(args).unwrap_or_else(|lines| panic!("server did not start: {lines:?}"))
+    }
+
+    pub fn try_start(args: &[&str]) -> Result<Srv, Vec<String>> {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env_remove("SELVEDGE_ADDR")
+            .env_remove("SELVEDGE_WORKERS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let err = BufReader::new(child.stderr.take().unwrap());
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l2 = lines.clone();
+        std::thread::spawn(move || {
+            for line in err.lines() {
+                let Ok(line) = line else { break };
+                if let Some(i) = line.find("http://") {
+                    let rest = &line[i + 7..];
+                    let addr = &rest[..rest.find('/').unwrap_or(rest.len())];
+                    let _ = tx.send(addr.parse::<SocketAddr>().ok());
+                }
+                l2.lock().unwrap().push(line);
+            }
+            let _ = tx.send(None);
+        });
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(Some(addr)) => Ok(Srv { child, addr, stderr: lines }),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                std::thread::sleep(Duration::from_millis(50));
+                Err(lines.lock().unwrap().clone())
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status().unwrap();
+        assert!(ok.success());
+    }
+
+    /// Open file descriptors of the server process that are regular files (not sockets,
+    /// pipes or the event fds).
+    pub fn open_files(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(format!("/proc/{}/fd", self.pid())).unwrap().flatten() {
+            if let Ok(t) = std::fs::read_link(e.path()) {
+                let t = t.display().to_string();
+                if t.starts_with('/') && !t.starts_with("/dev/") {
+                    out.push(t);
+                }
+            }
+        }
+        out
+    }
+
+    pub fn fd_count(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).unwrap().count()
+    }
+
+    /// SIGTERM and wait for exit; returns the exit code.
+    pub fn stop(mut self) -> Option<i32> {
+        self.signal("TERM");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            assert!(Instant::now() < deadline, "server did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        request(self.addr, &format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"))
+    }
+
+    pub fn get_h(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
+        let mut r = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
+        for (n, v) in headers {
+            r.push_str(&format!("{n}: {v}\r\n"));
+        }
+        r.push_str("\r\n");
+        request(self.addr, &r)
+    }
+}
+
+impl Drop for Srv {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A parsed response.
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Sends raw bytes (one request, `Connection: close`) and reads the whole answer.
+pub fn request(addr: SocketAddr, raw: &str) -> Resp {
+    let mut s = connect(addr);
+    s.write_all(raw.as_bytes()).unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).unwrap();
+    parse(&buf, !raw.starts_with("HEAD ")).expect("a response")
+}
+
+/// Parses one response from `buf` (`with_body`: read `Content-Length` bytes of body).
+pub fn parse(buf: &[u8], with_body: bool) -> Option<Resp> {
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&buf[..end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = buf[end + 4..].to_vec();
+    if with_body {
+        if let Some(n) = headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse().ok()) {
+            body.truncate(n);
+        }
+    } else {
+        body.clear();
+    }
+    Some(Resp { status, headers, body })
+}
+
+/// Waits until `f` holds (or panics after `secs`).
+pub fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

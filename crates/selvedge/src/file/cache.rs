@@ -1,0 +1,394 @@
+//! The open-file cache and the file-info cache, in one map, swept by a two-phase reaper
+//! (Warp's design).
+//!
+//! Ground rules:
+//! - A lookup of a cached path is a read lock, a hash lookup and (the first time after a
+//!   sweep) one relaxed store of the entry's `used` flag: no system call.
+//! - A miss `stat`s the path. A regular file is opened (`O_NONBLOCK`, so a FIFO swapped
+//!   in cannot block a worker), `fstat`ed, and its canonical path resolved once; the
+//!   entry keeps the `Arc<File>`, size, mtime, `ETag` and `Last-Modified`, and, for files
+//!   up to [`CacheConfig::memory_max`], the bytes. Directories and missing paths are
+//!   cached too (the file-info cache), so index and precompressed-sibling probes are free.
+//! - Every [`CacheConfig::sweep`] the reaper thread walks the map: an entry not used since
+//!   the previous sweep is removed (marked on one sweep, gone on the next); a used one is
+//!   re-`stat`ed and removed if the file changed (device, inode, size or mtime) or was
+//!   deleted, so changes on disk are noticed within one sweep interval.
+//! - Removal only drops the map's reference: a response still sending the file holds its
+//!   own `Arc<File>`, so the descriptor closes when the last response using it is dropped
+//!   (finished, failed, or aborted because the client vanished) and never before.
+//! - The map holds at most [`CacheConfig::max_entries`]; past that, lookups return fresh
+//!   uncached entries (the descriptor then lives exactly as long as the response).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::{File, Metadata, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::HeaderValue;
+
+use crate::time::date;
+
+/// Cache settings.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheConfig {
+    /// Cache open files and file info at all: `true`. With `false` every lookup opens the
+    /// file afresh (and the descriptor closes with the response).
+    pub enabled: bool,
+    /// Interval of the reaper: 1 s. An unused entry lives between one and two sweeps; a
+    /// change on disk is noticed within one.
+    pub sweep: Duration,
+    /// Most entries kept: 10,000.
+    pub max_entries: usize,
+    /// Files up to this size are also held in memory (sent with one `write` instead of
+    /// `send` + `sendfile`): 16 KiB. 0 turns it off.
+    pub memory_max: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { enabled: true, sweep: Duration::from_secs(1), max_entries: 10_000, memory_max: 16 * 1024 }
+    }
+}
+
+/// What a path is.
+#[derive(Debug)]
+pub enum Kind {
+    /// A regular file, open.
+    File(FileInfo),
+    /// A directory.
+    Dir,
+    /// Nothing there (or not a regular file or directory, or not readable).
+    Missing,
+}
+
+/// An open regular file and what a response needs to know about it.
+pub struct FileInfo {
+    /// The open file, shared with every response sending it.
+    pub file: Arc<File>,
+    /// Size in bytes (from `fstat` of the open descriptor).
+    pub size: u64,
+    /// Modification time, seconds since the epoch.
+    pub mtime: u64,
+    /// Strong `ETag`: `"size-mtime_ns"` in hex.
+    pub etag: HeaderValue,
+    /// `Last-Modified` (IMF-fixdate).
+    pub last_modified: HeaderValue,
+    /// The whole content, for files up to [`CacheConfig::memory_max`].
+    pub bytes: Option<Bytes>,
+    /// The canonical path (symlinks resolved), to check against a root.
+    pub real: PathBuf,
+}
+
+impl fmt::Debug for FileInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileInfo")
+            .field("size", &self.size)
+            .field("etag", &self.etag)
+            .field("in_memory", &self.bytes.is_some())
+            .field("real", &self.real)
+            .finish()
+    }
+}
+
+/// Identity of what was found at a path, compared on each sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    dir: bool,
+}
+
+impl Stamp {
+    fn of(m: &Metadata) -> Stamp {
+        Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            dir: m.is_dir(),
+        }
+    }
+}
+
+/// One cached path.
+#[derive(Debug)]
+pub struct Entry {
+    /// What the path is.
+    pub kind: Kind,
+    stamp: Option<Stamp>,
+    used: AtomicBool,
+}
+
+impl Entry {
+    /// The open file, if the path is a regular file.
+    pub fn file(&self) -> Option<&FileInfo> {
+        match &self.kind {
+            Kind::File(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    fn missing() -> Entry {
+        Entry { kind: Kind::Missing, stamp: None, used: AtomicBool::new(true) }
+    }
+
+    /// Builds the entry for `path` with system calls (`stat`, `open`, `fstat`, `realpath`).
+    fn load(path: &Path, memory_max: u64) -> Entry {
+        let Ok(meta) = std::fs::metadata(path) else { return Entry::missing() };
+        if meta.is_dir() {
+            return Entry { kind: Kind::Dir, stamp: Some(Stamp::of(&meta)), used: AtomicBool::new(true) };
+        }
+        if !meta.is_file() {
+            return Entry::missing();
+        }
+        match Self::open(path, memory_max) {
+            Ok((info, stamp)) => Entry { kind: Kind::File(info), stamp: Some(stamp), used: AtomicBool::new(true) },
+            Err(_) => Entry::missing(),
+        }
+    }
+
+    fn open(path: &Path, memory_max: u64) -> io::Result<(FileInfo, Stamp)> {
+        let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+        }
+        let stamp = Stamp::of(&meta);
+        let size = meta.size();
+        let mtime = u64::try_from(meta.mtime()).unwrap_or(0);
+        let mtime_ns = u64::try_from(stamp.mtime_ns).unwrap_or(0);
+        let etag = HeaderValue::try_from(format!("\"{size:x}-{mtime_ns:x}\"")).expect("hex is a valid header");
+        let mut lm = [0u8; date::DATE_LEN];
+        date::render(mtime, &mut lm);
+        let last_modified = HeaderValue::from_bytes(&lm).expect("a date is a valid header");
+        let bytes = if size <= memory_max { read_all(&file, size) } else { None };
+        let real = path.canonicalize()?;
+        Ok((FileInfo { file: Arc::new(file), size, mtime, etag, last_modified, bytes, real }, stamp))
+    }
+
+    /// Whether what is at `path` now is still what this entry describes.
+    fn still_valid(&self, path: &Path) -> bool {
+        match (std::fs::metadata(path), self.stamp) {
+            (Ok(m), Some(s)) => Stamp::of(&m) == s,
+            (Err(_), None) => true,
+            _ => false,
+        }
+    }
+}
+
+fn read_all(file: &File, size: u64) -> Option<Bytes> {
+    let mut buf = vec![0u8; usize::try_from(size).ok()?];
+    let mut at = 0usize;
+    while at < buf.len() {
+        match file.read_at(&mut buf[at..], at as u64) {
+            Ok(0) => return None,
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(Bytes::from(buf))
+}
+
+struct Inner {
+    map: RwLock<HashMap<PathBuf, Arc<Entry>>>,
+    cfg: CacheConfig,
+    sweeps: AtomicU64,
+}
+
+/// The open-file and file-info cache. Cloning shares it; the reaper thread stops once the
+/// last clone is dropped (within one sweep interval).
+#[derive(Clone)]
+pub struct FileCache {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for FileCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileCache").field("cfg", &self.inner.cfg).field("entries", &self.len()).finish()
+    }
+}
+
+impl FileCache {
+    /// A cache with its reaper thread.
+    ///
+    /// # Panics
+    /// If the reaper thread cannot be spawned.
+    pub fn new(cfg: CacheConfig) -> FileCache {
+        let inner = Arc::new(Inner { map: RwLock::new(HashMap::new()), cfg, sweeps: AtomicU64::new(0) });
+        if cfg.enabled {
+            let weak: Weak<Inner> = Arc::downgrade(&inner);
+            std::thread::Builder::new()
+                .name("selvedge-file-reaper".into())
+                .spawn(move || loop {
+                    std::thread::sleep(cfg.sweep);
+                    let Some(inner) = weak.upgrade() else { return };
+                    FileCache { inner }.sweep();
+                })
+                .expect("spawn the file cache reaper");
+        }
+        FileCache { inner }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &CacheConfig {
+        &self.inner.cfg
+    }
+
+    /// What is at `path` (absolute, already checked by the caller against its root).
+    pub fn lookup(&self, path: &Path) -> Arc<Entry> {
+        let cfg = &self.inner.cfg;
+        if !cfg.enabled {
+            return Arc::new(Entry::load(path, cfg.memory_max));
+        }
+        if let Some(e) = self.inner.map.read().unwrap_or_else(|p| p.into_inner()).get(path) {
+            if !e.used.load(Ordering::Relaxed) {
+                e.used.store(true, Ordering::Relaxed);
+            }
+            return e.clone();
+        }
+        let e = Arc::new(Entry::load(path, cfg.memory_max));
+        let mut map = self.inner.map.write().unwrap_or_else(|p| p.into_inner());
+        if map.len() < cfg.max_entries {
+            // Another worker may have raced us here: keep the first and use it.
+            return map.entry(path.to_path_buf()).or_insert(e).clone();
+        }
+        e
+    }
+
+    /// Number of cached paths.
+    pub fn len(&self) -> usize {
+        self.inner.map.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of sweeps done so far.
+    pub fn sweeps(&self) -> u64 {
+        self.inner.sweeps.load(Ordering::Relaxed)
+    }
+
+    /// One pass of the reaper (normally run by the reaper thread): entries unused since the
+    /// last sweep are dropped; used ones are re-validated against the file system.
+    pub fn sweep(&self) {
+        let snapshot: Vec<(PathBuf, Arc<Entry>)> = {
+            let map = self.inner.map.read().unwrap_or_else(|p| p.into_inner());
+            map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        let mut dead = Vec::new();
+        for (path, e) in snapshot {
+            if !e.used.swap(false, Ordering::Relaxed) || !e.still_valid(&path) {
+                dead.push((path, e));
+            }
+        }
+        if !dead.is_empty() {
+            let mut map = self.inner.map.write().unwrap_or_else(|p| p.into_inner());
+            for (path, e) in &dead {
+                if map.get(path).is_some_and(|cur| Arc::ptr_eq(cur, e)) {
+                    map.remove(path);
+                }
+            }
+        }
+        // The map's references are gone; descriptors close here unless a response holds one.
+        drop(dead);
+        self.inner.sweeps.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Seconds since the epoch of a `SystemTime` (0 before the epoch).
+pub fn epoch_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("selvedge-cache-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn manual() -> FileCache {
+        // A long sweep interval: the tests call `sweep` themselves.
+        FileCache::new(CacheConfig { sweep: Duration::from_secs(3600), ..CacheConfig::default() })
+    }
+
+    #[test]
+    fn caches_files_dirs_and_missing() {
+        let d = tmpdir("kinds");
+        std::fs::write(d.join("a.txt"), b"hello").unwrap();
+        let c = manual();
+        let a = c.lookup(&d.join("a.txt"));
+        let f = a.file().unwrap();
+        assert_eq!(f.size, 5);
+        assert_eq!(f.bytes.as_deref(), Some(&b"hello"[..]));
+        assert!(Arc::ptr_eq(&a, &c.lookup(&d.join("a.txt"))));
+        assert!(matches!(c.lookup(&d).kind, Kind::Dir));
+        assert!(matches!(c.lookup(&d.join("nope")).kind, Kind::Missing));
+        assert_eq!(c.len(), 3);
+    }
+
+    #[test]
+    fn two_phase_sweep() {
+        let d = tmpdir("sweep");
+        std::fs::write(d.join("a"), b"x").unwrap();
+        let c = manual();
+        let a = c.lookup(&d.join("a"));
+        c.sweep(); // used since load: kept, flag cleared
+        assert_eq!(c.len(), 1);
+        c.lookup(&d.join("a"));
+        c.sweep(); // used again: kept
+        assert_eq!(c.len(), 1);
+        c.sweep(); // unused for a whole sweep: gone
+        assert_eq!(c.len(), 0);
+        // The response that still holds it can read it.
+        let mut b = [0u8; 1];
+        a.file().unwrap().file.read_at(&mut b, 0).unwrap();
+        assert_eq!(&b, b"x");
+    }
+
+    #[test]
+    fn notices_changes_and_deletion() {
+        let d = tmpdir("change");
+        let p = d.join("f");
+        std::fs::write(&p, b"one").unwrap();
+        let c = manual();
+        let first = c.lookup(&p);
+        std::fs::write(d.join("f.new"), b"second").unwrap();
+        std::fs::rename(d.join("f.new"), &p).unwrap();
+        c.sweep();
+        let second = c.lookup(&p);
+        assert!(!Arc::ptr_eq(&first, &second));
+        assert_eq!(second.file().unwrap().size, 6);
+        std::fs::remove_file(&p).unwrap();
+        c.sweep();
+        assert!(matches!(c.lookup(&p).kind, Kind::Missing));
+        std::fs::write(&p, b"back").unwrap();
+        c.sweep();
+        assert_eq!(c.lookup(&p).file().unwrap().size, 4);
+    }
+
+    #[test]
+    fn memory_max_and_disabled() {
+        let d = tmpdir("mem");
+        std::fs::write(d.join("big"), vec![7u8; 100]).unwrap();
+        let c = FileCache::new(CacheConfig { memory_max: 10, enabled: false, ..CacheConfig::default() });
+        let e = c.lookup(&d.join("big"));
+        assert!(e.file().unwrap().bytes.is_none());
+        assert_eq!(c.len(), 0);
+    }
+}
