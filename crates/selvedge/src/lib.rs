@@ -34,6 +34,7 @@ pub mod app;
 mod body;
 mod error;
 pub mod h1;
+pub mod h2;
 pub mod hpack;
 pub mod middleware;
 mod pool;
