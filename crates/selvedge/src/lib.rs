@@ -39,6 +39,7 @@ pub mod file;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod h1;
+pub mod h2;
 pub mod hpack;
 pub mod middleware;
 mod pool;

@@ -71,6 +71,8 @@ pub struct Settings {
     pub workers: Workers,
     /// `Server` header value (`None` to omit): `selvedge`.
     pub server_name: Option<&'static str>,
+    /// HTTP/2 limits; see [`H2Settings`](crate::h2::H2Settings) for each default.
+    pub h2: crate::h2::H2Settings,
     /// Called on errors the engine handles itself. Default: none.
     pub on_exception: Option<ExceptionHook>,
     /// Builds the engine's own error responses. Default: a short `text/plain` body.
@@ -95,6 +97,7 @@ impl Default for Settings {
             backlog: 1024,
             workers: Workers::default(),
             server_name: Some("selvedge"),
+            h2: crate::h2::H2Settings::default(),
             on_exception: None,
             error_response: None,
         }
