@@ -15,7 +15,6 @@
 
 use std::future::{poll_fn, Future};
 use std::panic::AssertUnwindSafe;
-use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
@@ -74,7 +73,8 @@ pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg
     conn.run(&*app).await;
     if let Some(upgraded) = conn.h2.take() {
         let Conn { sock, peer, cfg, timer, rbuf, .. } = conn;
-        crate::h2::conn::serve(sock, peer, app, cfg, timer, rbuf, upgraded).await;
+        // Boxed so HTTP/1 connections do not carry the HTTP/2 driver's state (idle memory).
+        Box::pin(crate::h2::conn::serve(sock, peer, app, cfg, timer, rbuf, upgraded)).await;
     }
 }
 
@@ -490,7 +490,9 @@ pub(crate) fn default_error_response(status: StatusCode) -> Response {
 
 /// Runs the app; `None` if it panicked (the panic stays inside this request).
 pub(crate) async fn call_catching_panics<A: App>(app: &A, req: Request) -> Option<Response> {
-    let mut fut = pin!(app.handle(req));
+    // Boxed: the app's future lives only while the request runs, so an idle connection's
+    // task does not carry the app's (possibly large) state.
+    let mut fut = Box::pin(app.handle(req));
     poll_fn(|cx| match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
         Ok(Poll::Ready(r)) => Poll::Ready(Some(r)),
         Ok(Poll::Pending) => Poll::Pending,
