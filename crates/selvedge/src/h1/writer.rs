@@ -16,12 +16,55 @@ use crate::time::timeout::TimerHandle;
 pub struct BodyWriter {
     inner: Inner,
     written: u64,
+    /// Where a compressing writer leaves its state when dropped (see `Compressing`).
+    #[cfg(feature = "compress")]
+    home: Option<CompressHome>,
+}
+
+/// A writer that compresses into another writer (the compression middleware's streams).
+#[cfg(feature = "compress")]
+#[derive(Debug)]
+pub(crate) struct Compressing {
+    inner: BodyWriter,
+    enc: crate::middleware::compress::Encoder,
+}
+
+#[cfg(feature = "compress")]
+pub(crate) type CompressHome = Arc<std::sync::Mutex<Option<Box<Compressing>>>>;
+
+#[cfg(feature = "compress")]
+impl Compressing {
+    /// Ends the compressed stream and sends its last bytes.
+    pub(crate) async fn finish(self: Box<Self>) -> io::Result<()> {
+        let Compressing { mut inner, enc } = *self;
+        let z = enc.finish()?;
+        inner.write(&z).await
+    }
+}
+
+#[cfg(feature = "compress")]
+impl Drop for BodyWriter {
+    fn drop(&mut self) {
+        if let (Inner::Compress(c), Some(home)) = (&mut self.inner, &self.home) {
+            if let (Some(c), Ok(mut h)) = (c.take(), home.lock()) {
+                *h = Some(c);
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
 enum Inner {
-    H1 { sock: Arc<Socket>, chunked: bool, timer: TimerHandle, send_timeout: Duration, scratch: Vec<u8> },
+    H1 {
+        sock: Arc<Socket>,
+        chunked: bool,
+        timer: TimerHandle,
+        send_timeout: Duration,
+        scratch: Vec<u8>,
+    },
     H2(crate::h2::conn::StreamWriter),
+    #[cfg(feature = "compress")]
+    Compress(Option<Box<Compressing>>),
 }
 
 impl BodyWriter {
@@ -29,11 +72,29 @@ impl BodyWriter {
         BodyWriter {
             inner: Inner::H1 { sock, chunked, timer, send_timeout, scratch: Vec::with_capacity(24) },
             written: 0,
+            #[cfg(feature = "compress")]
+            home: None,
         }
     }
 
     pub(crate) fn h2(w: crate::h2::conn::StreamWriter) -> BodyWriter {
-        BodyWriter { inner: Inner::H2(w), written: 0 }
+        BodyWriter {
+            inner: Inner::H2(w),
+            written: 0,
+            #[cfg(feature = "compress")]
+            home: None,
+        }
+    }
+
+    /// A writer compressing with `enc` into `inner`; when dropped its state goes to `home`
+    /// so the middleware can finish the compressed stream.
+    #[cfg(feature = "compress")]
+    pub(crate) fn compressing(
+        inner: BodyWriter,
+        enc: crate::middleware::compress::Encoder,
+        home: CompressHome,
+    ) -> BodyWriter {
+        BodyWriter { inner: Inner::Compress(Some(Box::new(Compressing { inner, enc }))), written: 0, home: Some(home) }
     }
 
     /// Sends `data` as the next part of the body.
@@ -61,6 +122,15 @@ impl BodyWriter {
                 r?;
             }
             Inner::H2(w) => w.write(data).await?,
+            #[cfg(feature = "compress")]
+            Inner::Compress(c) => {
+                let c = c.as_mut().ok_or_else(|| io::Error::other("compressing writer finished"))?;
+                // Flushed on every write so a streaming app's messages are not held back.
+                let z = c.enc.push(data, true)?;
+                if !z.is_empty() {
+                    Box::pin(c.inner.write(&z)).await?;
+                }
+            }
         }
         self.written += data.len() as u64;
         Ok(())

@@ -1,6 +1,9 @@
 //! Middleware building blocks. Compression and logging middleware live in their own modules
 //! as they land; these two make any "around" behaviour a closure.
 
+#[cfg(feature = "compress")]
+pub mod compress;
+
 use std::future::Future;
 use std::sync::Arc;
 
@@ -60,3 +63,6 @@ where
         (self.f)(req, Next { app: self.app.clone() })
     }
 }
+
+#[cfg(feature = "compress")]
+pub use compress::{Compress, CompressApp};
