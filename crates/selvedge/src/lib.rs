@@ -50,6 +50,8 @@ mod settings;
 mod socket;
 pub mod sys;
 pub mod time;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use app::{App, AppExt, BoxApp, Middleware};
 pub use body::Body;
