@@ -134,8 +134,9 @@ impl Proto {
             (Setting::MAX_CONCURRENT_STREAMS, p.cfg.max_concurrent_streams),
             (Setting::INITIAL_WINDOW_SIZE, p.cfg.initial_window_size),
             (Setting::MAX_HEADER_LIST_SIZE, p.cfg.max_header_list_size),
-            (Setting::ENABLE_PUSH, 0),
         ];
+        // No SETTINGS_ENABLE_PUSH: only clients use it (some client stacks reject it from a
+        // server), and we never push.
         if p.cfg.max_frame_size != frame::DEFAULT_MAX_FRAME_SIZE {
             values.push((Setting::MAX_FRAME_SIZE, p.cfg.max_frame_size));
         }
