@@ -63,18 +63,20 @@ fn axum_router_over_http1() {
 
 #[test]
 fn axum_router_over_h2c_with_curl() {
+    // One URL per curl run: curl 7.88 fails to reuse an h2c prior-knowledge connection for a
+    // second URL against any server (h2o too).
     let srv = start(settings(), TowerApp::new(router()));
     let base = format!("http://{}", srv.addr);
-    let out = std::process::Command::new("curl")
-        .args(["-sS", "--http2-prior-knowledge", "-w", " %{http_version}\n"])
-        .args([format!("{base}/hello/h2"), format!("{base}/stream")])
-        .output()
-        .expect("curl");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(text, "hello, h2 2\npart0;part1;part2;part3;part4; 2\n", "{}", String::from_utf8_lossy(&out.stderr));
-    let out = std::process::Command::new("curl")
-        .args(["-sS", "--http2-prior-knowledge", "--data-binary", "posted over h2", &format!("{base}/echo")])
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "posted over h2");
+    let curl = |args: &[&str]| {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--http2-prior-knowledge", "-w", " %{http_version}"])
+            .args(args)
+            .output()
+            .expect("curl");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(curl(&[&format!("{base}/hello/h2")]), "hello, h2 2");
+    assert_eq!(curl(&[&format!("{base}/stream")]), "part0;part1;part2;part3;part4; 2");
+    assert_eq!(curl(&["--data-binary", "posted over h2", &format!("{base}/echo")]), "posted over h2 2");
 }
