@@ -50,6 +50,8 @@ mod settings;
 mod socket;
 pub mod sys;
 pub mod time;
+#[cfg(feature = "tls")]
+pub mod tls;
 #[cfg(feature = "tower")]
 pub mod tower;
 

@@ -65,6 +65,8 @@ pub struct Settings {
     pub max_connections: usize,
     /// How long graceful shutdown waits for in-flight requests: 30 s.
     pub graceful_timeout: Duration,
+    /// Time allowed for a TLS handshake: 10 s.
+    pub tls_handshake_timeout: Duration,
     /// Listen backlog: 1024.
     pub backlog: i32,
     /// Workers: per-core runtimes, one per available core.
@@ -94,6 +96,7 @@ impl Default for Settings {
             linger_timeout: Duration::from_secs(2),
             max_connections: 10_000,
             graceful_timeout: Duration::from_secs(30),
+            tls_handshake_timeout: Duration::from_secs(10),
             backlog: 1024,
             workers: Workers::default(),
             server_name: Some("selvedge"),
