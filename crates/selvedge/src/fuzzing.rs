@@ -70,3 +70,65 @@ pub fn hpack_decode(data: &[u8]) {
         }
     }
 }
+
+/// The HTTP/2 frame decoder: frames are cut off the input until it runs out or a
+/// connection error.
+pub fn h2_frame(data: &[u8]) {
+    let mut buf = BytesMut::from(data);
+    for _ in 0..10_000 {
+        let before = buf.len();
+        match crate::h2::codec::decode_frame(&mut buf, 16_384) {
+            Ok(Some(_)) => assert!(buf.len() < before),
+            Ok(None) => return,
+            Err(_) if buf.len() < before => {} // a stream error: the frame was consumed
+            Err(_) => return,
+        }
+    }
+}
+
+/// The HTTP/2 connection state machine (sans-IO) driven by an arbitrary frame sequence
+/// (the input after the preface): each request is answered at once with a small body, and
+/// the sender's output is drained, as the driver does.
+pub fn h2_conn(data: &[u8]) {
+    use crate::h2::proto::{Event, Proto};
+    let mut p = Proto::new(crate::h2::H2Settings::default(), Some("fuzz"));
+    let mut buf = BytesMut::from(data);
+    let mut events = Vec::new();
+    let mut out = Vec::new();
+    let mut now = 0u64;
+    for _ in 0..10_000 {
+        now += 1;
+        let max = p.max_frame_size();
+        let step = match crate::h2::codec::decode_frame(&mut buf, max) {
+            Ok(Some(f)) => p.recv(f, now),
+            Ok(None) => break,
+            Err(e) => p.recv_error(e),
+        };
+        if let Err(r) = step {
+            p.go_away(r);
+            break;
+        }
+        p.take_events(&mut events);
+        for ev in events.drain(..) {
+            if let Event::Request(id, _req) = ev {
+                let res = crate::Response::bytes(http::StatusCode::OK, "fuzz");
+                let _ = p.respond(id, res);
+            }
+        }
+        out.clear();
+        p.fill(&mut out, 64 * 1024);
+        if p.is_done() {
+            break;
+        }
+    }
+    out.clear();
+    p.fill(&mut out, 64 * 1024);
+}
+
+/// The `Range` header parser, against a size taken from the first two bytes.
+pub fn range(data: &[u8]) {
+    let Some((size, value)) = data.split_first_chunk::<2>() else { return };
+    let size = u64::from(u16::from_le_bytes(*size));
+    let _ = crate::file::range::parse(value, size);
+    let _ = crate::file::range::if_range_matches(value, b"\"etag\"", 784_111_777);
+}

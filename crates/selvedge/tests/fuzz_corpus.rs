@@ -36,3 +36,24 @@ fn replay_hpack_decode() {
         selvedge::fuzzing::hpack_decode(&data);
     }
 }
+
+#[test]
+fn replay_h2_frame() {
+    for (_, data) in corpus("h2_frame") {
+        selvedge::fuzzing::h2_frame(&data);
+    }
+}
+
+#[test]
+fn replay_h2_conn() {
+    for (_, data) in corpus("h2_conn") {
+        selvedge::fuzzing::h2_conn(&data);
+    }
+}
+
+#[test]
+fn replay_range() {
+    for (_, data) in corpus("range") {
+        selvedge::fuzzing::range(&data);
+    }
+}
