@@ -31,6 +31,12 @@ CLK_TCK=$(getconf CLK_TCK)
 SELVEDGE_DEFAULT_CMD=target/release/examples/hello
 SELVEDGE_CMD=${SELVEDGE_CMD:-$SELVEDGE_DEFAULT_CMD}
 SELVEDGE_WORKERS=${SELVEDGE_WORKERS:-1}
+# TLS runs (bench/tls.sh) set these: https, the negotiated protocol h2load must report, and
+# the certificate every server uses.
+SCHEME=${SCHEME:-http}
+EXPECT_ALPN=${EXPECT_ALPN:-h2c}
+TLS_CERT=${TLS_CERT:-}
+TLS_KEY=${TLS_KEY:-}
 # shellcheck disable=SC2034  # used by the scripts that source this
 DEFAULT_SERVERS="selvedge nginx h2o lighttpd mighttpd2"
 
@@ -168,6 +174,10 @@ srv_nginx() {
     # nginx 1.22 (Debian 12) has no `http2 on;` (that is 1.25.1+): `listen ... http2` on a
     # non-TLS listener means h2c with prior knowledge only (HTTP/1.1 is not served there).
     [[ $proto == h2 ]] && listen_flags=" http2"
+    [[ $proto == h2tls ]] && listen_flags=" ssl http2;
+        ssl_certificate $TLS_CERT;
+        ssl_certificate_key $TLS_KEY;
+        ssl_session_cache shared:SSL:10m"
     mkdir -p "$dir/tmp"
     cat >"$dir/nginx.conf" <<EOF
 daemon off;
@@ -202,8 +212,14 @@ EOF
 }
 
 srv_h2o() {
-    local dir=$1 port=$2
+    local dir=$1 port=$2 proto=${3:-h1} ssl=""
     need h2o
+    if [[ $proto == h2tls ]]; then
+        ssl="
+  ssl:
+    certificate-file: $TLS_CERT
+    key-file: $TLS_KEY"
+    fi
     # `user: root` is needed: as root, h2o otherwise switches to nobody and then cannot
     # write its pid file / error log into our root-owned temp dir. h2c (prior knowledge
     # and Upgrade) is always on for plain listeners. No access-log directive = no logging.
@@ -211,7 +227,7 @@ srv_h2o() {
 user: root
 listen:
   host: 127.0.0.1
-  port: $port
+  port: $port$ssl
 num-threads: 1
 pid-file: $dir/h2o.pid
 error-log: $dir/error.log
@@ -297,6 +313,9 @@ srv_selvedge() {
     fi
     command -v "${SRV_CMD[0]}" >/dev/null 2>&1 || { SRV_WHY="not executable: ${SRV_CMD[0]}"; return 1; }
     SRV_ENV=("SELVEDGE_ADDR=127.0.0.1:$port" "SELVEDGE_WORKERS=$SELVEDGE_WORKERS")
+    if [[ ${3:-} == h2tls ]]; then
+        SRV_ENV+=("SELVEDGE_TLS_CERT=$TLS_CERT" "SELVEDGE_TLS_KEY=$TLS_KEY")
+    fi
     SRV_LOG=$dir/stdout.log
 }
 
@@ -382,17 +401,18 @@ verify_http() {
     local port=$1 proto=$2 body=$WORK/verify.body out want
     local -a opt=()
     [[ $proto == h2 ]] && opt=(--http2-prior-knowledge)
+    [[ $proto == h2tls ]] && opt=(-k --http2)
     want=$(wc -c <"$EXPECT_FILE")
     rm -f "$body"
     if ! out=$(curl -sS --max-time 10 "${opt[@]}" -o "$body" \
-        -w '%{http_code} %{size_download} %{http_version}' "http://127.0.0.1:$port$REQ_PATH" 2>"$WORK/verify.err"); then
+        -w '%{http_code} %{size_download} %{http_version}' "$SCHEME://127.0.0.1:$port$REQ_PATH" 2>"$WORK/verify.err"); then
         cat "$WORK/verify.err"; return 1
     fi
     read -r code size ver <<<"$out"
     [[ $code == 200 ]] || { echo "status $code (want 200)"; return 1; }
     [[ $size == "$want" ]] || { echo "body $size bytes (want $want)"; return 1; }
     cmp -s "$body" "$EXPECT_FILE" || { echo "body differs from $EXPECT_FILE"; return 1; }
-    if [[ $proto == h2 && $ver != 2 ]]; then echo "HTTP version $ver (want 2)"; return 1; fi
+    if [[ $proto == h2* && $ver != 2 ]]; then echo "HTTP version $ver (want 2)"; return 1; fi
     return 0
 }
 
@@ -454,14 +474,14 @@ H2_THREADS=${H2_THREADS:-1}
 load_h2load() {
     local mode=$1 port=$2 out=$3 n=$H2_REQUESTS
     [[ $mode == warm ]] && n=$H2_WARMUP_REQUESTS
-    run_client "$out" h2load -t"$H2_THREADS" -c"$H2_CONNS" -m"$H2_STREAMS" -n"$n" "http://127.0.0.1:$port$REQ_PATH"
+    run_client "$out" h2load -t"$H2_THREADS" -c"$H2_CONNS" -m"$H2_STREAMS" -n"$n" "$SCHEME://127.0.0.1:$port$REQ_PATH"
 }
 
 # h2load: "finished in 2.01s, 99502.49 req/s, 70.12MB/s",
 # "requests: 200000 total, 200000 started, 200000 done, 200000 succeeded, 0 failed, 0 errored, 0 timeout",
 # "Application protocol: h2c". Requests counted = succeeded.
 load_h2load_parse() {
-    awk '
+    awk -v want="$EXPECT_ALPN" '
         /^finished in/ { rps = $4 }
         /^requests:/ { total = $2; ok = $8; failed = $10; errored = $12; tmo = $14 }
         /^Application protocol:/ { proto = $3 }
@@ -471,7 +491,7 @@ load_h2load_parse() {
             if (rps == "") rps = 0
             if (failed + errored + tmo > 0) err = err "failed:" failed "/errored:" errored "/timeout:" tmo ","
             if (ok + 0 < total + 0) err = err "succeeded:" ok "<" total ","
-            if (proto != "h2c") err = err "protocol:" (proto == "" ? "none" : proto) ","
+            if (proto != want) err = err "protocol:" (proto == "" ? "none" : proto) ","
             if (err == "") err = "-"; else sub(/,$/, "", err)
             print ok, rps, err
         }' "$1"

@@ -1,7 +1,8 @@
 //! Serves the seeds' 612-byte page from memory on every path: the benchmark app.
 //!
 //! `SELVEDGE_ADDR` (default `127.0.0.1:8080`), `SELVEDGE_WORKERS` (default: one per core),
-//! `SELVEDGE_MODE` (`percore`, the default, or `multi`).
+//! `SELVEDGE_MODE` (`percore`, the default, or `multi`); with `SELVEDGE_TLS_CERT` and
+//! `SELVEDGE_TLS_KEY` (PEM files) it serves HTTPS instead.
 
 use bytes::Bytes;
 use selvedge::http::{header, StatusCode};
@@ -20,7 +21,16 @@ fn main() -> std::io::Result<()> {
         };
     }
     let body = Bytes::from_static(PAGE);
-    let server = Server::new(settings).bind(addr).start(move |_req| {
+    let server = Server::new(settings);
+    // SELVEDGE_TLS_CERT / SELVEDGE_TLS_KEY (PEM files): serve HTTPS (ALPN h2 and http/1.1).
+    let server = match (std::env::var_os("SELVEDGE_TLS_CERT"), std::env::var_os("SELVEDGE_TLS_KEY")) {
+        (Some(c), Some(k)) => {
+            let ck = selvedge::tls::CertKey::from_pem_files(vec![], c.as_ref(), k.as_ref())?;
+            server.bind_tls(addr, selvedge::tls::server_config(vec![ck], false, true)?)
+        }
+        _ => server.bind(addr),
+    };
+    let server = server.start(move |_req| {
         let body = body.clone();
         async move { Response::bytes(StatusCode::OK, body).header(header::CONTENT_TYPE, "text/html") }
     })?;
