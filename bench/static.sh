@@ -20,7 +20,7 @@ need wrk
 
 bench_init static
 
-if [[ " $SERVERS " == *" selvedge "* && ( ! -x $SELVEDGE_BIN || ${SELVEDGE_BUILD:-0} == 1 ) ]]; then
+if [[ " $SERVERS " == *" selvedge"* && ( ! -x $SELVEDGE_BIN || ${SELVEDGE_BUILD:-0} == 1 ) ]]; then
     log "building selvedge: cargo build --release -p selvedge-server"
     (cd "$REPO_DIR" && cargo build --release -p selvedge-server) >&2 || SRV_FAILED[selvedge]="cargo build failed"
 fi
@@ -44,6 +44,8 @@ host = "127.0.0.1"
 port = $port
 [timeouts]
 idle = 300
+[file_cache]
+memory_max = ${SELVEDGE_MEMORY_MAX:-16384}
 [log]
 access = "$access"
 size = 1073741824
@@ -54,6 +56,12 @@ root = "$SITE_DIR"
 EOF
     SRV_CMD=("$SELVEDGE_BIN" --config "$dir/selvedge.toml")
     SRV_LOG=$dir/stdout.log
+}
+
+# selvedge-sendfile: the same, but small files are sent with send(MSG_MORE) + sendfile
+# instead of from memory (memory_max = 0): the measurement behind the default.
+srv_selvedge-sendfile() {
+    SELVEDGE_MEMORY_MAX=0 srv_selvedge "$@"
 }
 
 # With BENCH_LOG=1 every peer writes a combined-format access log to a file in its dir.

@@ -9,7 +9,7 @@ use std::io;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use selvedge::file::FileCache;
+use selvedge::file::{CacheConfig, FileCache};
 use selvedge::http::StatusCode;
 use selvedge::{App, Request, Response};
 
@@ -56,7 +56,7 @@ impl Site {
     /// # Errors
     /// A route's root is not a directory.
     pub fn build(cfg: &Config) -> io::Result<Site> {
-        let cache = FileCache::new(cfg.cache);
+        let cache = FileCache::new(CacheConfig { siblings: &["br", "gz"], ..cfg.cache });
         let mut vhosts = Vec::new();
         let mut by_host = HashMap::new();
         let mut default = None;

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use selvedge::file::range::{self, ByteRange, Ranges};
-use selvedge::file::{conditional, FileCache, FileInfo, Kind, Precondition, Preconditions};
+use selvedge::file::{conditional, FileCache, FileInfo, Kind, Precondition, Preconditions, Sibling};
 use selvedge::http::{header, HeaderValue, Method, StatusCode};
 use selvedge::{Request, Response};
 
@@ -118,16 +118,6 @@ impl StaticFiles {
         Ok(path)
     }
 
-    /// The cached open file at `path` if it is a regular file this route may serve.
-    fn file_at(&self, path: &Path) -> Option<Arc<selvedge::file::Entry>> {
-        let e = self.cache.lookup(path);
-        let f = e.file()?;
-        if !self.opts.symlinks_outside && !f.real.starts_with(&self.root) {
-            return None;
-        }
-        Some(e)
-    }
-
     /// A plain or custom error response.
     pub fn error(&self, status: StatusCode) -> Response {
         if let Some(page) = self.opts.error_pages.get(&status.as_u16()) {
@@ -181,27 +171,23 @@ impl StaticFiles {
         }
         let content_type = mime::for_path(&path);
 
-        // Precompressed siblings.
+        // Precompressed siblings (found and validated with the file by the cache).
         let mut encoding = None;
         let mut vary = false;
-        let mut variant = None;
-        if self.opts.precompressed && mime::compressible(content_type) {
+        let mut f = f;
+        if self.opts.precompressed && !entry.siblings.is_empty() && mime::compressible(content_type) {
             let accept = req.header("accept-encoding").unwrap_or(b"");
-            for (coding, ext) in [("br", "br"), ("gzip", "gz")] {
-                let mut p = path.clone().into_os_string();
-                p.push(".");
-                p.push(ext);
-                if let Some(e) = self.file_at(Path::new(&p)) {
-                    vary = true;
-                    if encoding.is_none() && accepts(accept, coding) {
-                        encoding = Some(coding);
-                        variant = Some(e);
-                    }
+            let inside = |s: &&Sibling| self.opts.symlinks_outside || s.info.real.starts_with(&self.root);
+            vary = entry.siblings.iter().any(|s| inside(&s));
+            for s in entry.siblings.iter().filter(inside) {
+                let coding = if s.ext == "gz" { "gzip" } else { s.ext };
+                if accepts(accept, coding) {
+                    encoding = Some(coding);
+                    f = &s.info;
+                    break;
                 }
             }
         }
-        let entry = variant.unwrap_or(entry);
-        let f = entry.file().expect("checked to be a file");
 
         let pre = Preconditions {
             if_match: req.header("if-match"),
