@@ -118,6 +118,13 @@ impl StaticFiles {
         Ok(path)
     }
 
+    /// Whether `real` (a canonical path) is the root or under it: a byte comparison
+    /// (`Path::starts_with` walks components, measurably slower per request).
+    fn inside(&self, real: &Path) -> bool {
+        let (r, root) = (real.as_os_str().as_bytes(), self.root.as_os_str().as_bytes());
+        r.starts_with(root) && (r.len() == root.len() || r[root.len()] == b'/' || root == b"/")
+    }
+
     /// A plain or custom error response.
     pub fn error(&self, status: StatusCode) -> Response {
         if let Some(page) = self.opts.error_pages.get(&status.as_u16()) {
@@ -166,7 +173,7 @@ impl StaticFiles {
             }
         };
         let Some(f) = entry.file() else { return self.error(StatusCode::NOT_FOUND) };
-        if !self.opts.symlinks_outside && !f.real.starts_with(&self.root) {
+        if !self.opts.symlinks_outside && !self.inside(&f.real) {
             return self.error(StatusCode::NOT_FOUND);
         }
         let content_type = mime::for_path(&path);
@@ -177,7 +184,7 @@ impl StaticFiles {
         let mut f = f;
         if self.opts.precompressed && !entry.siblings.is_empty() && mime::compressible(content_type) {
             let accept = req.header("accept-encoding").unwrap_or(b"");
-            let inside = |s: &&Sibling| self.opts.symlinks_outside || s.info.real.starts_with(&self.root);
+            let inside = |s: &&Sibling| self.opts.symlinks_outside || self.inside(&s.info.real);
             vary = entry.siblings.iter().any(|s| inside(&s));
             for s in entry.siblings.iter().filter(inside) {
                 let coding = if s.ext == "gz" { "gzip" } else { s.ext };
