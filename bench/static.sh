@@ -20,7 +20,18 @@ need wrk
 
 bench_init static
 
-if [[ " $SERVERS " == *" selvedge "* && ( ! -x $SELVEDGE_BIN || ${SELVEDGE_BUILD:-0} == 1 ) ]]; then
+# Ports below the kernel's ephemeral range: lib.sh's 20000-59999 overlaps it, and a port
+# that a client connection (ours or another process's) holds locally cannot be bound.
+free_port() {
+    local p i
+    for i in $(seq 1 200); do
+        p=$((10000 + (RANDOM * 32768 + RANDOM) % 22000))
+        if ! port_open "$p"; then echo "$p"; return 0; fi
+    done
+    die "no free port found"
+}
+
+if [[ " $SERVERS " == *" selvedge"* && ( ! -x $SELVEDGE_BIN || ${SELVEDGE_BUILD:-0} == 1 ) ]]; then
     log "building selvedge: cargo build --release -p selvedge-server"
     (cd "$REPO_DIR" && cargo build --release -p selvedge-server) >&2 || SRV_FAILED[selvedge]="cargo build failed"
 fi
@@ -44,6 +55,8 @@ host = "127.0.0.1"
 port = $port
 [timeouts]
 idle = 300
+[file_cache]
+memory_max = ${SELVEDGE_MEMORY_MAX:-16384}
 [log]
 access = "$access"
 size = 1073741824
@@ -54,6 +67,12 @@ root = "$SITE_DIR"
 EOF
     SRV_CMD=("$SELVEDGE_BIN" --config "$dir/selvedge.toml")
     SRV_LOG=$dir/stdout.log
+}
+
+# selvedge-sendfile: the same, but small files are sent with send(MSG_MORE) + sendfile
+# instead of from memory (memory_max = 0): the measurement behind the default.
+srv_selvedge-sendfile() {
+    SELVEDGE_MEMORY_MAX=0 srv_selvedge "$@"
 }
 
 # With BENCH_LOG=1 every peer writes a combined-format access log to a file in its dir.
@@ -98,6 +117,7 @@ for BENCH_LOG in $LOG_MODES; do
         esac
         EXPECT_FILE=$SITE_DIR$REQ_PATH
         : >"$RESULTS"
+        SRV_FAILED=()   # a failure in one case does not skip a server in the next
         logdesc=off; [[ $BENCH_LOG == 1 ]] && logdesc="on (combined format, to a file)"
         log "static $c, access log $logdesc: servers: $SERVERS; wrk -t$THREADS -c$conns -d$dur; $ROUNDS rounds"
         CONNS=$conns DURATION=$dur bench_run h1 load_wrk

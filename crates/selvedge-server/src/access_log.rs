@@ -62,7 +62,7 @@ thread_local! {
     /// This thread's buffer for each log (normally one).
     static BUFFERS: RefCell<Vec<(usize, Buf)>> = const { RefCell::new(Vec::new()) };
     /// The rendered `%d/%b/%Y:%H:%M:%S +0000` of the current second.
-    static STAMP: RefCell<(u64, [u8; 26])> = const { RefCell::new((u64::MAX, [0; 26])) };
+    static STAMP: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
 }
 
 /// A request's half of a log line, taken before the app consumes the request.
@@ -175,9 +175,9 @@ impl AccessLog {
             let mut s = s.borrow_mut();
             let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
             if s.0 != now {
-                *s = (now, stamp(now));
+                *s = (now, String::from_utf8_lossy(&stamp(now)).into_owned());
             }
-            line.push_str(std::str::from_utf8(&s.1).unwrap_or(""));
+            line.push_str(&s.1);
         });
         line.push_str("] \"");
         escape(&mut line, req.method().as_str().as_bytes());

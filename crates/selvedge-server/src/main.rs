@@ -146,8 +146,14 @@ fn main() -> ExitCode {
         }
     };
     let roots = site.roots();
-    let front = Front { site: Arc::new(ArcSwap::from_pointee(site)), log: Arc::new(ArcSwap::from_pointee(log)) };
-    let mut server = Server::new(cfg.settings.clone());
+    let front = Front {
+        site: Arc::new(ArcSwap::from_pointee(site)),
+        log: Arc::new(ArcSwap::from_pointee(log)),
+        pages: Arc::new(ArcSwap::from_pointee(routes::engine_pages(&cfg))),
+    };
+    let mut settings = cfg.settings.clone();
+    settings.error_response = Some(routes::error_hook(front.pages.clone()));
+    let mut server = Server::new(settings);
     for a in &cfg.listen {
         server = server.bind(*a);
     }
@@ -262,6 +268,7 @@ fn reload(current: &mut Config, front: &Front) {
         eprintln!("selvedge: note: listeners and workers change only on restart");
     }
     front.site.store(Arc::new(site));
+    front.pages.store(Arc::new(routes::engine_pages(&new)));
     front.log.store(Arc::new(log));
     if let Some(l) = old_log.as_ref() {
         l.flush();

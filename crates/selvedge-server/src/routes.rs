@@ -9,8 +9,9 @@ use std::io;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use selvedge::file::FileCache;
-use selvedge::http::StatusCode;
+use bytes::Bytes;
+use selvedge::file::{CacheConfig, FileCache};
+use selvedge::http::{header, StatusCode};
 use selvedge::{App, Request, Response};
 
 use crate::access_log::AccessLog;
@@ -56,7 +57,7 @@ impl Site {
     /// # Errors
     /// A route's root is not a directory.
     pub fn build(cfg: &Config) -> io::Result<Site> {
-        let cache = FileCache::new(cfg.cache);
+        let cache = FileCache::new(CacheConfig { siblings: &["br", "gz"], ..cfg.cache });
         let mut vhosts = Vec::new();
         let mut by_host = HashMap::new();
         let mut default = None;
@@ -106,7 +107,7 @@ impl Site {
     pub async fn handle(&self, req: Request) -> Response {
         let Some(route) = self.vhost(&req).and_then(|v| v.route(req.path())) else {
             return Response::bytes(StatusCode::NOT_FOUND, "404 Not Found\n")
-                .header(selvedge::http::header::CONTENT_TYPE, "text/plain; charset=utf-8");
+                .header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
         };
         route.app.handle(req).await
     }
@@ -117,6 +118,37 @@ impl Site {
     }
 }
 
+/// Error pages of the default host's routes, in memory, for the answers the engine gives
+/// on its own (400, 413, 414, 431, 500...): swapped on reload like the site.
+pub type EnginePages = Arc<ArcSwap<HashMap<u16, (Bytes, &'static str)>>>;
+
+/// Reads the default virtual host's error pages (unreadable ones are skipped).
+pub fn engine_pages(cfg: &Config) -> HashMap<u16, (Bytes, &'static str)> {
+    let mut out = HashMap::new();
+    for v in cfg.vhosts.iter().filter(|v| v.hosts.is_empty()) {
+        for r in &v.routes {
+            for (code, path) in &r.opts.error_pages {
+                if let Ok(b) = std::fs::read(path) {
+                    out.entry(*code).or_insert((Bytes::from(b), crate::mime::for_path(path)));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The engine hook serving [`EnginePages`] (the engine's plain text otherwise).
+pub fn error_hook(pages: EnginePages) -> selvedge::ErrorResponseHook {
+    Arc::new(move |status: StatusCode, _err: &selvedge::Error| match pages.load().get(&status.as_u16()) {
+        Some((body, mime)) => Response::bytes(status, body.clone()).header(header::CONTENT_TYPE, *mime),
+        None => {
+            let reason = status.canonical_reason().unwrap_or("Error");
+            Response::bytes(status, format!("{} {reason}\n", status.as_u16()))
+                .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        }
+    })
+}
+
 /// The app the engine runs: the current site, plus the access log.
 #[derive(Debug, Clone)]
 pub struct Front {
@@ -124,6 +156,8 @@ pub struct Front {
     pub site: Arc<ArcSwap<Site>>,
     /// The access log, if on.
     pub log: Arc<ArcSwap<Option<AccessLog>>>,
+    /// Error pages for the engine's own answers.
+    pub pages: EnginePages,
 }
 
 impl App for Front {

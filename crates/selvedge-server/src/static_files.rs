@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use selvedge::file::range::{self, ByteRange, Ranges};
-use selvedge::file::{conditional, FileCache, FileInfo, Kind, Precondition, Preconditions};
+use selvedge::file::{conditional, FileCache, FileInfo, Kind, Precondition, Preconditions, Sibling};
 use selvedge::http::{header, HeaderValue, Method, StatusCode};
 use selvedge::{Request, Response};
 
@@ -118,14 +118,11 @@ impl StaticFiles {
         Ok(path)
     }
 
-    /// The cached open file at `path` if it is a regular file this route may serve.
-    fn file_at(&self, path: &Path) -> Option<Arc<selvedge::file::Entry>> {
-        let e = self.cache.lookup(path);
-        let f = e.file()?;
-        if !self.opts.symlinks_outside && !f.real.starts_with(&self.root) {
-            return None;
-        }
-        Some(e)
+    /// Whether `real` (a canonical path) is the root or under it: a byte comparison
+    /// (`Path::starts_with` walks components, measurably slower per request).
+    fn inside(&self, real: &Path) -> bool {
+        let (r, root) = (real.as_os_str().as_bytes(), self.root.as_os_str().as_bytes());
+        r.starts_with(root) && (r.len() == root.len() || r[root.len()] == b'/' || root == b"/")
     }
 
     /// A plain or custom error response.
@@ -176,32 +173,28 @@ impl StaticFiles {
             }
         };
         let Some(f) = entry.file() else { return self.error(StatusCode::NOT_FOUND) };
-        if !self.opts.symlinks_outside && !f.real.starts_with(&self.root) {
+        if !self.opts.symlinks_outside && !self.inside(&f.real) {
             return self.error(StatusCode::NOT_FOUND);
         }
         let content_type = mime::for_path(&path);
 
-        // Precompressed siblings.
+        // Precompressed siblings (found and validated with the file by the cache).
         let mut encoding = None;
         let mut vary = false;
-        let mut variant = None;
-        if self.opts.precompressed && mime::compressible(content_type) {
+        let mut f = f;
+        if self.opts.precompressed && !entry.siblings.is_empty() && mime::compressible(content_type) {
             let accept = req.header("accept-encoding").unwrap_or(b"");
-            for (coding, ext) in [("br", "br"), ("gzip", "gz")] {
-                let mut p = path.clone().into_os_string();
-                p.push(".");
-                p.push(ext);
-                if let Some(e) = self.file_at(Path::new(&p)) {
-                    vary = true;
-                    if encoding.is_none() && accepts(accept, coding) {
-                        encoding = Some(coding);
-                        variant = Some(e);
-                    }
+            let inside = |s: &&Sibling| self.opts.symlinks_outside || self.inside(&s.info.real);
+            vary = entry.siblings.iter().any(|s| inside(&s));
+            for s in entry.siblings.iter().filter(inside) {
+                let coding = if s.ext == "gz" { "gzip" } else { s.ext };
+                if accepts(accept, coding) {
+                    encoding = Some(coding);
+                    f = &s.info;
+                    break;
                 }
             }
         }
-        let entry = variant.unwrap_or(entry);
-        let f = entry.file().expect("checked to be a file");
 
         let pre = Preconditions {
             if_match: req.header("if-match"),

@@ -214,17 +214,19 @@ fn vhosts_routes_and_error_pages() {
     let other = TempDir::new("other");
     other.write("index.html", "other host\n");
     other.write("404.html", "<p>custom 404</p>");
+    other.write("400.html", "<p>custom 400</p>");
     let docs = TempDir::new("docs");
     docs.write("guide.txt", "the guide");
     let cfg = d.write(
         "cfg/selvedge.toml",
         format!(
             "[[listen]]\nport = 0\n[server]\nworkers = 1\n[cache]\nmax_age = 60\n\
-             [[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"{}\"\n\
+             [[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"{}\"\nerror_pages = {{ 400 = \"{}\" }}\n\
              [[vhost.route]]\npath = \"/docs\"\nroot = \"{}\"\n\
              [[vhost]]\nhosts = [\"Other.Example\"]\n[[vhost.route]]\npath = \"/\"\nroot = \"{}\"\n\
              error_pages = {{ 404 = \"{}\" }}\n",
             d.path().display(),
+            other.path().join("400.html").display(),
             docs.path().display(),
             other.path().display(),
             other.path().join("404.html").display()
@@ -244,4 +246,9 @@ fn vhosts_routes_and_error_pages() {
     assert_eq!((r.status, r.text().as_str()), (404, "<p>custom 404</p>"));
     assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
     assert_eq!(host("unknown.example", "/a.txt").text(), "0123456789");
+    // The engine's own answers (here a 400 for a request without Host) use the default
+    // host's pages; a route's 400 too (an encoded slash).
+    let r = request(s.addr, "GET / HTTP/1.1\r\nConnection: close\r\n\r\n");
+    assert_eq!((r.status, r.text().as_str()), (400, "<p>custom 400</p>"));
+    assert_eq!(s.get("/a%2fb").text(), "<p>custom 400</p>");
 }

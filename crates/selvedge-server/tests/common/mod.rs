@@ -72,12 +72,13 @@ impl Srv {
         std::thread::spawn(move || {
             for line in err.lines() {
                 let Ok(line) = line else { break };
+                // Recorded before the address is announced: a test may read it at once.
+                l2.lock().unwrap().push(line.clone());
                 if let Some(i) = line.find("http://") {
                     let rest = &line[i + 7..];
                     let addr = &rest[..rest.find('/').unwrap_or(rest.len())];
                     let _ = tx.send(addr.parse::<SocketAddr>().ok());
                 }
-                l2.lock().unwrap().push(line);
             }
             let _ = tx.send(None);
         });

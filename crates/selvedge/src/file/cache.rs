@@ -20,9 +20,11 @@
 //!   uncached entries (the descriptor then lives exactly as long as the response).
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::fmt;
 use std::fs::{File, Metadata, OpenOptions};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,11 +50,21 @@ pub struct CacheConfig {
     /// Files up to this size are also held in memory (sent with one `write` instead of
     /// `send` + `sendfile`): 16 KiB. 0 turns it off.
     pub memory_max: u64,
+    /// Sibling extensions looked up (and validated) with each regular file, for
+    /// precompressed variants: `name.EXT`. Default: none; the `selvedge` server uses
+    /// `["br", "gz"]`.
+    pub siblings: &'static [&'static str],
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { enabled: true, sweep: Duration::from_secs(1), max_entries: 10_000, memory_max: 16 * 1024 }
+        CacheConfig {
+            enabled: true,
+            sweep: Duration::from_secs(1),
+            max_entries: 10_000,
+            memory_max: 16 * 1024,
+            siblings: &[],
+        }
     }
 }
 
@@ -118,12 +130,25 @@ impl Stamp {
     }
 }
 
+/// A sibling of a regular file (`name.br`, `name.gz`), found and opened with it.
+#[derive(Debug)]
+pub struct Sibling {
+    /// The extension, from [`CacheConfig::siblings`].
+    pub ext: &'static str,
+    /// The open sibling.
+    pub info: FileInfo,
+}
+
 /// One cached path.
 #[derive(Debug)]
 pub struct Entry {
     /// What the path is.
     pub kind: Kind,
+    /// Siblings that exist (regular files), in [`CacheConfig::siblings`] order.
+    pub siblings: Vec<Sibling>,
     stamp: Option<Stamp>,
+    /// What each configured sibling path was at load time (`None`: absent).
+    sibling_stamps: Vec<Option<Stamp>>,
     used: AtomicBool,
 }
 
@@ -136,23 +161,36 @@ impl Entry {
         }
     }
 
-    fn missing() -> Entry {
-        Entry { kind: Kind::Missing, stamp: None, used: AtomicBool::new(true) }
+    fn new(kind: Kind, stamp: Option<Stamp>) -> Entry {
+        Entry { kind, siblings: Vec::new(), stamp, sibling_stamps: Vec::new(), used: AtomicBool::new(true) }
     }
 
     /// Builds the entry for `path` with system calls (`stat`, `open`, `fstat`, `realpath`).
-    fn load(path: &Path, memory_max: u64) -> Entry {
-        let Ok(meta) = std::fs::metadata(path) else { return Entry::missing() };
+    fn load(path: &Path, cfg: &CacheConfig) -> Entry {
+        let Ok(meta) = std::fs::metadata(path) else { return Entry::new(Kind::Missing, None) };
         if meta.is_dir() {
-            return Entry { kind: Kind::Dir, stamp: Some(Stamp::of(&meta)), used: AtomicBool::new(true) };
+            return Entry::new(Kind::Dir, Some(Stamp::of(&meta)));
         }
         if !meta.is_file() {
-            return Entry::missing();
+            return Entry::new(Kind::Missing, None);
         }
-        match Self::open(path, memory_max) {
-            Ok((info, stamp)) => Entry { kind: Kind::File(info), stamp: Some(stamp), used: AtomicBool::new(true) },
-            Err(_) => Entry::missing(),
+        let Ok((info, stamp)) = Self::open(path, cfg.memory_max) else { return Entry::new(Kind::Missing, None) };
+        let mut e = Entry::new(Kind::File(info), Some(stamp));
+        for &ext in cfg.siblings {
+            let p = sibling_path(path, ext);
+            let found = match std::fs::metadata(&p) {
+                Ok(m) if m.is_file() => Self::open(&p, cfg.memory_max).ok(),
+                _ => None,
+            };
+            match found {
+                Some((info, stamp)) => {
+                    e.sibling_stamps.push(Some(stamp));
+                    e.siblings.push(Sibling { ext, info });
+                }
+                None => e.sibling_stamps.push(None),
+            }
         }
+        e
     }
 
     fn open(path: &Path, memory_max: u64) -> io::Result<(FileInfo, Stamp)> {
@@ -174,14 +212,29 @@ impl Entry {
         Ok((FileInfo { file: Arc::new(file), size, mtime, etag, last_modified, bytes, real }, stamp))
     }
 
-    /// Whether what is at `path` now is still what this entry describes.
-    fn still_valid(&self, path: &Path) -> bool {
-        match (std::fs::metadata(path), self.stamp) {
+    /// Whether what is at `path` (and its siblings) now is still what this entry describes.
+    fn still_valid(&self, path: &Path, cfg: &CacheConfig) -> bool {
+        let same = |p: &Path, stamp: Option<Stamp>| match (std::fs::metadata(p), stamp) {
             (Ok(m), Some(s)) => Stamp::of(&m) == s,
+            (Ok(m), None) => !m.is_file() && !m.is_dir(),
             (Err(_), None) => true,
-            _ => false,
+            (Err(_), Some(_)) => false,
+        };
+        if !same(path, self.stamp) {
+            return false;
         }
+        if !matches!(self.kind, Kind::File(_)) {
+            return true;
+        }
+        cfg.siblings.iter().zip(&self.sibling_stamps).all(|(ext, st)| same(&sibling_path(path, ext), *st))
     }
+}
+
+fn sibling_path(path: &Path, ext: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".");
+    p.push(ext);
+    PathBuf::from(p)
 }
 
 fn read_all(file: &File, size: u64) -> Option<Bytes> {
@@ -199,7 +252,9 @@ fn read_all(file: &File, size: u64) -> Option<Bytes> {
 }
 
 struct Inner {
-    map: RwLock<HashMap<PathBuf, Arc<Entry>>>,
+    /// Keyed by the path's bytes (hashing bytes is much cheaper than `Path`'s
+    /// component-wise hash).
+    map: RwLock<HashMap<Box<[u8]>, Arc<Entry>>>,
     cfg: CacheConfig,
     sweeps: AtomicU64,
 }
@@ -247,19 +302,20 @@ impl FileCache {
     pub fn lookup(&self, path: &Path) -> Arc<Entry> {
         let cfg = &self.inner.cfg;
         if !cfg.enabled {
-            return Arc::new(Entry::load(path, cfg.memory_max));
+            return Arc::new(Entry::load(path, cfg));
         }
-        if let Some(e) = self.inner.map.read().unwrap_or_else(|p| p.into_inner()).get(path) {
+        let key = path.as_os_str().as_bytes();
+        if let Some(e) = self.inner.map.read().unwrap_or_else(|p| p.into_inner()).get(key) {
             if !e.used.load(Ordering::Relaxed) {
                 e.used.store(true, Ordering::Relaxed);
             }
             return e.clone();
         }
-        let e = Arc::new(Entry::load(path, cfg.memory_max));
+        let e = Arc::new(Entry::load(path, cfg));
         let mut map = self.inner.map.write().unwrap_or_else(|p| p.into_inner());
         if map.len() < cfg.max_entries {
             // Another worker may have raced us here: keep the first and use it.
-            return map.entry(path.to_path_buf()).or_insert(e).clone();
+            return map.entry(key.into()).or_insert(e).clone();
         }
         e
     }
@@ -282,13 +338,15 @@ impl FileCache {
     /// One pass of the reaper (normally run by the reaper thread): entries unused since the
     /// last sweep are dropped; used ones are re-validated against the file system.
     pub fn sweep(&self) {
-        let snapshot: Vec<(PathBuf, Arc<Entry>)> = {
+        let snapshot: Vec<(Box<[u8]>, Arc<Entry>)> = {
             let map = self.inner.map.read().unwrap_or_else(|p| p.into_inner());
             map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
         };
         let mut dead = Vec::new();
         for (path, e) in snapshot {
-            if !e.used.swap(false, Ordering::Relaxed) || !e.still_valid(&path) {
+            if !e.used.swap(false, Ordering::Relaxed)
+                || !e.still_valid(Path::new(OsStr::from_bytes(&path)), &self.inner.cfg)
+            {
                 dead.push((path, e));
             }
         }
@@ -380,6 +438,28 @@ mod tests {
         std::fs::write(&p, b"back").unwrap();
         c.sweep();
         assert_eq!(c.lookup(&p).file().unwrap().size, 4);
+    }
+
+    #[test]
+    fn siblings_found_and_validated() {
+        let d = tmpdir("sib");
+        std::fs::write(d.join("s.css"), b"body{}").unwrap();
+        std::fs::write(d.join("s.css.gz"), b"GZ").unwrap();
+        let c = FileCache::new(CacheConfig {
+            sweep: Duration::from_secs(3600),
+            siblings: &["br", "gz"],
+            ..CacheConfig::default()
+        });
+        let e = c.lookup(&d.join("s.css"));
+        assert_eq!(e.siblings.len(), 1);
+        assert_eq!((e.siblings[0].ext, e.siblings[0].info.size), ("gz", 2));
+        std::fs::write(d.join("s.css.br"), b"BR!").unwrap();
+        c.sweep();
+        let e = c.lookup(&d.join("s.css"));
+        assert_eq!(e.siblings.iter().map(|s| s.ext).collect::<Vec<_>>(), ["br", "gz"]);
+        std::fs::remove_file(d.join("s.css.gz")).unwrap();
+        c.sweep();
+        assert_eq!(c.lookup(&d.join("s.css")).siblings.len(), 1);
     }
 
     #[test]

@@ -112,21 +112,48 @@ fn digits(s: &[u8]) -> Option<u32> {
     Some(s.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')))
 }
 
-/// Parses an HTTP-date in the preferred IMF-fixdate form (`Sun, 06 Nov 1994 08:49:37
-/// GMT`) into seconds since the epoch. The obsolete RFC 850 and asctime forms, and
-/// anything malformed, give `None` (and the header carrying it is then ignored).
+/// Parses an HTTP-date (RFC 9110 §5.6.7) into seconds since the epoch: the preferred
+/// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) and, as recipients must, the obsolete
+/// RFC 850 (`Sunday, 06-Nov-94 08:49:37 GMT`; two-digit years 70-99 are 19xx, others 20xx)
+/// and asctime (`Sun Nov  6 08:49:37 1994`) forms. Anything malformed gives `None` (and
+/// the header carrying it is then ignored).
 pub fn parse_http_date(s: &[u8]) -> Option<u64> {
     let s = s.strip_suffix(b" ").unwrap_or(s);
-    if s.len() != 29 || &s[3..5] != b", " || s[7] != b' ' || s[11] != b' ' || s[16] != b' ' {
+    if s.len() == 29 && s[3] == b',' {
+        // IMF-fixdate
+        if &s[3..5] != b", " || s[7] != b' ' || s[11] != b' ' || s[16] != b' ' || &s[25..] != b" GMT" {
+            return None;
+        }
+        return civil(digits(&s[12..16])?, month(&s[8..11])?, digits(&s[5..7])?, &s[17..25]);
+    }
+    if let Some(comma) = s.iter().position(|&b| b == b',') {
+        // RFC 850: weekday ", " DD "-" Mon "-" YY " " hh:mm:ss " GMT"
+        let r = &s[comma..];
+        if r.len() != 24 || &r[..2] != b", " || r[4] != b'-' || r[8] != b'-' || r[11] != b' ' || &r[20..] != b" GMT" {
+            return None;
+        }
+        let yy = digits(&r[9..11])?;
+        let year = if yy >= 70 { 1900 + yy } else { 2000 + yy };
+        return civil(year, month(&r[5..8])?, digits(&r[2..4])?, &r[12..20]);
+    }
+    // asctime: wkday " " Mon " " (DD | " " D) " " hh:mm:ss " " YYYY
+    if s.len() != 24 || s[3] != b' ' || s[7] != b' ' || s[10] != b' ' || s[19] != b' ' {
         return None;
     }
-    if s[19] != b':' || s[22] != b':' || &s[25..] != b" GMT" {
+    let day = if s[8] == b' ' { digits(&s[9..10])? } else { digits(&s[8..10])? };
+    civil(digits(&s[20..24])?, month(&s[4..7])?, day, &s[11..19])
+}
+
+fn month(m: &[u8]) -> Option<u32> {
+    MONTHS.iter().position(|x| x[..] == *m).map(|i| i as u32 + 1)
+}
+
+/// Seconds since the epoch of a civil date and an `hh:mm:ss` time.
+fn civil(year: u32, month: u32, day: u32, time: &[u8]) -> Option<u64> {
+    if time.len() != 8 || time[2] != b':' || time[5] != b':' {
         return None;
     }
-    let day = digits(&s[5..7])?;
-    let month = MONTHS.iter().position(|m| m[..] == s[8..11])? as u32 + 1;
-    let year = digits(&s[12..16])?;
-    let (h, mi, se) = (digits(&s[17..19])?, digits(&s[20..22])?, digits(&s[23..25])?);
+    let (h, mi, se) = (digits(&time[..2])?, digits(&time[3..5])?, digits(&time[6..8])?);
     if !(1..=31).contains(&day) || h > 23 || mi > 59 || se > 60 || year < 1970 {
         return None;
     }
@@ -159,10 +186,20 @@ mod tests {
             date::render(secs, &mut out);
             assert_eq!(parse_http_date(&out), Some(secs));
         }
-        for bad in
-            [&b"Sunday, 06-Nov-94 08:49:37 GMT"[..], b"Sun Nov  6 08:49:37 1994", b"", b"Sun, 06 Xyz 1994 08:49:37 GMT"]
-        {
-            assert_eq!(parse_http_date(bad), None);
+        assert_eq!(parse_http_date(b"Sunday, 06-Nov-94 08:49:37 GMT"), Some(T));
+        assert_eq!(parse_http_date(b"Sun Nov  6 08:49:37 1994"), Some(T));
+        assert_eq!(parse_http_date(b"Wed Nov 16 08:49:37 1994"), Some(T + 10 * 86_400));
+        assert_eq!(parse_http_date(b"Tuesday, 01-Jan-30 00:00:00 GMT"), Some(1_893_456_000));
+        for bad in [
+            &b""[..],
+            b"Sun, 06 Xyz 1994 08:49:37 GMT",
+            b"Sun, 06 Nov 1994 08:49:37 UTC",
+            b"Sun, 06 Nov 1994 25:49:37 GMT",
+            b"Sunday, 06-Nov-1994 08:49:37 GMT",
+            b"Sun Nov 6 08:49:37 1994",
+            b"1994-11-06T08:49:37Z",
+        ] {
+            assert_eq!(parse_http_date(bad), None, "{}", String::from_utf8_lossy(bad));
         }
     }
 
