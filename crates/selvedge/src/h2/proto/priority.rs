@@ -16,6 +16,32 @@
 //! (RFC 9113 §5.3.2 deprecates the tree; weights alone already give the fairness h2 needs).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A hasher for stream ids: one multiplication (ids are bounded in number by
+/// SETTINGS_MAX_CONCURRENT_STREAMS, so even chosen collisions cost little).
+#[derive(Default, Clone, Copy, Debug)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    #[inline]
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// A map keyed by stream id.
+pub type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
 
 /// Default RFC 7540 weight.
 pub const DEFAULT_WEIGHT: u16 = 16;
@@ -84,8 +110,8 @@ struct Track {
 #[derive(Debug, Default)]
 pub struct Queue {
     heap: Vec<Entry>,
-    pos: HashMap<u32, usize>,
-    track: HashMap<u32, Track>,
+    pos: IdMap<usize>,
+    track: IdMap<Track>,
     /// Virtual time of each urgency level: the finish time of the last entry dequeued.
     level: [u64; 8],
     seq: u64,
@@ -236,8 +262,8 @@ mod tests {
     }
 
     /// Serves `n` turns of `chunk` bytes; returns bytes sent per stream.
-    fn serve(q: &mut Queue, turns: usize, chunk: usize) -> HashMap<u32, usize> {
-        let mut sent = HashMap::new();
+    fn serve(q: &mut Queue, turns: usize, chunk: usize) -> IdMap<usize> {
+        let mut sent = IdMap::default();
         for _ in 0..turns {
             let id = q.pop().unwrap();
             *sent.entry(id).or_default() += chunk;
