@@ -368,15 +368,21 @@ fn spawn_streams<A: App>(
     if ready.is_empty() {
         return;
     }
-    let mut streams = Vec::new();
+    let mut afters = Vec::new();
     {
         let mut p = shared.lock();
         for (id, res) in ready {
-            if let After::RunStream(st) = p.respond(id, or_500(res, cfg)) {
-                streams.push((id, st));
-            }
+            afters.push((id, p.respond(id, or_500(res, cfg))));
         }
     }
+    let streams = afters.into_iter().filter_map(|(id, a)| match a {
+        After::RunStream(st) => Some((id, st)),
+        After::Discard(res) => {
+            drop(res); // outside the lock: it may own a request body
+            None
+        }
+        After::Done => None,
+    });
     for (id, st) in streams {
         let task = tokio::spawn(run_stream_body(shared.clone(), id, st));
         let mut tasks = shared.tasks.lock().unwrap_or_else(|e| e.into_inner());

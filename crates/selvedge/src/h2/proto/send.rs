@@ -43,6 +43,9 @@ pub(crate) enum After {
     Done,
     /// Run the streaming body with an HTTP/2 writer.
     RunStream(crate::response::StreamBody),
+    /// Drop this after releasing the connection lock: it may own the request body, whose
+    /// drop takes the lock (the stream is gone, or a bodiless answer had a stream body).
+    Discard(Box<Response>),
 }
 
 impl Proto {
@@ -64,7 +67,7 @@ impl Proto {
 
     /// Hands over the app's response for stream `id`.
     pub(crate) fn respond(&mut self, id: u32, res: Response) -> After {
-        let Some(s) = self.streams.get_mut(&id) else { return After::Done };
+        let Some(s) = self.streams.get_mut(&id) else { return After::Discard(Box::new(res)) };
         let Response { status, headers, body } = res;
         let bodiless = s.is_head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
         let mut after = After::Done;
@@ -94,6 +97,11 @@ impl Proto {
             }
             ResponseBody::Stream(st) => {
                 if bodiless {
+                    after = After::Discard(Box::new(Response {
+                        status,
+                        headers: Vec::new(),
+                        body: ResponseBody::Stream(st),
+                    }));
                     OutBody::Empty
                 } else {
                     after = After::RunStream(st);
