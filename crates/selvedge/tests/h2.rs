@@ -379,3 +379,38 @@ fn streaming_response_respects_flow_control() {
     }
     assert_eq!(got, 100_000);
 }
+
+#[test]
+fn head_with_a_stream_body_that_owns_the_request_body() {
+    // The discarded stream body owns the request body, whose drop takes the connection
+    // lock: it must be dropped outside it (this would deadlock otherwise).
+    let srv = start(settings(), |mut req: Request| async move {
+        let mut body = req.take_body();
+        Response::stream(StatusCode::OK, move |mut w| async move {
+            while let Some(Ok(b)) = body.chunk().await {
+                w.write(&b).await?;
+            }
+            Ok(())
+        })
+    });
+    // HEAD with a request body: the answer is bodiless, its stream body is discarded.
+    let mut c = Client::connect(srv.addr, &[]);
+    let mut out = c.request_frame(1, "HEAD", "/", &[], false);
+    out.extend(raw(kind::DATA, flag::END_STREAM, 1, b"abc"));
+    c.send(&out);
+    let mut head_end = false;
+    while let Some(f) = c.next() {
+        if let Frame::Headers(h) = f {
+            head_end = h.end_stream;
+            break;
+        }
+    }
+    assert!(head_end, "HEAD answered with END_STREAM on HEADERS");
+    let url = format!("http://{}/", srv.addr);
+    let up = std::env::temp_dir().join(format!("selvedge-h2-echo-{}", std::process::id()));
+    std::fs::write(&up, "e".repeat(100_000)).unwrap();
+    let (out, _) =
+        curl(&["--http2-prior-knowledge", "--max-time", "5", "--data-binary", &format!("@{}", up.display()), &url]);
+    std::fs::remove_file(&up).unwrap();
+    assert_eq!(out.len(), 100_000);
+}

@@ -18,10 +18,10 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::Poll;
+use std::task::{Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
 use http::StatusCode;
@@ -30,12 +30,12 @@ use tokio::task::AbortHandle;
 
 use super::codec::{self, PrefaceMatch};
 use super::frame::Reason;
-use super::proto::{Event, Proto};
+use super::proto::{After, Event, Proto};
 use crate::app::App;
 use crate::body::Body;
 use crate::error::{Error, Kind};
 use crate::h1::conn::{call_catching_panics, default_error_response};
-use crate::response::BodyWriter;
+use crate::response::{BodyWriter, Response, StreamBody};
 use crate::settings::Settings;
 use crate::socket::Socket;
 use crate::sys::PeerAddr;
@@ -322,6 +322,10 @@ async fn sender(
     }
 }
 
+/// Starts the app for each new request. Each app call is first polled once right here:
+/// most answer at once (bytes or a file), and those responses are handed over together
+/// under one lock, with no task spawned. An app that is not ready gets its own task (the
+/// seed's worker), as does a streaming body.
 fn spawn_streams<A: App>(
     shared: &Arc<Shared>,
     app: &Arc<A>,
@@ -329,15 +333,29 @@ fn spawn_streams<A: App>(
     peer: &PeerAddr,
     events: &mut Vec<Event>,
 ) {
+    if events.is_empty() {
+        return;
+    }
+    let mut ready: Vec<(u32, Option<Response>)> = Vec::new();
+    let mut cx = Context::from_waker(Waker::noop());
     for ev in events.drain(..) {
         match ev {
-            Event::Request(id, mut req) => {
+            Event::Request(id, mut req, has_body) => {
                 req.peer = peer.clone();
-                req.body = Body::h2(BodyReader { shared: shared.clone(), id });
-                let task = tokio::spawn(stream_task(shared.clone(), id, app.clone(), cfg.clone(), *req));
-                shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).insert(id, task.abort_handle());
-                if task.is_finished() {
-                    shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                if has_body {
+                    req.body = Body::h2(BodyReader { shared: shared.clone(), id });
+                }
+                let app = app.clone();
+                let mut fut = Box::pin(async move { call_catching_panics(&*app, *req).await });
+                match fut.as_mut().poll(&mut cx) {
+                    Poll::Ready(res) => ready.push((id, res)),
+                    Poll::Pending => {
+                        let task = tokio::spawn(stream_task(shared.clone(), id, cfg.clone(), fut));
+                        let mut tasks = shared.tasks.lock().unwrap_or_else(|e| e.into_inner());
+                        if !task.is_finished() {
+                            tasks.insert(id, task.abort_handle());
+                        }
+                    }
                 }
             }
             Event::Cancel(id) => {
@@ -347,11 +365,36 @@ fn spawn_streams<A: App>(
             }
         }
     }
+    if ready.is_empty() {
+        return;
+    }
+    let mut afters = Vec::new();
+    {
+        let mut p = shared.lock();
+        for (id, res) in ready {
+            afters.push((id, p.respond(id, or_500(res, cfg))));
+        }
+    }
+    let streams = afters.into_iter().filter_map(|(id, a)| match a {
+        After::RunStream(st) => Some((id, st)),
+        After::Discard(res) => {
+            drop(res); // outside the lock: it may own a request body
+            None
+        }
+        After::Done => None,
+    });
+    for (id, st) in streams {
+        let task = tokio::spawn(run_stream_body(shared.clone(), id, st));
+        let mut tasks = shared.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        if !task.is_finished() {
+            tasks.insert(id, task.abort_handle());
+        }
+    }
 }
 
-/// A worker: runs the app for one stream and hands over its response.
-async fn stream_task<A: App>(shared: Arc<Shared>, id: u32, app: Arc<A>, cfg: Arc<Settings>, req: Request) {
-    let res = match call_catching_panics(&*app, req).await {
+/// The app's response, or 500 if it panicked.
+fn or_500(res: Option<Response>, cfg: &Settings) -> Response {
+    match res {
         Some(r) => r,
         None => {
             let err = Error::new(Kind::Panic, "application panicked");
@@ -361,16 +404,34 @@ async fn stream_task<A: App>(shared: Arc<Shared>, id: u32, app: Arc<A>, cfg: Arc
                 None => default_error_response(StatusCode::INTERNAL_SERVER_ERROR),
             }
         }
-    };
+    }
+}
+
+/// A worker: finishes an app call that was not ready at once and hands over its response.
+async fn stream_task<F>(shared: Arc<Shared>, id: u32, cfg: Arc<Settings>, fut: F)
+where
+    F: Future<Output = Option<Response>> + Send,
+{
+    let res = or_500(fut.await, &cfg);
     let after = shared.lock().respond(id, res);
     shared.wake.notify_one();
-    if let super::proto::After::RunStream(st) = after {
-        let w = BodyWriter::h2(StreamWriter { shared: shared.clone(), id });
-        let ok = (st.0)(w).await.is_ok();
-        shared.lock().finish_stream(id, ok);
-        shared.wake.notify_one();
+    if let After::RunStream(st) = after {
+        write_stream_body(&shared, id, st).await;
     }
     shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+}
+
+/// A worker for a streaming body whose response head was handed over inline.
+async fn run_stream_body(shared: Arc<Shared>, id: u32, st: StreamBody) {
+    write_stream_body(&shared, id, st).await;
+    shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+}
+
+async fn write_stream_body(shared: &Arc<Shared>, id: u32, st: StreamBody) {
+    let w = BodyWriter::h2(StreamWriter { shared: shared.clone(), id });
+    let ok = (st.0)(w).await.is_ok();
+    shared.lock().finish_stream(id, ok);
+    shared.wake.notify_one();
 }
 
 /// The request body of an HTTP/2 stream: pieces the receiver queued, read under the

@@ -18,7 +18,7 @@ mod send;
 pub(crate) use send::After;
 mod stream;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 
@@ -28,13 +28,14 @@ use super::H2Settings;
 use crate::hpack;
 use crate::Request;
 use headers::HeaderError;
-use priority::{Precedence, Queue};
+use priority::{IdMap, Precedence, Queue};
 
 /// What the connection driver must act on.
 #[derive(Debug)]
 pub(crate) enum Event {
-    /// A new request on stream `.0`: run the app (the body is attached by the driver).
-    Request(u32, Box<Request>),
+    /// A new request on stream `.0`: run the app (the body is attached by the driver;
+    /// `.2`: whether the request has one, i.e. the stream is still open).
+    Request(u32, Box<Request>, bool),
     /// Stream `.0` was reset: stop its app.
     Cancel(u32),
 }
@@ -64,7 +65,7 @@ const CLOSED_MEMORY: usize = 64;
 /// One HTTP/2 connection's protocol state (server side).
 pub(crate) struct Proto {
     cfg: H2Settings,
-    pub(crate) streams: HashMap<u32, Stream>,
+    pub(crate) streams: IdMap<Stream>,
     /// Recently closed streams, and whether we reset them (frames for those are ignored).
     closed: VecDeque<(u32, bool)>,
     /// Highest client stream id seen.
@@ -105,7 +106,7 @@ impl Proto {
         let mut hdec = hpack::Decoder::new(cfg.header_table_size as usize);
         hdec.set_max_header_list_size(cfg.max_header_list_size as usize);
         let mut p = Proto {
-            streams: HashMap::new(),
+            streams: IdMap::default(),
             closed: VecDeque::with_capacity(CLOSED_MEMORY),
             last_id: 0,
             hdec,
@@ -158,7 +159,7 @@ impl Proto {
         let mut s = Stream::new(State::HalfClosedRemote, self.peer_initial_window, self.cfg.initial_window_size as i64);
         s.is_head = req.method == http::Method::HEAD;
         self.streams.insert(1, s);
-        events.push(Event::Request(1, Box::new(req)));
+        events.push(Event::Request(1, Box::new(req), false));
     }
 
     /// Our SETTINGS_MAX_FRAME_SIZE: the codec's limit on received frames.
@@ -560,17 +561,19 @@ impl Proto {
                 }
                 s.content_length = h.content_length;
                 s.is_head = h.req.method == http::Method::HEAD;
-                self.events.push(Event::Request(id, Box::new(h.req)));
+                self.events.push(Event::Request(id, Box::new(h.req), !end_stream));
             }
             None => {
                 // The header list is over our limit: 431, without running the app.
                 s.body_dropped = true;
                 let res = crate::h1::conn::default_error_response(http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
-                s.send = Send::Head { status: res.status, headers: res.headers, body: OutBody::Empty };
+                s.send = Send::Head { status: res.status, headers: res.headers, length: None, body: OutBody::Empty };
                 self.queue.push(id, 0);
             }
         }
-        self.queue.set_precedence(id, prec);
+        if prec != self.queue.precedence(id) {
+            self.queue.set_precedence(id, prec);
+        }
         self.streams.insert(id, s);
         self.requests += 1;
         if self.requests >= self.cfg.max_requests || id == MAX_WINDOW {

@@ -16,6 +16,32 @@
 //! (RFC 9113 §5.3.2 deprecates the tree; weights alone already give the fairness h2 needs).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A hasher for stream ids: one multiplication (ids are bounded in number by
+/// SETTINGS_MAX_CONCURRENT_STREAMS, so even chosen collisions cost little).
+#[derive(Default, Clone, Copy, Debug)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    #[inline]
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// A map keyed by stream id.
+pub type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
 
 /// Default RFC 7540 weight.
 pub const DEFAULT_WEIGHT: u16 = 16;
@@ -70,12 +96,19 @@ struct Key {
 #[derive(Debug)]
 struct Entry {
     key: Key,
+    slot: u32,
     id: u32,
 }
 
-/// Per-stream state the queue keeps while the stream lives (finish time, parameters).
+/// Not in the heap.
+const NOT_QUEUED: usize = usize::MAX;
+
+/// Per-stream state the queue keeps while the stream lives: its heap position (so delete is
+/// O(log n) without searching), finish time and parameters. Heap moves update positions
+/// through the slot index, with no hashing.
 #[derive(Debug, Clone, Copy)]
-struct Track {
+struct Slot {
+    pos: usize,
     finish: u64,
     prec: Precedence,
 }
@@ -84,8 +117,9 @@ struct Track {
 #[derive(Debug, Default)]
 pub struct Queue {
     heap: Vec<Entry>,
-    pos: HashMap<u32, usize>,
-    track: HashMap<u32, Track>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    ids: IdMap<u32>,
     /// Virtual time of each urgency level: the finish time of the last entry dequeued.
     level: [u64; 8],
     seq: u64,
@@ -109,13 +143,32 @@ impl Queue {
 
     /// Whether `id` is queued.
     pub fn contains(&self, id: u32) -> bool {
-        self.pos.contains_key(&id)
+        self.ids.get(&id).is_some_and(|&s| self.slots[s as usize].pos != NOT_QUEUED)
+    }
+
+    fn slot(&mut self, id: u32) -> u32 {
+        if let Some(&s) = self.ids.get(&id) {
+            return s;
+        }
+        let fresh = Slot { pos: NOT_QUEUED, finish: 0, prec: Precedence::default() };
+        let s = match self.free.pop() {
+            Some(s) => {
+                self.slots[s as usize] = fresh;
+                s
+            }
+            None => {
+                self.slots.push(fresh);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.ids.insert(id, s);
+        s
     }
 
     /// Sets (or changes) a stream's parameters; a queued stream moves at once.
     pub fn set_precedence(&mut self, id: u32, prec: Precedence) {
-        let t = self.track.entry(id).or_insert(Track { finish: 0, prec });
-        t.prec = prec;
+        let s = self.slot(id) as usize;
+        self.slots[s].prec = prec;
         if self.remove(id) {
             self.push(id, 0);
         }
@@ -123,16 +176,17 @@ impl Queue {
 
     /// The parameters of `id` (defaults if never set).
     pub fn precedence(&self, id: u32) -> Precedence {
-        self.track.get(&id).map_or_else(Precedence::default, |t| t.prec)
+        self.ids.get(&id).map_or_else(Precedence::default, |&s| self.slots[s as usize].prec)
     }
 
     /// Enqueues `id`, charging it for the `sent` bytes it sent on its last turn. Does
     /// nothing if it is already queued. O(log n).
     pub fn push(&mut self, id: u32, sent: usize) {
-        if self.pos.contains_key(&id) {
+        let slot = self.slot(id);
+        let t = &mut self.slots[slot as usize];
+        if t.pos != NOT_QUEUED {
             return;
         }
-        let t = self.track.entry(id).or_insert(Track { finish: 0, prec: Precedence::default() });
         let prec = t.prec;
         let lvl = self.level[prec.urgency as usize & 7];
         let start = t.finish.max(lvl);
@@ -144,9 +198,9 @@ impl Queue {
             // Sequential: in stream id order, ahead of the level's incremental streams.
             Key { urgency: prec.urgency, vtime: lvl, seq: id as u64 }
         };
-        self.heap.push(Entry { key, id });
-        let i = self.heap.len() - 1;
-        self.pos.insert(id, i);
+        let i = self.heap.len();
+        t.pos = i;
+        self.heap.push(Entry { key, slot, id });
         self.up(i);
     }
 
@@ -163,28 +217,29 @@ impl Queue {
 
     /// Removes `id` if queued; returns whether it was. O(log n).
     pub fn remove(&mut self, id: u32) -> bool {
-        match self.pos.get(&id) {
-            Some(&i) => {
-                self.take(i);
-                true
-            }
-            None => false,
+        let Some(&s) = self.ids.get(&id) else { return false };
+        let pos = self.slots[s as usize].pos;
+        if pos == NOT_QUEUED {
+            return false;
         }
+        self.take(pos);
+        true
     }
 
     /// Forgets a closed stream entirely.
     pub fn forget(&mut self, id: u32) {
         self.remove(id);
-        self.track.remove(&id);
+        if let Some(s) = self.ids.remove(&id) {
+            self.free.push(s);
+        }
     }
 
     fn take(&mut self, i: usize) -> Entry {
         let last = self.heap.len() - 1;
-        self.heap.swap(i, last);
+        self.swap(i, last);
         let e = self.heap.pop().expect("non-empty");
-        self.pos.remove(&e.id);
+        self.slots[e.slot as usize].pos = NOT_QUEUED;
         if i < self.heap.len() {
-            self.pos.insert(self.heap[i].id, i);
             self.down(i);
             self.up(i);
         }
@@ -220,10 +275,11 @@ impl Queue {
         }
     }
 
+    #[inline]
     fn swap(&mut self, a: usize, b: usize) {
         self.heap.swap(a, b);
-        self.pos.insert(self.heap[a].id, a);
-        self.pos.insert(self.heap[b].id, b);
+        self.slots[self.heap[a].slot as usize].pos = a;
+        self.slots[self.heap[b].slot as usize].pos = b;
     }
 }
 
@@ -236,8 +292,8 @@ mod tests {
     }
 
     /// Serves `n` turns of `chunk` bytes; returns bytes sent per stream.
-    fn serve(q: &mut Queue, turns: usize, chunk: usize) -> HashMap<u32, usize> {
-        let mut sent = HashMap::new();
+    fn serve(q: &mut Queue, turns: usize, chunk: usize) -> IdMap<usize> {
+        let mut sent = IdMap::default();
         for _ in 0..turns {
             let id = q.pop().unwrap();
             *sent.entry(id).or_default() += chunk;

@@ -24,12 +24,28 @@ fn connection_specific(n: &http::HeaderName) -> bool {
         || n.as_str() == "proxy-connection"
 }
 
+/// Writes `n` in decimal at the end of `buf`; returns the digits.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
 /// What the worker must do after handing over a response.
 pub(crate) enum After {
     /// Nothing: the body is in the connection's hands.
     Done,
     /// Run the streaming body with an HTTP/2 writer.
     RunStream(crate::response::StreamBody),
+    /// Drop this after releasing the connection lock: it may own the request body, whose
+    /// drop takes the lock (the stream is gone, or a bodiless answer had a stream body).
+    Discard(Box<Response>),
 }
 
 impl Proto {
@@ -51,16 +67,17 @@ impl Proto {
 
     /// Hands over the app's response for stream `id`.
     pub(crate) fn respond(&mut self, id: u32, res: Response) -> After {
-        let Some(s) = self.streams.get_mut(&id) else { return After::Done };
+        let Some(s) = self.streams.get_mut(&id) else { return After::Discard(Box::new(res)) };
         let Response { status, headers, body } = res;
         let bodiless = s.is_head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
         let mut after = After::Done;
-        let mut headers = headers;
+        let has_length = headers.iter().any(|(n, _)| n == CONTENT_LENGTH);
+        let mut length = None;
         let body = match body {
             ResponseBody::Empty => OutBody::Empty,
             ResponseBody::Bytes(b) => {
-                if !headers.iter().any(|(n, _)| n == CONTENT_LENGTH) {
-                    headers.push((CONTENT_LENGTH, b.len().into()));
+                if !has_length {
+                    length = Some(b.len() as u64);
                 }
                 if bodiless {
                     OutBody::Empty
@@ -69,8 +86,8 @@ impl Proto {
                 }
             }
             ResponseBody::File(f) => {
-                if !headers.iter().any(|(n, _)| n == CONTENT_LENGTH) {
-                    headers.push((CONTENT_LENGTH, f.len.into()));
+                if !has_length {
+                    length = Some(f.len);
                 }
                 if bodiless {
                     OutBody::Empty
@@ -80,6 +97,11 @@ impl Proto {
             }
             ResponseBody::Stream(st) => {
                 if bodiless {
+                    after = After::Discard(Box::new(Response {
+                        status,
+                        headers: Vec::new(),
+                        body: ResponseBody::Stream(st),
+                    }));
                     OutBody::Empty
                 } else {
                     after = After::RunStream(st);
@@ -87,7 +109,7 @@ impl Proto {
                 }
             }
         };
-        s.send = Send::Head { status, headers, body };
+        s.send = Send::Head { status, headers, length, body };
         self.queue.push(id, 0);
         after
     }
@@ -216,7 +238,7 @@ impl Proto {
         let max_frame = self.peer_max_frame as usize;
         let s = self.streams.get_mut(&id)?;
         if let Send::Head { .. } = s.send {
-            let Send::Head { status, headers, body } = std::mem::replace(&mut s.send, Send::Waiting) else {
+            let Send::Head { status, headers, length, body } = std::mem::replace(&mut s.send, Send::Waiting) else {
                 unreachable!()
             };
             let end = body.ready() == 0 && body.finished();
@@ -225,8 +247,13 @@ impl Proto {
             crate::time::date::current(&mut date);
             let status = status.as_str().as_bytes();
             let server = self.server_name.map(|n| (SERVER.as_str().as_bytes(), n.as_bytes()));
-            let fields =
-                [(&b":status"[..], status), (DATE.as_str().as_bytes(), &date[..])].into_iter().chain(server).chain(
+            let mut digits = [0u8; 20];
+            let length = length.map(|n| (CONTENT_LENGTH.as_str().as_bytes(), decimal(n, &mut digits)));
+            let fields = [(&b":status"[..], status), (DATE.as_str().as_bytes(), &date[..])]
+                .into_iter()
+                .chain(server)
+                .chain(length)
+                .chain(
                     headers
                         .iter()
                         .filter(|(n, _)| !connection_specific(n))

@@ -112,8 +112,8 @@ impl OutBody {
 pub(crate) enum Send {
     /// The app has not answered yet.
     Waiting,
-    /// The head is to be sent, then the body.
-    Head { status: StatusCode, headers: Vec<(HeaderName, HeaderValue)>, body: OutBody },
+    /// The head is to be sent, then the body. `length`: a `content-length` to add.
+    Head { status: StatusCode, headers: Vec<(HeaderName, HeaderValue)>, length: Option<u64>, body: OutBody },
     /// The head is out; the body follows.
     Body(OutBody),
     /// END_STREAM is sent.

@@ -125,7 +125,7 @@ fn goaway(frames: &[Frame]) -> Option<Reason> {
 fn request_response_round_trip() {
     let mut p = Peer::new(H2Settings::default());
     p.get(1);
-    assert!(matches!(&p.events[..], [Event::Request(1, r)] if r.path() == "/"));
+    assert!(matches!(&p.events[..], [Event::Request(1, r, _)] if r.path() == "/"));
     p.proto.respond(1, Response::bytes(StatusCode::OK, "hello"));
     let out = p.output();
     let Frame::Headers(h) = &out[0] else { panic!("{out:?}") };
@@ -191,7 +191,7 @@ fn continuation_rules() {
     let mut v = Vec::new();
     frame::Headers::encode(1, &block, true, 2, &mut v);
     p.send(&v);
-    assert!(matches!(&p.events[..], [Event::Request(1, r)] if r.path() == "/split"));
+    assert!(matches!(&p.events[..], [Event::Request(1, r, _)] if r.path() == "/split"));
 
     // CONTINUATION flood: endless empty CONTINUATION frames.
     let cfg = H2Settings { max_continuation_frames: 10, ..H2Settings::default() };
