@@ -110,7 +110,7 @@ pub fn h2_conn(data: &[u8]) {
         }
         p.take_events(&mut events);
         for ev in events.drain(..) {
-            if let Event::Request(id, _req) = ev {
+            if let Event::Request(id, _req, _) = ev {
                 let res = crate::Response::bytes(http::StatusCode::OK, "fuzz");
                 let _ = p.respond(id, res);
             }
