@@ -20,6 +20,7 @@ enum Inner {
     Empty,
     Full(Bytes),
     H1(Box<crate::h1::reader::Reader>),
+    H2(Box<crate::h2::conn::BodyReader>),
 }
 
 impl fmt::Debug for Body {
@@ -27,7 +28,7 @@ impl fmt::Debug for Body {
         match &self.inner {
             Inner::Empty => f.write_str("Body::Empty"),
             Inner::Full(b) => write!(f, "Body::Full({} bytes)", b.len()),
-            Inner::H1(_) => f.write_str("Body::Stream"),
+            Inner::H1(_) | Inner::H2(_) => f.write_str("Body::Stream"),
         }
     }
 }
@@ -47,12 +48,17 @@ impl Body {
         Body { inner: Inner::H1(Box::new(reader)) }
     }
 
+    pub(crate) fn h2(reader: crate::h2::conn::BodyReader) -> Body {
+        Body { inner: Inner::H2(Box::new(reader)) }
+    }
+
     /// The body's length when the request declared it (`Content-Length`).
     pub fn content_length(&self) -> Option<u64> {
         match &self.inner {
             Inner::Empty => Some(0),
             Inner::Full(b) => Some(b.len() as u64),
             Inner::H1(r) => r.remaining(),
+            Inner::H2(r) => r.content_length(),
         }
     }
 
@@ -73,6 +79,7 @@ impl Body {
                 Some(Ok(b))
             }
             Inner::H1(r) => r.next_chunk().await,
+            Inner::H2(r) => r.next_chunk().await,
         }
     }
 

@@ -36,7 +36,10 @@ pub mod app;
 mod body;
 mod error;
 pub mod file;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod h1;
+pub mod h2;
 pub mod hpack;
 pub mod middleware;
 mod pool;
@@ -47,6 +50,10 @@ mod settings;
 mod socket;
 pub mod sys;
 pub mod time;
+#[cfg(feature = "tls")]
+pub mod tls;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use app::{App, AppExt, BoxApp, Middleware};
 pub use body::Body;

@@ -65,12 +65,16 @@ pub struct Settings {
     pub max_connections: usize,
     /// How long graceful shutdown waits for in-flight requests: 30 s.
     pub graceful_timeout: Duration,
+    /// Time allowed for a TLS handshake: 10 s.
+    pub tls_handshake_timeout: Duration,
     /// Listen backlog: 1024.
     pub backlog: i32,
     /// Workers: per-core runtimes, one per available core.
     pub workers: Workers,
     /// `Server` header value (`None` to omit): `selvedge`.
     pub server_name: Option<&'static str>,
+    /// HTTP/2 limits; see [`H2Settings`](crate::h2::H2Settings) for each default.
+    pub h2: crate::h2::H2Settings,
     /// Called on errors the engine handles itself. Default: none.
     pub on_exception: Option<ExceptionHook>,
     /// Builds the engine's own error responses. Default: a short `text/plain` body.
@@ -92,9 +96,11 @@ impl Default for Settings {
             linger_timeout: Duration::from_secs(2),
             max_connections: 10_000,
             graceful_timeout: Duration::from_secs(30),
+            tls_handshake_timeout: Duration::from_secs(10),
             backlog: 1024,
             workers: Workers::default(),
             server_name: Some("selvedge"),
+            h2: crate::h2::H2Settings::default(),
             on_exception: None,
             error_response: None,
         }

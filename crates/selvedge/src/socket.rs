@@ -25,12 +25,20 @@ use crate::sys;
 #[derive(Debug)]
 pub(crate) struct Socket {
     fd: AsyncFd<OwnedFd>,
+    /// The TLS session, on TLS listeners: every method below then reads and writes
+    /// plaintext through it (see `tls.rs`).
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<Box<crate::tls::Session>>,
 }
 
 impl Socket {
     /// Registers an accepted socket with the current runtime's reactor.
     pub(crate) fn new(fd: OwnedFd) -> io::Result<Socket> {
-        Ok(Socket { fd: sys::register(fd, Interest::READABLE | Interest::WRITABLE)? })
+        Ok(Socket {
+            fd: sys::register(fd, Interest::READABLE | Interest::WRITABLE)?,
+            #[cfg(feature = "tls")]
+            tls: None,
+        })
     }
 
     #[inline]
@@ -39,7 +47,7 @@ impl Socket {
     }
 
     /// Tries one `read` without waiting; `Ok(None)` means it would block.
-    pub(crate) fn try_read(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+    pub(crate) fn raw_try_read(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
         match sys::read_into(self.raw(), buf) {
             Ok(n) => Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
@@ -52,7 +60,7 @@ impl Socket {
     ///
     /// # Cancel safety
     /// Cancel safe: bytes are only appended to `buf` by a completed `read`.
-    pub(crate) async fn read(&self, buf: &mut BytesMut) -> io::Result<usize> {
+    pub(crate) async fn raw_read(&self, buf: &mut BytesMut) -> io::Result<usize> {
         debug_assert!(buf.capacity() > buf.len());
         loop {
             let mut guard = self.fd.readable().await?;
@@ -72,19 +80,19 @@ impl Socket {
     }
 
     /// Waits until the socket is readable, without reading.
-    pub(crate) async fn ready(&self) -> io::Result<()> {
+    pub(crate) async fn raw_ready(&self) -> io::Result<()> {
         self.fd.readable().await.map(|_| ())
     }
 
     /// Waits until the socket is writable (after an `EAGAIN`).
-    async fn wait_writable(&self) -> io::Result<()> {
+    pub(crate) async fn wait_writable(&self) -> io::Result<()> {
         let mut guard = self.fd.writable().await?;
         guard.clear_ready();
         Ok(())
     }
 
     /// Writes all of `data`.
-    pub(crate) async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
+    pub(crate) async fn raw_write_all(&self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
             match sys::send(self.raw(), data, false) {
                 Ok(n) => data = &data[n..],
@@ -97,7 +105,7 @@ impl Socket {
     }
 
     /// Writes all of the slices with `writev`, in as few calls as the kernel takes.
-    pub(crate) async fn write_all_vectored(&self, bufs: &mut [&[u8]]) -> io::Result<()> {
+    pub(crate) async fn raw_write_all_vectored(&self, bufs: &mut [&[u8]]) -> io::Result<()> {
         let mut first = 0;
         while first < bufs.len() {
             if bufs[first].is_empty() {
@@ -133,7 +141,7 @@ impl Socket {
     ///
     /// # Errors
     /// Socket errors, file read errors, or `UnexpectedEof` if the file shrank.
-    pub(crate) async fn send_file(
+    pub(crate) async fn raw_send_file(
         &self,
         mut header: &[u8],
         file: &impl AsRawFd,
@@ -164,7 +172,84 @@ impl Socket {
     }
 
     /// Half-closes the write side (FIN), keeping the read side open.
-    pub(crate) fn shutdown_write(&self) {
+    pub(crate) fn raw_shutdown_write(&self) {
         sys::shutdown_write(self.raw());
+    }
+
+    /// Tries one read without waiting; `Ok(None)` means it would block.
+    pub(crate) fn try_read(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+        #[cfg(feature = "tls")]
+        if let Some(t) = &self.tls {
+            return t.try_read(buf);
+        }
+        self.raw_try_read(buf)
+    }
+
+    /// Reads into the spare capacity of `buf` (which must have some). `Ok(0)` is end of
+    /// stream.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: bytes are only appended to `buf` by a completed read.
+    pub(crate) async fn read(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        #[cfg(feature = "tls")]
+        if let Some(t) = &self.tls {
+            return t.read(self, buf).await;
+        }
+        self.raw_read(buf).await
+    }
+
+    /// Waits until a read would make progress, without reading.
+    pub(crate) async fn ready(&self) -> io::Result<()> {
+        #[cfg(feature = "tls")]
+        if let Some(t) = &self.tls {
+            if t.has_plaintext() {
+                return Ok(());
+            }
+        }
+        self.raw_ready().await
+    }
+
+    /// Writes all of `data`.
+    pub(crate) async fn write_all(&self, data: &[u8]) -> io::Result<()> {
+        #[cfg(feature = "tls")]
+        if let Some(t) = &self.tls {
+            return t.write_all(self, &[data]).await;
+        }
+        self.raw_write_all(data).await
+    }
+
+    /// Writes all of the slices (one `writev` when cleartext).
+    pub(crate) async fn write_all_vectored(&self, bufs: &mut [&[u8]]) -> io::Result<()> {
+        #[cfg(feature = "tls")]
+        if let Some(t) = &self.tls {
+            return t.write_all(self, bufs).await;
+        }
+        self.raw_write_all_vectored(bufs).await
+    }
+
+    /// Sends `header` then `len` bytes of `file` from `offset`: `send(MSG_MORE)` +
+    /// `sendfile` in cleartext, `pread` + encrypted writes over TLS.
+    pub(crate) async fn send_file(
+        &self,
+        header: &[u8],
+        file: &(impl AsRawFd + Sync),
+        offset: u64,
+        len: u64,
+        on_progress: &(dyn Fn() + Sync),
+    ) -> io::Result<()> {
+        #[cfg(feature = "tls")]
+        if let Some(t) = &self.tls {
+            return t.send_file(self, header, file.as_raw_fd(), offset, len, on_progress).await;
+        }
+        self.raw_send_file(header, file, offset, len, on_progress).await
+    }
+
+    /// Half-closes the write side (after a TLS `close_notify`, on TLS).
+    pub(crate) fn shutdown_write(&self) {
+        #[cfg(feature = "tls")]
+        if let Some(t) = &self.tls {
+            t.close_notify(self);
+        }
+        self.raw_shutdown_write();
     }
 }

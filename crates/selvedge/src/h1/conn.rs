@@ -15,7 +15,6 @@
 
 use std::future::{poll_fn, Future};
 use std::panic::AssertUnwindSafe;
-use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
@@ -51,6 +50,9 @@ struct Conn {
     timer: Timer,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
+    /// The connection turns into HTTP/2: prior knowledge (the preface arrived), or
+    /// `Upgrade: h2c` (with the request to answer on stream 1).
+    h2: Option<Option<Request>>,
 }
 
 /// What to do after a response.
@@ -61,12 +63,19 @@ enum Next {
     Close {
         linger: bool,
     },
+    /// Hand the connection to HTTP/2.
+    Upgrade,
 }
 
 /// Serves one connection until it closes.
 pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg: Arc<Settings>, timer: Timer) {
-    let mut conn = Conn { sock: Arc::new(sock), peer, cfg, timer, rbuf: BytesMut::new(), wbuf: Vec::new() };
+    let mut conn = Conn { sock: Arc::new(sock), peer, cfg, timer, rbuf: BytesMut::new(), wbuf: Vec::new(), h2: None };
     conn.run(&*app).await;
+    if let Some(upgraded) = conn.h2.take() {
+        let Conn { sock, peer, cfg, timer, rbuf, .. } = conn;
+        // Boxed so HTTP/1 connections do not carry the HTTP/2 driver's state (idle memory).
+        Box::pin(crate::h2::conn::serve(sock, peer, app, cfg, timer, rbuf, upgraded)).await;
+    }
 }
 
 impl Conn {
@@ -77,6 +86,13 @@ impl Conn {
                 Ok(Some(h)) => h,
                 Ok(None) => return,
                 Err(e) => {
+                    if first && not_http(&self.rbuf) {
+                        // Not HTTP at all (e.g. a broken HTTP/2 preface): no HTTP/1 answer,
+                        // just a lingering close.
+                        self.cfg.exception(&Error::new(Kind::BadRequest, "not an HTTP request"));
+                        self.linger().await;
+                        return;
+                    }
                     let err = Error::new(Kind::BadRequest, "invalid request head").with_status(e.status());
                     let err = match e {
                         ParseError::BadRequest(why) => Error::new(Kind::BadRequest, why).with_status(400),
@@ -89,6 +105,7 @@ impl Conn {
             first = false;
             match self.request(app, head).await {
                 Next::KeepAlive => {}
+                Next::Upgrade => return,
                 Next::Close { linger } => {
                     if self.flush().await.is_ok() && linger {
                         self.linger().await;
@@ -103,6 +120,14 @@ impl Conn {
     async fn read_head(&mut self, first: bool) -> Result<Option<Head>, ParseError> {
         let mut deadline_set = false;
         loop {
+            if first
+                && self.rbuf.len() >= 4
+                && crate::h2::codec::preface(&self.rbuf) != crate::h2::codec::PrefaceMatch::No
+            {
+                // HTTP/2 with prior knowledge: the client preface, on the HTTP/1.1 port.
+                self.h2 = Some(None);
+                return Ok(None);
+            }
             if !self.rbuf.is_empty() {
                 if let parse::Status::Complete(h) = parse::parse(&self.rbuf, &self.cfg.limits)? {
                     return Ok(Some(h));
@@ -178,6 +203,7 @@ impl Conn {
             Minor::One => !h.conn_close,
             Minor::Zero => h.conn_keep_alive && !h.conn_close,
         };
+        let h2c = first_upgrade(&self.rbuf, &h, minor);
         let head_bytes = self.rbuf.split_to(h.len).freeze();
 
         let decoder = match h.framing {
@@ -218,6 +244,16 @@ impl Conn {
             peer: self.peer.clone(),
             body,
         };
+        if h2c && home.is_none() && !self.timer.shutting_down() {
+            // `Upgrade: h2c` (RFC 7540 §3.2): 101, then HTTP/2, the request on stream 1.
+            self.wbuf
+                .extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n");
+            if self.flush().await.is_err() {
+                return Next::Close { linger: false };
+            }
+            self.h2 = Some(Some(Request { version: Version::HTTP_2, ..req }));
+            return Next::Upgrade;
+        }
 
         self.timer.pause();
         let mut res = match call_catching_panics(app, req).await {
@@ -404,6 +440,42 @@ impl Conn {
     }
 }
 
+/// Whether the request asks for `Upgrade: h2c` with an `HTTP2-Settings` header, both named
+/// in `Connection` (RFC 7540 §3.2).
+fn first_upgrade(buf: &[u8], h: &Head, minor: Minor) -> bool {
+    if minor != Minor::One {
+        return false;
+    }
+    let has_token = |v: &[u8], t: &[u8]| v.split(|&b| b == b',').any(|x| x.trim_ascii().eq_ignore_ascii_case(t));
+    let (mut upgrade, mut settings, mut conn) = (false, false, (false, false));
+    for hs in &h.headers {
+        let (n, v) = (&buf[hs.name.range()], &buf[hs.value.range()]);
+        if n.eq_ignore_ascii_case(b"upgrade") {
+            upgrade |= has_token(v, b"h2c");
+        } else if n.eq_ignore_ascii_case(b"http2-settings") {
+            settings = true;
+        } else if n.eq_ignore_ascii_case(b"connection") {
+            conn.0 |= has_token(v, b"upgrade");
+            conn.1 |= has_token(v, b"http2-settings");
+        }
+    }
+    upgrade && settings && conn.0 && conn.1
+}
+
+/// Whether the first line's third token (the version) is not even HTTP-like: such a peer
+/// does not speak HTTP/1 and gets no HTTP/1 answer.
+fn not_http(buf: &[u8]) -> bool {
+    let line = buf.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or(&[]);
+    let mut parts = line.split(|&b| b == b' ');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(_), Some(_), Some(v)) if !v.is_empty() => {
+            let k = v.len().min(3);
+            v[..k] != b"HTT"[..k]
+        }
+        _ => false,
+    }
+}
+
 /// The app asked to close with `Connection: close`.
 fn asks_close(res: &Response) -> bool {
     res.headers.iter().any(|(n, v)| n == CONNECTION && v.as_bytes().eq_ignore_ascii_case(b"close"))
@@ -417,8 +489,10 @@ pub(crate) fn default_error_response(status: StatusCode) -> Response {
 }
 
 /// Runs the app; `None` if it panicked (the panic stays inside this request).
-async fn call_catching_panics<A: App>(app: &A, req: Request) -> Option<Response> {
-    let mut fut = pin!(app.handle(req));
+pub(crate) async fn call_catching_panics<A: App>(app: &A, req: Request) -> Option<Response> {
+    // Boxed: the app's future lives only while the request runs, so an idle connection's
+    // task does not carry the app's (possibly large) state.
+    let mut fut = Box::pin(app.handle(req));
     poll_fn(|cx| match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
         Ok(Poll::Ready(r)) => Poll::Ready(Some(r)),
         Ok(Poll::Pending) => Poll::Pending,

@@ -49,11 +49,16 @@ impl From<PathBuf> for Listen {
     }
 }
 
+/// A listener's TLS configuration (`None`: cleartext).
+#[derive(Debug, Clone, Default)]
+struct TlsOpt(#[cfg(feature = "tls")] Option<Arc<rustls::ServerConfig>>);
+
 /// A server: settings and addresses; [`Server::start`] or [`Server::run`] serve an app.
 #[derive(Debug)]
 pub struct Server {
     settings: Settings,
     listen: Vec<Listen>,
+    tls: Vec<TlsOpt>,
 }
 
 /// A running server.
@@ -67,12 +72,23 @@ pub struct ServerHandle {
 impl Server {
     /// A server with these settings and no address yet.
     pub fn new(settings: Settings) -> Server {
-        Server { settings, listen: Vec::new() }
+        Server { settings, listen: Vec::new(), tls: Vec::new() }
     }
 
     /// Adds an address to listen on.
     pub fn bind(mut self, addr: impl Into<Listen>) -> Server {
         self.listen.push(addr.into());
+        self.tls.push(TlsOpt::default());
+        self
+    }
+
+    /// Adds a TLS address: connections complete a handshake with `config` (see
+    /// [`crate::tls::server_config`]) within `Settings::tls_handshake_timeout`, then speak
+    /// HTTP/2 if ALPN chose `h2`, else HTTP/1.1.
+    #[cfg(feature = "tls")]
+    pub fn bind_tls(mut self, addr: impl Into<Listen>, config: Arc<rustls::ServerConfig>) -> Server {
+        self.listen.push(addr.into());
+        self.tls.push(TlsOpt(Some(config)));
         self
     }
 
@@ -94,9 +110,9 @@ impl Server {
         };
         let sockets_per_addr = if per_core { threads_n } else { 1 };
         // sockets[w] = the listeners of worker w.
-        let mut sockets: Vec<Vec<OwnedFd>> = (0..sockets_per_addr).map(|_| Vec::new()).collect();
+        let mut sockets: Vec<Vec<(OwnedFd, TlsOpt)>> = (0..sockets_per_addr).map(|_| Vec::new()).collect();
         let mut bound = Vec::new();
-        for l in &self.listen {
+        for (l, tls) in self.listen.iter().zip(&self.tls) {
             match l {
                 Listen::Tcp(addr) => {
                     let mut addr = *addr;
@@ -106,14 +122,14 @@ impl Server {
                             addr = s.local_addr()?.as_socket().unwrap_or(addr);
                             bound.push(Listen::Tcp(addr));
                         }
-                        socks.push(s.into());
+                        socks.push((s.into(), tls.clone()));
                     }
                 }
                 Listen::Unix(path) => {
                     let s = unix_listener(path, cfg.backlog)?;
                     bound.push(Listen::Unix(path.clone()));
                     for socks in sockets.iter_mut() {
-                        socks.push(s.try_clone()?.into());
+                        socks.push((s.try_clone()?.into(), tls.clone()));
                     }
                 }
             }
@@ -216,11 +232,11 @@ fn unix_listener(path: &std::path::Path, backlog: i32) -> io::Result<socket2::So
 }
 
 /// A worker: an accept loop per listener, then the drain after shutdown.
-async fn worker<A: App>(socks: Vec<OwnedFd>, app: Arc<A>, cfg: Arc<Settings>, group: Arc<Group>) {
-    for s in socks {
+async fn worker<A: App>(socks: Vec<(OwnedFd, TlsOpt)>, app: Arc<A>, cfg: Arc<Settings>, group: Arc<Group>) {
+    for (s, tls) in socks {
         match sys::register(s, Interest::READABLE) {
             Ok(l) => {
-                tokio::spawn(accept_loop(l, app.clone(), cfg.clone(), group.clone()));
+                tokio::spawn(accept_loop(l, tls, app.clone(), cfg.clone(), group.clone()));
             }
             Err(e) => eprintln!("selvedge: listener registration failed: {e}"),
         }
@@ -235,7 +251,15 @@ async fn worker<A: App>(socks: Vec<OwnedFd>, app: Arc<A>, cfg: Arc<Settings>, gr
     }
 }
 
-async fn accept_loop<A: App>(listener: AsyncFd<OwnedFd>, app: Arc<A>, cfg: Arc<Settings>, group: Arc<Group>) {
+async fn accept_loop<A: App>(
+    listener: AsyncFd<OwnedFd>,
+    tls: TlsOpt,
+    app: Arc<A>,
+    cfg: Arc<Settings>,
+    group: Arc<Group>,
+) {
+    #[cfg(not(feature = "tls"))]
+    let _ = tls;
     let fd = listener.as_raw_fd();
     loop {
         group.wait_room().await;
@@ -258,6 +282,12 @@ async fn accept_loop<A: App>(listener: AsyncFd<OwnedFd>, app: Arc<A>, cfg: Arc<S
                     };
                     let timer = Timer::register(&group, cfg.header_timeout);
                     let handle = timer.handle();
+                    #[cfg(feature = "tls")]
+                    let task = match &tls.0 {
+                        Some(tc) => tokio::spawn(serve_tls(sock, tc.clone(), peer, app.clone(), cfg.clone(), timer)),
+                        None => tokio::spawn(crate::h1::conn::serve(sock, peer, app.clone(), cfg.clone(), timer)),
+                    };
+                    #[cfg(not(feature = "tls"))]
                     let task = tokio::spawn(crate::h1::conn::serve(sock, peer, app.clone(), cfg.clone(), timer));
                     handle.set_abort(task.abort_handle());
                     if group.is_full() {
@@ -281,5 +311,35 @@ async fn accept_loop<A: App>(listener: AsyncFd<OwnedFd>, app: Arc<A>, cfg: Arc<S
                 },
             }
         }
+    }
+}
+
+/// A TLS connection: handshake (on the connection's timer), then HTTP/2 or HTTP/1.1 by ALPN.
+#[cfg(feature = "tls")]
+async fn serve_tls<A: App>(
+    mut sock: Socket,
+    config: Arc<rustls::ServerConfig>,
+    peer: sys::PeerAddr,
+    app: Arc<A>,
+    cfg: Arc<Settings>,
+    timer: Timer,
+) {
+    let session = match crate::tls::Session::new(config) {
+        Ok(s) => s,
+        Err(e) => return cfg.exception(&crate::Error::io(e)),
+    };
+    sock.tls = Some(Box::new(session));
+    timer.set_deadline(timeout::now_ms(), cfg.tls_handshake_timeout);
+    let Some(session) = sock.tls.as_deref() else { return };
+    if let Err(e) = session.handshake(&sock).await {
+        cfg.exception(&crate::Error::io(e));
+        sock.raw_shutdown_write();
+        return;
+    }
+    if session.alpn().as_deref() == Some(b"h2") {
+        let sock = Arc::new(sock);
+        Box::pin(crate::h2::conn::serve(sock, peer, app, cfg, timer, bytes::BytesMut::new(), None)).await;
+    } else {
+        crate::h1::conn::serve(sock, peer, app, cfg, timer).await;
     }
 }

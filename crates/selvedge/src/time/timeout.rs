@@ -222,6 +222,11 @@ impl TimerHandle {
     pub fn shutting_down(&self) -> bool {
         self.slot.group.is_shutting_down()
     }
+
+    /// Resolves once the connection's server begins graceful shutdown.
+    pub async fn wait_shutdown(&self) {
+        self.slot.group.wait_shutdown().await;
+    }
 }
 
 impl Drop for Timer {

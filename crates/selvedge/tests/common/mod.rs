@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod app;
+pub mod h2;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

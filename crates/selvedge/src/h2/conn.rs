@@ -1,0 +1,436 @@
+//! The HTTP/2 connection driver (the seed's Figure 5, with tokio tasks for threads):
+//!
+//! - the **receiver** reads the socket, cuts frames and feeds them to the sans-IO
+//!   [`Proto`] under one short lock per read; new requests become stream tasks;
+//! - a **worker task per stream** runs the app (panics become 500), hands the response to
+//!   the `Proto`, and for a streaming body writes pieces with backpressure;
+//! - the **sender** waits until there is output, then drains the control queue first and
+//!   packs frames of many streams, chosen by the weighted fair queue, into one buffer that
+//!   goes out in one write.
+//!
+//! Receiver and sender run in the connection's own task, so the timeout manager's abort
+//! stops both; a guard aborts the stream tasks when the connection ends.
+//!
+//! Timeouts (the connection's [`Timer`]): the handshake has `handshake_timeout`; activity
+//! extends the idle timeout; a response held back by a closed flow-control window (a peer
+//! that stops reading, "zero-window slow read") gets `send_timeout` from the moment it
+//! got stuck, which control-frame chatter does not extend.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
+
+use bytes::{Bytes, BytesMut};
+use http::StatusCode;
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+
+use super::codec::{self, PrefaceMatch};
+use super::frame::Reason;
+use super::proto::{Event, Proto};
+use crate::app::App;
+use crate::body::Body;
+use crate::error::{Error, Kind};
+use crate::h1::conn::{call_catching_panics, default_error_response};
+use crate::response::BodyWriter;
+use crate::settings::Settings;
+use crate::socket::Socket;
+use crate::sys::PeerAddr;
+use crate::time::timeout::{now_ms, Timer, TimerHandle};
+use crate::Request;
+
+/// State shared by the receiver, the sender and the stream tasks.
+pub(crate) struct Shared {
+    proto: Mutex<Proto>,
+    /// Wakes the sender.
+    wake: Notify,
+    /// The socket is finished (EOF, error): everyone stops.
+    closed: AtomicBool,
+    /// The sender is inside a write (then only the send timeout applies).
+    writing: AtomicBool,
+    /// When output got stuck behind flow control.
+    blocked_since: Mutex<Option<u64>>,
+    tasks: Mutex<HashMap<u32, AbortHandle>>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Proto> {
+        self.proto.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Aborts every stream task when the connection ends (however it ends).
+struct TaskGuard(Arc<Shared>);
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::SeqCst);
+        let tasks = std::mem::take(&mut *self.0.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        for (_, t) in tasks {
+            t.abort();
+        }
+        // Wake stream tasks parked on body reads or writes so they see the end.
+        let mut p = self.0.lock();
+        p.go_away(Reason::CANCEL);
+    }
+}
+
+/// Serves HTTP/2 on a connection whose protocol is already known to be h2: the entry point
+/// for ALPN `h2` (the TLS layer calls it with the decrypted stream) — and for cleartext
+/// connections that start with the preface.
+///
+/// # Errors
+/// Only registration of the socket with the reactor; protocol and I/O errors end the
+/// connection quietly (reported to `Settings::on_exception`).
+pub async fn serve_connection<A: App>(
+    fd: std::os::fd::OwnedFd,
+    peer: PeerAddr,
+    app: Arc<A>,
+    cfg: Arc<Settings>,
+    timer: Timer,
+) -> std::io::Result<()> {
+    let sock = Arc::new(Socket::new(fd)?);
+    serve(sock, peer, app, cfg, timer, BytesMut::new(), None).await;
+    Ok(())
+}
+
+/// Serves an HTTP/2 connection. `rbuf` holds what was already read (the preface or a
+/// prefix of it); `upgraded` is the request of an `Upgrade: h2c`, to be answered on
+/// stream 1 (the 101 has been sent).
+pub(crate) async fn serve<A: App>(
+    sock: Arc<Socket>,
+    peer: PeerAddr,
+    app: Arc<A>,
+    cfg: Arc<Settings>,
+    timer: Timer,
+    mut rbuf: BytesMut,
+    upgraded: Option<Request>,
+) {
+    let h2cfg = cfg.h2.clone();
+    let mut proto = Proto::new(h2cfg.clone(), cfg.server_name);
+    let mut events = Vec::new();
+    if let Some(req) = upgraded {
+        proto.upgrade_stream(req, &mut events);
+    }
+    let shared = Arc::new(Shared {
+        proto: Mutex::new(proto),
+        wake: Notify::new(),
+        closed: AtomicBool::new(false),
+        writing: AtomicBool::new(false),
+        blocked_since: Mutex::new(None),
+        tasks: Mutex::new(HashMap::new()),
+    });
+    let _guard = TaskGuard(shared.clone());
+    timer.set_deadline(now_ms(), h2cfg.handshake_timeout);
+    // Our SETTINGS go out at once (the server preface), before the client's arrives.
+    let mut wbuf = Vec::with_capacity(h2cfg.write_batch + 16 * 1024);
+    shared.lock().fill(&mut wbuf, 0);
+    if sock.write_all(&wbuf).await.is_err() {
+        return;
+    }
+    wbuf.clear();
+    spawn_streams(&shared, &app, &cfg, &peer, &mut events);
+
+    // The client preface.
+    loop {
+        match codec::preface(&rbuf) {
+            PrefaceMatch::Full => break,
+            PrefaceMatch::No => {
+                let mut out = Vec::new();
+                {
+                    let mut p = shared.lock();
+                    p.go_away(Reason::PROTOCOL_ERROR);
+                    p.fill(&mut out, 0);
+                }
+                let _ = sock.write_all(&out).await;
+                cfg.exception(&Error::new(Kind::BadRequest, "invalid HTTP/2 connection preface"));
+                linger(&sock, &cfg).await;
+                return;
+            }
+            PrefaceMatch::Partial => {
+                if rbuf.capacity() - rbuf.len() < 1024 {
+                    rbuf.reserve(16 * 1024);
+                }
+                match sock.read(&mut rbuf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        }
+    }
+    let _ = rbuf.split_to(codec::PREFACE.len());
+
+    let th = timer.handle();
+    let recv = receiver(&shared, &sock, &app, &cfg, &peer, &th, rbuf);
+    let send = sender(&shared, &sock, &cfg, &th, wbuf);
+    let (_, failed) = tokio::join!(recv, send);
+    if let Some(reason) = failed {
+        if reason != Reason::NO_ERROR {
+            cfg.exception(&Error::new(Kind::BadRequest, "HTTP/2 connection error (GOAWAY sent)"));
+        }
+        linger(&sock, &cfg).await;
+    }
+}
+
+/// Lingering close: half-close, drain for a moment, then close (so the peer reads our
+/// GOAWAY instead of a reset).
+async fn linger(sock: &Socket, cfg: &Settings) {
+    sock.shutdown_write();
+    let mut buf = BytesMut::with_capacity(4096);
+    let drain = async {
+        let mut total = 0usize;
+        loop {
+            buf.clear();
+            match sock.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => total += n,
+            }
+            if total > 1 << 20 {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(cfg.linger_timeout, drain).await;
+}
+
+/// Sets the connection's deadline after activity.
+fn arm(shared: &Shared, p: &Proto, timer: &TimerHandle, cfg: &Settings) {
+    if shared.writing.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut since = shared.blocked_since.lock().unwrap_or_else(|e| e.into_inner());
+    if p.has_streams() && p.flow_blocked() {
+        if since.is_none() {
+            let now = now_ms();
+            *since = Some(now);
+            timer.set_deadline(now, cfg.send_timeout);
+        }
+    } else {
+        *since = None;
+        timer.tickle(cfg.idle_timeout);
+    }
+}
+
+async fn receiver<A: App>(
+    shared: &Arc<Shared>,
+    sock: &Socket,
+    app: &Arc<A>,
+    cfg: &Arc<Settings>,
+    peer: &PeerAddr,
+    timer: &TimerHandle,
+    mut rbuf: BytesMut,
+) {
+    let mut events = Vec::new();
+    let mut shutdown_seen = false;
+    loop {
+        let done = {
+            let mut p = shared.lock();
+            let max = p.max_frame_size();
+            loop {
+                match codec::decode_frame(&mut rbuf, max) {
+                    Ok(Some(f)) => {
+                        if let Err(r) = p.recv(f, now_ms()) {
+                            p.go_away(r);
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        if let Err(r) = p.recv_error(e) {
+                            p.go_away(r);
+                            break;
+                        }
+                        // A stream error: the frame is already cut off the buffer.
+                    }
+                }
+            }
+            p.take_events(&mut events);
+            arm(shared, &p, timer, cfg);
+            p.is_done()
+        };
+        spawn_streams(shared, app, cfg, peer, &mut events);
+        shared.wake.notify_one();
+        if done || shared.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        if rbuf.capacity() - rbuf.len() < 4096 {
+            rbuf.reserve(32 * 1024);
+        }
+        let r = tokio::select! {
+            r = sock.read(&mut rbuf) => r,
+            _ = timer.wait_shutdown(), if !shutdown_seen => {
+                shutdown_seen = true;
+                shared.lock().shutdown();
+                continue;
+            }
+        };
+        match r {
+            Ok(0) | Err(_) => {
+                shared.closed.store(true, Ordering::SeqCst);
+                shared.wake.notify_one();
+                return;
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// The sender: returns the connection error it sent (or `NO_ERROR` for a graceful end)
+/// when the connection should close with a linger, `None` when the peer is gone.
+async fn sender(
+    shared: &Arc<Shared>,
+    sock: &Socket,
+    cfg: &Arc<Settings>,
+    timer: &TimerHandle,
+    mut wbuf: Vec<u8>,
+) -> Option<Reason> {
+    let batch = cfg.h2.write_batch;
+    loop {
+        let notified = shared.wake.notified();
+        let (done, failed) = {
+            let mut p = shared.lock();
+            p.fill(&mut wbuf, batch);
+            (p.is_done() && !p.has_output(), p.failed())
+        };
+        if !wbuf.is_empty() {
+            shared.writing.store(true, Ordering::Relaxed);
+            timer.tickle(cfg.send_timeout);
+            let r = sock.write_all(&wbuf).await;
+            shared.writing.store(false, Ordering::Relaxed);
+            wbuf.clear();
+            if r.is_err() {
+                shared.closed.store(true, Ordering::SeqCst);
+                return None;
+            }
+            {
+                let p = shared.lock();
+                arm(shared, &p, timer, cfg);
+            }
+            continue;
+        }
+        if done {
+            shared.closed.store(true, Ordering::SeqCst);
+            return Some(failed.unwrap_or(Reason::NO_ERROR));
+        }
+        if shared.closed.load(Ordering::SeqCst) {
+            return None;
+        }
+        notified.await;
+    }
+}
+
+fn spawn_streams<A: App>(
+    shared: &Arc<Shared>,
+    app: &Arc<A>,
+    cfg: &Arc<Settings>,
+    peer: &PeerAddr,
+    events: &mut Vec<Event>,
+) {
+    for ev in events.drain(..) {
+        match ev {
+            Event::Request(id, mut req) => {
+                req.peer = peer.clone();
+                req.body = Body::h2(BodyReader { shared: shared.clone(), id });
+                let task = tokio::spawn(stream_task(shared.clone(), id, app.clone(), cfg.clone(), *req));
+                shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).insert(id, task.abort_handle());
+                if task.is_finished() {
+                    shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                }
+            }
+            Event::Cancel(id) => {
+                if let Some(t) = shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&id) {
+                    t.abort();
+                }
+            }
+        }
+    }
+}
+
+/// A worker: runs the app for one stream and hands over its response.
+async fn stream_task<A: App>(shared: Arc<Shared>, id: u32, app: Arc<A>, cfg: Arc<Settings>, req: Request) {
+    let res = match call_catching_panics(&*app, req).await {
+        Some(r) => r,
+        None => {
+            let err = Error::new(Kind::Panic, "application panicked");
+            cfg.exception(&err);
+            match &cfg.error_response {
+                Some(h) => h(StatusCode::INTERNAL_SERVER_ERROR, &err),
+                None => default_error_response(StatusCode::INTERNAL_SERVER_ERROR),
+            }
+        }
+    };
+    let after = shared.lock().respond(id, res);
+    shared.wake.notify_one();
+    if let super::proto::After::RunStream(st) = after {
+        let w = BodyWriter::h2(StreamWriter { shared: shared.clone(), id });
+        let ok = (st.0)(w).await.is_ok();
+        shared.lock().finish_stream(id, ok);
+        shared.wake.notify_one();
+    }
+    shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+}
+
+/// The request body of an HTTP/2 stream: pieces the receiver queued, read under the
+/// connection lock; reading grants flow-control window back to the client.
+pub(crate) struct BodyReader {
+    shared: Arc<Shared>,
+    id: u32,
+}
+
+impl fmt::Debug for BodyReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "h2::BodyReader({})", self.id)
+    }
+}
+
+impl BodyReader {
+    pub(crate) async fn next_chunk(&mut self) -> Option<Result<Bytes, Error>> {
+        let r = poll_fn(|cx| self.shared.lock().poll_body(self.id, cx)).await;
+        self.shared.wake.notify_one();
+        r.map(|r| r.map_err(|_| Error::new(Kind::Body, "HTTP/2 stream reset or connection closed")))
+    }
+
+    pub(crate) fn content_length(&self) -> Option<u64> {
+        self.shared.lock().streams.get(&self.id).and_then(|s| s.content_length.map(|n| n - s.received.min(n)))
+    }
+}
+
+impl Drop for BodyReader {
+    fn drop(&mut self) {
+        self.shared.lock().drop_body(self.id);
+        self.shared.wake.notify_one();
+    }
+}
+
+/// The HTTP/2 side of [`BodyWriter`]: pieces go to the stream's queue as DATA frames,
+/// waiting while the queue is over `H2Settings::stream_buffer`.
+pub(crate) struct StreamWriter {
+    shared: Arc<Shared>,
+    id: u32,
+}
+
+impl fmt::Debug for StreamWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "h2::StreamWriter({})", self.id)
+    }
+}
+
+impl StreamWriter {
+    pub(crate) async fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+        let mut piece = Some(Bytes::copy_from_slice(data));
+        let r = poll_fn(|cx| {
+            if self.shared.closed.load(Ordering::SeqCst) {
+                return Poll::Ready(Err(Reason::CANCEL));
+            }
+            self.shared.lock().poll_write(self.id, &mut piece, cx)
+        })
+        .await;
+        self.shared.wake.notify_one();
+        r.map_err(|reason| {
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, format!("HTTP/2 stream ended: {reason:?}"))
+        })
+    }
+}

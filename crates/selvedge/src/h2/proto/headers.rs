@@ -1,0 +1,261 @@
+//! Header blocks to requests, with the RFC 9113 §8.2–8.3 checks. A malformed request is a
+//! stream error of type PROTOCOL_ERROR (§8.1.1).
+//!
+//! The decoded fields are copied once into one buffer per request, which the
+//! [`Request`]'s spans point into (as an HTTP/1 request's point into its receive buffer).
+
+use bytes::{Bytes, BytesMut};
+use http::{Method, Version};
+
+use crate::h1::parse::{HeaderSpan, Span};
+use crate::hpack::{self, DecodeError, Token};
+use crate::Request;
+
+/// Why a header block gives no request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeaderError {
+    /// The request is malformed: RST_STREAM(PROTOCOL_ERROR).
+    Malformed,
+    /// The decoded list exceeds our SETTINGS_MAX_HEADER_LIST_SIZE: answer 431.
+    TooLarge,
+    /// HPACK failed: the connection ends with COMPRESSION_ERROR.
+    Compression,
+}
+
+/// What a request's header block tells the connection besides the request.
+#[derive(Debug)]
+pub(crate) struct Head {
+    pub(crate) req: Request,
+    pub(crate) content_length: Option<u64>,
+    /// The RFC 9218 `priority` field, if any.
+    pub(crate) priority: Option<Bytes>,
+}
+
+#[inline]
+fn token_char(b: u8) -> bool {
+    matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
+}
+
+fn valid_value(v: &[u8]) -> bool {
+    !v.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n')
+        && !matches!(v.first(), Some(b' ' | b'\t'))
+        && !matches!(v.last(), Some(b' ' | b'\t'))
+}
+
+/// Whether the field may not appear in HTTP/2 (§8.2.2).
+fn connection_specific(token: Option<Token>, name: &[u8]) -> bool {
+    matches!(token, Some(Token::Connection | Token::TransferEncoding | Token::Upgrade))
+        || name == b"keep-alive"
+        || name == b"proxy-connection"
+}
+
+fn decode_err(e: DecodeError) -> HeaderError {
+    if e == DecodeError::HeaderListTooLarge {
+        HeaderError::TooLarge
+    } else {
+        HeaderError::Compression
+    }
+}
+
+/// Decodes and checks a request's header block.
+pub(crate) fn request(dec: &mut hpack::Decoder, block: &[u8]) -> Result<Head, HeaderError> {
+    let mut buf = BytesMut::with_capacity(block.len() * 2 + 64);
+    let mut put = |b: &[u8]| {
+        let start = buf.len();
+        buf.extend_from_slice(b);
+        Span { start: start as u32, len: b.len() as u32 }
+    };
+    let mut malformed = false;
+    let mut regular_seen = false;
+    let (mut method, mut scheme, mut path, mut authority, mut host) = (None, None, None, None, None);
+    let mut headers = Vec::with_capacity(16);
+    let mut content_length: Option<u64> = None;
+    let mut priority: Option<Bytes> = None;
+    let r = dec.decode(block, |f| {
+        if malformed {
+            return;
+        }
+        let name = f.name.as_bytes();
+        let value = f.value.as_bytes();
+        if !valid_value(value) || name.is_empty() {
+            malformed = true;
+            return;
+        }
+        if name[0] == b':' {
+            let slot = match name {
+                b":method" => &mut method,
+                b":scheme" => &mut scheme,
+                b":path" => &mut path,
+                b":authority" => &mut authority,
+                _ => {
+                    malformed = true;
+                    return;
+                }
+            };
+            if regular_seen || slot.is_some() {
+                malformed = true;
+                return;
+            }
+            *slot = Some(put(value));
+            return;
+        }
+        regular_seen = true;
+        if !name.iter().all(|&b| token_char(b)) || connection_specific(f.token, name) {
+            malformed = true;
+            return;
+        }
+        match f.token {
+            Some(Token::Te) if value != b"trailers" => malformed = true,
+            Some(Token::ContentLength) => {
+                let n = std::str::from_utf8(value).ok().and_then(|s| s.parse::<u64>().ok());
+                match (n, content_length) {
+                    (Some(n), None) => content_length = Some(n),
+                    (Some(n), Some(m)) if n == m => {}
+                    _ => malformed = true,
+                }
+            }
+            _ => {}
+        }
+        if name == b"priority" {
+            priority = Some(Bytes::copy_from_slice(value));
+        }
+        let n = put(name);
+        let v = put(value);
+        if f.token == Some(Token::Host) && host.is_none() {
+            host = Some(v);
+        }
+        headers.push(HeaderSpan { name: n, value: v });
+    });
+    r.map_err(decode_err)?;
+    if malformed {
+        return Err(HeaderError::Malformed);
+    }
+    let Some(m) = method else { return Err(HeaderError::Malformed) };
+    let method = Method::from_bytes(&buf[m.range()]).map_err(|_| HeaderError::Malformed)?;
+    let authority = authority.or(host);
+    let (target, path, query) = if method == Method::CONNECT {
+        match (authority, scheme, path) {
+            (Some(a), None, None) => (a, a, None),
+            _ => return Err(HeaderError::Malformed),
+        }
+    } else {
+        let (Some(_), Some(p)) = (scheme, path) else { return Err(HeaderError::Malformed) };
+        let pb = &buf[p.range()];
+        if pb.is_empty() || !(pb[0] == b'/' || (pb == b"*" && method == Method::OPTIONS)) {
+            return Err(HeaderError::Malformed);
+        }
+        match pb.iter().position(|&b| b == b'?') {
+            Some(i) => (
+                p,
+                Span { start: p.start, len: i as u32 },
+                Some(Span { start: p.start + i as u32 + 1, len: p.len - i as u32 - 1 }),
+            ),
+            None => (p, p, None),
+        }
+    };
+    let req = Request {
+        buf: buf.freeze(),
+        method,
+        target,
+        path,
+        query,
+        authority,
+        headers,
+        version: Version::HTTP_2,
+        ..Request::default()
+    };
+    Ok(Head { req, content_length, priority })
+}
+
+/// Decodes and checks a trailer block: no pseudo-header fields (§8.1).
+pub(crate) fn trailers(dec: &mut hpack::Decoder, block: &[u8]) -> Result<(), HeaderError> {
+    let mut malformed = false;
+    dec.decode(block, |f| {
+        let name = f.name.as_bytes();
+        if name.first() == Some(&b':') || !name.iter().all(|&b| token_char(b)) || !valid_value(&f.value) {
+            malformed = true;
+        }
+    })
+    .map_err(decode_err)?;
+    if malformed {
+        Err(HeaderError::Malformed)
+    } else {
+        Ok(())
+    }
+}
+
+/// Only decodes a block (to keep the HPACK context in step) and drops it.
+pub(crate) fn skip(dec: &mut hpack::Decoder, block: &[u8]) -> Result<(), HeaderError> {
+    match dec.decode(block, |_| {}) {
+        Ok(()) | Err(DecodeError::HeaderListTooLarge) => Ok(()),
+        Err(_) => Err(HeaderError::Compression),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(fields: &[(&str, &str)]) -> BytesMut {
+        let mut enc = hpack::Encoder::new();
+        let mut out = BytesMut::new();
+        enc.encode(fields.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())), &mut out);
+        out
+    }
+
+    fn decode(fields: &[(&str, &str)]) -> Result<Head, HeaderError> {
+        request(&mut hpack::Decoder::default(), &block(fields))
+    }
+
+    const BASE: [(&str, &str); 3] = [(":method", "GET"), (":scheme", "http"), (":path", "/a/b?x=1")];
+
+    #[test]
+    fn good_request() {
+        let mut f = BASE.to_vec();
+        f.push((":authority", "example.com"));
+        f.push(("accept", "*/*"));
+        f.push(("content-length", "5"));
+        let h = decode(&f).unwrap();
+        assert_eq!(h.req.path(), "/a/b");
+        assert_eq!(h.req.query(), Some("x=1"));
+        assert_eq!(h.req.target(), "/a/b?x=1");
+        assert_eq!(h.req.authority(), Some("example.com"));
+        assert_eq!(h.req.header("accept"), Some(&b"*/*"[..]));
+        assert_eq!(h.req.version(), Version::HTTP_2);
+        assert_eq!(h.content_length, Some(5));
+    }
+
+    #[test]
+    fn malformed_requests() {
+        let cases: &[&[(&str, &str)]] = &[
+            &[(":method", "GET"), (":scheme", "http")],
+            &[(":method", "GET"), (":path", "/")],
+            &[(":scheme", "http"), (":path", "/")],
+            &[(":method", "GET"), (":scheme", "http"), (":path", "")],
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":path", "/")],
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":status", "200")],
+            &[(":method", "GET"), (":scheme", "http"), ("x", "y"), (":path", "/")],
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("Upper", "y")],
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("connection", "close")],
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("te", "gzip")],
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("x", " lead")],
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("content-length", "x")],
+        ];
+        for c in cases {
+            assert_eq!(decode(c).err(), Some(HeaderError::Malformed), "{c:?}");
+        }
+        let mut f = BASE.to_vec();
+        f.push(("te", "trailers"));
+        assert!(decode(&f).is_ok());
+    }
+
+    #[test]
+    fn list_size_limit_is_not_a_compression_error() {
+        let mut dec = hpack::Decoder::default();
+        dec.set_max_header_list_size(100);
+        let big = "x".repeat(200);
+        let mut f = BASE.to_vec();
+        f.push(("big", &big));
+        assert_eq!(request(&mut dec, &block(&f)).err(), Some(HeaderError::TooLarge));
+    }
+}

@@ -1,0 +1,667 @@
+//! The HTTP/2 connection as a sans-IO state machine: frames in, events and frames out.
+//!
+//! [`Proto::recv`] takes one parsed frame (and the coarse clock, for the abuse budgets) and
+//! updates stream states, windows and the HPACK context; what the peer must be told
+//! (SETTINGS acks, PING acks, WINDOW_UPDATE, RST_STREAM, GOAWAY) is queued as encoded
+//! control frames; new requests come out as [`Event`]s. [`Proto::fill`] (in `send.rs`)
+//! writes the next batch of output: all control frames first, then response frames chosen
+//! by the priority queue. Nothing here touches a socket or a clock, so tests drive it byte
+//! by byte.
+//!
+//! Errors follow RFC 9113 §5.4: `recv` returns a connection error's code (the caller ends
+//! the connection with [`Proto::go_away`]); stream errors are handled inside by resetting
+//! the stream.
+
+mod headers;
+pub mod priority;
+mod send;
+pub(crate) use send::After;
+mod stream;
+
+use std::collections::{HashMap, VecDeque};
+
+use bytes::{Bytes, BytesMut};
+
+pub(crate) use self::stream::{OutBody, Send, State, Stream};
+use super::frame::{self, Frame, Reason, Setting, MAX_WINDOW};
+use super::H2Settings;
+use crate::hpack;
+use crate::Request;
+use headers::HeaderError;
+use priority::{Precedence, Queue};
+
+/// What the connection driver must act on.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// A new request on stream `.0`: run the app (the body is attached by the driver).
+    Request(u32, Box<Request>),
+    /// Stream `.0` was reset: stop its app.
+    Cancel(u32),
+}
+
+/// A header block being received across CONTINUATION frames.
+struct Block {
+    stream: u32,
+    buf: BytesMut,
+    end_stream: bool,
+    dependency: Option<frame::StreamDependency>,
+    frames: u32,
+}
+
+/// Abuse counters over the current window (`H2Settings::abuse_window`).
+#[derive(Default)]
+struct Budget {
+    start: u64,
+    peer_resets: u32,
+    local_resets: u32,
+    control: u32,
+    empty: u32,
+}
+
+/// How many recently closed streams are remembered (to tell "closed" from "never opened").
+const CLOSED_MEMORY: usize = 64;
+
+/// One HTTP/2 connection's protocol state (server side).
+pub(crate) struct Proto {
+    cfg: H2Settings,
+    pub(crate) streams: HashMap<u32, Stream>,
+    /// Recently closed streams, and whether we reset them (frames for those are ignored).
+    closed: VecDeque<(u32, bool)>,
+    /// Highest client stream id seen.
+    last_id: u32,
+    hdec: hpack::Decoder,
+    henc: hpack::Encoder,
+    /// The client's SETTINGS_INITIAL_WINDOW_SIZE and SETTINGS_MAX_FRAME_SIZE.
+    peer_initial_window: i64,
+    peer_max_frame: u32,
+    /// Connection send window (the client's grant) and receive window (ours).
+    conn_send: i64,
+    conn_recv: i64,
+    conn_unacked: u32,
+    /// Encoded control frames waiting for the sender.
+    control: Vec<u8>,
+    queue: Queue,
+    /// Streams with data waiting for the connection window.
+    conn_blocked: Vec<u32>,
+    block: Option<Block>,
+    got_settings: bool,
+    /// We sent GOAWAY (graceful: finish the streams we have).
+    draining: bool,
+    /// The connection failed: flush the GOAWAY and close.
+    failed: Option<Reason>,
+    /// The client sent GOAWAY.
+    peer_goaway: bool,
+    requests: u32,
+    budget: Budget,
+    events: Vec<Event>,
+    /// Scratch for encoding header blocks.
+    scratch: BytesMut,
+    server_name: Option<&'static str>,
+}
+
+impl Proto {
+    /// A new connection: our SETTINGS and the connection window increase are queued.
+    pub(crate) fn new(cfg: H2Settings, server_name: Option<&'static str>) -> Proto {
+        let mut hdec = hpack::Decoder::new(cfg.header_table_size as usize);
+        hdec.set_max_header_list_size(cfg.max_header_list_size as usize);
+        let mut p = Proto {
+            streams: HashMap::new(),
+            closed: VecDeque::with_capacity(CLOSED_MEMORY),
+            last_id: 0,
+            hdec,
+            henc: hpack::Encoder::new(),
+            peer_initial_window: frame::DEFAULT_WINDOW as i64,
+            peer_max_frame: frame::DEFAULT_MAX_FRAME_SIZE,
+            conn_send: frame::DEFAULT_WINDOW as i64,
+            conn_recv: cfg.connection_window.max(frame::DEFAULT_WINDOW) as i64,
+            conn_unacked: 0,
+            control: Vec::with_capacity(256),
+            queue: Queue::new(),
+            conn_blocked: Vec::new(),
+            block: None,
+            got_settings: false,
+            draining: false,
+            failed: None,
+            peer_goaway: false,
+            requests: 0,
+            budget: Budget::default(),
+            events: Vec::new(),
+            scratch: BytesMut::new(),
+            server_name,
+            cfg,
+        };
+        let mut values = vec![
+            (Setting::MAX_CONCURRENT_STREAMS, p.cfg.max_concurrent_streams),
+            (Setting::INITIAL_WINDOW_SIZE, p.cfg.initial_window_size),
+            (Setting::MAX_HEADER_LIST_SIZE, p.cfg.max_header_list_size),
+        ];
+        // No SETTINGS_ENABLE_PUSH: only clients use it (some client stacks reject it from a
+        // server), and we never push.
+        if p.cfg.max_frame_size != frame::DEFAULT_MAX_FRAME_SIZE {
+            values.push((Setting::MAX_FRAME_SIZE, p.cfg.max_frame_size));
+        }
+        if p.cfg.header_table_size != hpack::DEFAULT_TABLE_SIZE as u32 {
+            values.push((Setting::HEADER_TABLE_SIZE, p.cfg.header_table_size));
+        }
+        frame::Settings { ack: false, values }.encode(&mut p.control);
+        let extra = p.conn_recv - frame::DEFAULT_WINDOW as i64;
+        if extra > 0 {
+            frame::WindowUpdate { stream: 0, increment: extra as u32 }.encode(&mut p.control);
+        }
+        p
+    }
+
+    /// Stream 1 of an `Upgrade: h2c` connection: the upgrade request, half-closed (remote).
+    pub(crate) fn upgrade_stream(&mut self, req: Request, events: &mut Vec<Event>) {
+        self.last_id = 1;
+        self.requests = 1;
+        let mut s = Stream::new(State::HalfClosedRemote, self.peer_initial_window, self.cfg.initial_window_size as i64);
+        s.is_head = req.method == http::Method::HEAD;
+        self.streams.insert(1, s);
+        events.push(Event::Request(1, Box::new(req)));
+    }
+
+    /// Our SETTINGS_MAX_FRAME_SIZE: the codec's limit on received frames.
+    pub(crate) fn max_frame_size(&self) -> u32 {
+        self.cfg.max_frame_size
+    }
+
+    /// Takes the events produced so far.
+    pub(crate) fn take_events(&mut self, out: &mut Vec<Event>) {
+        out.append(&mut self.events);
+    }
+
+    /// Whether the connection has nothing left to do: failed, or going away with no stream
+    /// left.
+    pub(crate) fn is_done(&self) -> bool {
+        self.failed.is_some() || ((self.draining || self.peer_goaway) && self.streams.is_empty())
+    }
+
+    /// The connection error we sent, if any.
+    pub(crate) fn failed(&self) -> Option<Reason> {
+        self.failed
+    }
+
+    /// Whether streams are open.
+    pub(crate) fn has_streams(&self) -> bool {
+        !self.streams.is_empty()
+    }
+
+    /// Ends the connection with a connection error: GOAWAY with the last stream id.
+    pub(crate) fn go_away(&mut self, reason: Reason) {
+        if self.failed.is_some() {
+            return;
+        }
+        frame::GoAway { last_stream: self.last_id, reason, debug: Bytes::new() }.encode(&mut self.control);
+        self.failed = Some(reason);
+        for (_, s) in self.streams.iter_mut() {
+            s.recv_error = Some(reason);
+            s.wake_reader();
+            s.wake_writer();
+        }
+    }
+
+    /// Graceful shutdown: GOAWAY(NO_ERROR) with the last stream id; the streams we have
+    /// are finished, new ones are ignored.
+    pub(crate) fn shutdown(&mut self) {
+        if self.draining || self.failed.is_some() {
+            return;
+        }
+        self.draining = true;
+        frame::GoAway { last_stream: self.last_id, reason: Reason::NO_ERROR, debug: Bytes::new() }
+            .encode(&mut self.control);
+    }
+
+    /// Handles one frame. `now` is [`crate::time::timeout::now_ms`]: it only dates the abuse
+    /// counters.
+    ///
+    /// # Errors
+    /// A connection error's code: call [`Proto::go_away`] with it.
+    pub(crate) fn recv(&mut self, f: Frame, now: u64) -> Result<(), Reason> {
+        if now.saturating_sub(self.budget.start) >= self.cfg.abuse_window.as_millis() as u64 {
+            self.budget = Budget { start: now, ..Budget::default() };
+        }
+        if !self.got_settings {
+            match &f {
+                Frame::Settings(s) if !s.ack => self.got_settings = true,
+                _ => return Err(Reason::PROTOCOL_ERROR),
+            }
+        }
+        if let Some(b) = &self.block {
+            match &f {
+                Frame::Continuation(c) if c.stream == b.stream => {}
+                _ => return Err(Reason::PROTOCOL_ERROR),
+            }
+        }
+        match f {
+            Frame::Data(d) => self.recv_data(d),
+            Frame::Headers(h) => self.recv_headers(h),
+            Frame::Continuation(c) => self.recv_continuation(c),
+            Frame::Priority(p) => {
+                self.count_control()?;
+                if p.dependency.stream == p.stream {
+                    return self.reset(p.stream, Reason::PROTOCOL_ERROR);
+                }
+                let mut prec = self.queue.precedence(p.stream);
+                prec.weight = p.dependency.weight;
+                self.queue.set_precedence(p.stream, prec);
+                Ok(())
+            }
+            Frame::PriorityUpdate(u) => {
+                self.count_control()?;
+                if u.stream % 2 == 0 {
+                    return Err(Reason::PROTOCOL_ERROR);
+                }
+                let mut prec = Precedence { incremental: false, ..self.queue.precedence(u.stream) };
+                prec.apply_field(&u.value);
+                self.queue.set_precedence(u.stream, prec);
+                Ok(())
+            }
+            Frame::RstStream(r) => self.recv_reset(r.stream, r.reason),
+            Frame::Settings(s) => self.recv_settings(s),
+            Frame::PushPromise(_) => Err(Reason::PROTOCOL_ERROR),
+            Frame::Ping(p) => {
+                self.count_control()?;
+                if !p.ack {
+                    frame::Ping { ack: true, payload: p.payload }.encode(&mut self.control);
+                }
+                self.check_control_queue()
+            }
+            Frame::GoAway(_) => {
+                self.peer_goaway = true;
+                Ok(())
+            }
+            Frame::WindowUpdate(w) => self.recv_window_update(w.stream, w.increment),
+            Frame::Unknown(_) => Ok(()),
+        }
+    }
+
+    /// Parses and handles a frame error from the frame layer.
+    ///
+    /// # Errors
+    /// As [`Proto::recv`].
+    pub(crate) fn recv_error(&mut self, e: frame::Error) -> Result<(), Reason> {
+        match e {
+            frame::Error::Connection(r) => Err(r),
+            frame::Error::Stream(id, r) => {
+                if self.block.is_some() {
+                    return Err(Reason::PROTOCOL_ERROR);
+                }
+                self.reset(id, r)
+            }
+        }
+    }
+
+    fn count_control(&mut self) -> Result<(), Reason> {
+        self.budget.control += 1;
+        if self.budget.control > self.cfg.max_control_frames {
+            return Err(Reason::ENHANCE_YOUR_CALM);
+        }
+        Ok(())
+    }
+
+    fn count_empty(&mut self) -> Result<(), Reason> {
+        self.budget.empty += 1;
+        if self.budget.empty > self.cfg.max_empty_frames {
+            return Err(Reason::ENHANCE_YOUR_CALM);
+        }
+        Ok(())
+    }
+
+    /// A peer that makes us queue control frames faster than it reads them is cut off.
+    fn check_control_queue(&self) -> Result<(), Reason> {
+        if self.control.len() > self.cfg.max_control_queue {
+            return Err(Reason::ENHANCE_YOUR_CALM);
+        }
+        Ok(())
+    }
+
+    /// Resets a stream with `reason` (a stream error, RFC 9113 §5.4.2).
+    fn reset(&mut self, id: u32, reason: Reason) -> Result<(), Reason> {
+        frame::RstStream { stream: id, reason }.encode(&mut self.control);
+        if let Some(mut s) = self.streams.remove(&id) {
+            s.recv_error = Some(reason);
+            s.wake_reader();
+            s.wake_writer();
+            self.events.push(Event::Cancel(id));
+        }
+        self.forget(id, true);
+        if reason != Reason::NO_ERROR {
+            // MadeYouReset: resets the peer provokes count against a budget too.
+            self.budget.local_resets += 1;
+            if self.budget.local_resets > self.cfg.max_local_resets {
+                return Err(Reason::ENHANCE_YOUR_CALM);
+            }
+        }
+        self.check_control_queue()
+    }
+
+    /// Forgets a closed stream (remembering its id for a while).
+    fn forget(&mut self, id: u32, reset_by_us: bool) {
+        self.queue.forget(id);
+        if self.closed.len() == CLOSED_MEMORY {
+            self.closed.pop_front();
+        }
+        self.closed.push_back((id, reset_by_us));
+    }
+
+    fn close(&mut self, id: u32) {
+        if self.streams.remove(&id).is_some() {
+            self.forget(id, false);
+        }
+    }
+
+    /// How a frame for `id`, which is not an open stream, is treated: `None` for an idle
+    /// stream, `Some(true)` for one we reset (its late frames are ignored), `Some(false)`
+    /// for one closed otherwise.
+    fn closed_kind(&self, id: u32) -> Option<bool> {
+        if id > self.last_id {
+            return None;
+        }
+        Some(self.closed.iter().rev().find(|(i, _)| *i == id).is_some_and(|(_, by_us)| *by_us))
+    }
+
+    fn recv_data(&mut self, d: frame::Data) -> Result<(), Reason> {
+        let flow = d.flow_len as i64;
+        if flow > self.conn_recv {
+            return Err(Reason::FLOW_CONTROL_ERROR);
+        }
+        // The connection window is granted back as data arrives; each stream's window
+        // bounds what waits in memory for its app.
+        self.conn_recv -= flow;
+        self.conn_unacked += d.flow_len;
+        if self.conn_unacked >= self.cfg.connection_window / 2 {
+            frame::WindowUpdate { stream: 0, increment: self.conn_unacked }.encode(&mut self.control);
+            self.conn_recv += self.conn_unacked as i64;
+            self.conn_unacked = 0;
+        }
+        if d.flow_len == 0 && !d.end_stream {
+            self.count_empty()?;
+        }
+        let id = d.stream;
+        let Some(s) = self.streams.get_mut(&id) else {
+            return match self.closed_kind(id) {
+                None => Err(Reason::PROTOCOL_ERROR),
+                Some(true) => Ok(()),
+                Some(false) => self.reset(id, Reason::STREAM_CLOSED),
+            };
+        };
+        if !s.state.can_recv() {
+            return self.reset(id, Reason::STREAM_CLOSED);
+        }
+        if flow > s.recv_window {
+            return self.reset(id, Reason::FLOW_CONTROL_ERROR);
+        }
+        s.recv_window -= flow;
+        s.received += d.data.len() as u64;
+        if s.content_length.is_some_and(|n| s.received > n || (d.end_stream && s.received != n)) {
+            return self.reset(id, Reason::PROTOCOL_ERROR);
+        }
+        // Padding, and data for an app that dropped its body, is granted back at once.
+        let mut credit = d.flow_len - d.data.len() as u32;
+        if s.body_dropped {
+            credit += d.data.len() as u32;
+        } else if !d.data.is_empty() {
+            s.inbox.push_back(d.data);
+        }
+        if d.end_stream {
+            s.state = s.state.recv_end();
+        }
+        s.wake_reader();
+        if credit > 0 && !d.end_stream {
+            self.grant(id, credit);
+        }
+        if d.end_stream && self.streams.get(&id).is_some_and(|s| s.state == State::Closed) {
+            self.close(id);
+        }
+        Ok(())
+    }
+
+    /// Returns `n` octets of receive window to stream `id` once enough has accumulated.
+    pub(crate) fn grant(&mut self, id: u32, n: u32) {
+        let threshold = self.cfg.initial_window_size / 2;
+        let Some(s) = self.streams.get_mut(&id) else { return };
+        if !s.state.can_recv() {
+            return;
+        }
+        s.recv_unacked += n;
+        if s.recv_unacked >= threshold.max(1) {
+            frame::WindowUpdate { stream: id, increment: s.recv_unacked }.encode(&mut self.control);
+            s.recv_window += s.recv_unacked as i64;
+            s.recv_unacked = 0;
+        }
+    }
+
+    fn recv_headers(&mut self, h: frame::Headers) -> Result<(), Reason> {
+        if h.fragment.is_empty() && !h.end_headers {
+            self.count_empty()?;
+        }
+        if h.end_headers {
+            return self.headers_complete(h.stream, &h.fragment, h.end_stream, h.dependency);
+        }
+        if h.fragment.len() > self.max_block() {
+            return Err(Reason::ENHANCE_YOUR_CALM);
+        }
+        let mut buf = BytesMut::with_capacity(h.fragment.len() * 2);
+        buf.extend_from_slice(&h.fragment);
+        self.block =
+            Some(Block { stream: h.stream, buf, end_stream: h.end_stream, dependency: h.dependency, frames: 1 });
+        Ok(())
+    }
+
+    /// Largest header block (compressed) we collect across CONTINUATION frames.
+    fn max_block(&self) -> usize {
+        self.cfg.max_header_list_size as usize + 16 * 1024
+    }
+
+    fn recv_continuation(&mut self, c: frame::Continuation) -> Result<(), Reason> {
+        if c.fragment.is_empty() && !c.end_headers {
+            self.count_empty()?;
+        }
+        let max = self.max_block();
+        let max_frames = self.cfg.max_continuation_frames;
+        let Some(b) = self.block.as_mut() else { return Err(Reason::PROTOCOL_ERROR) };
+        b.frames += 1;
+        // CONTINUATION flood: too many frames or too many bytes in one block.
+        if b.frames > max_frames || b.buf.len() + c.fragment.len() > max {
+            return Err(Reason::ENHANCE_YOUR_CALM);
+        }
+        b.buf.extend_from_slice(&c.fragment);
+        if !c.end_headers {
+            return Ok(());
+        }
+        let b = self.block.take().expect("checked above");
+        self.headers_complete(b.stream, &b.buf, b.end_stream, b.dependency)
+    }
+
+    fn skip_block(&mut self, block: &[u8]) -> Result<(), Reason> {
+        headers::skip(&mut self.hdec, block).map_err(|_| Reason::COMPRESSION_ERROR)
+    }
+
+    fn headers_complete(
+        &mut self,
+        id: u32,
+        block: &[u8],
+        end_stream: bool,
+        dep: Option<frame::StreamDependency>,
+    ) -> Result<(), Reason> {
+        if id % 2 == 0 {
+            return Err(Reason::PROTOCOL_ERROR);
+        }
+        if let Some(s) = self.streams.get(&id) {
+            // Trailers (or a second HEADERS, which is malformed).
+            if !s.state.can_recv() {
+                self.skip_block(block)?;
+                return self.reset(id, Reason::STREAM_CLOSED);
+            }
+            if !end_stream {
+                self.skip_block(block)?;
+                return self.reset(id, Reason::PROTOCOL_ERROR);
+            }
+            return match headers::trailers(&mut self.hdec, block) {
+                Err(HeaderError::Compression) => Err(Reason::COMPRESSION_ERROR),
+                Err(_) => self.reset(id, Reason::PROTOCOL_ERROR),
+                Ok(()) => {
+                    let s = self.streams.get_mut(&id).expect("present");
+                    if s.content_length.is_some_and(|n| n != s.received) {
+                        return self.reset(id, Reason::PROTOCOL_ERROR);
+                    }
+                    s.state = s.state.recv_end();
+                    s.wake_reader();
+                    if s.state == State::Closed {
+                        self.close(id);
+                    }
+                    Ok(())
+                }
+            };
+        }
+        match self.closed_kind(id) {
+            None => {}
+            Some(true) => return self.skip_block(block),
+            Some(false) => {
+                self.skip_block(block)?;
+                let recent = self.closed.iter().any(|(i, _)| *i == id);
+                return Err(if recent { Reason::STREAM_CLOSED } else { Reason::PROTOCOL_ERROR });
+            }
+        }
+        self.last_id = id;
+        if dep.is_some_and(|d| d.stream == id) {
+            self.skip_block(block)?;
+            return self.reset(id, Reason::PROTOCOL_ERROR);
+        }
+        if self.draining || self.failed.is_some() {
+            // After our GOAWAY, new streams are ignored (RFC 9113 §6.8).
+            return self.skip_block(block);
+        }
+        if self.streams.len() >= self.cfg.max_concurrent_streams as usize {
+            self.skip_block(block)?;
+            return self.reset(id, Reason::REFUSED_STREAM);
+        }
+        let head = match headers::request(&mut self.hdec, block) {
+            Ok(h) => Some(h),
+            Err(HeaderError::Compression) => return Err(Reason::COMPRESSION_ERROR),
+            Err(HeaderError::Malformed) => return self.reset(id, Reason::PROTOCOL_ERROR),
+            Err(HeaderError::TooLarge) => None,
+        };
+        let state = if end_stream { State::HalfClosedRemote } else { State::Open };
+        let mut s = Stream::new(state, self.peer_initial_window, self.cfg.initial_window_size as i64);
+        let mut prec = self.queue.precedence(id);
+        if let Some(d) = dep {
+            prec.weight = d.weight;
+        }
+        match head {
+            Some(h) => {
+                if end_stream && h.content_length.is_some_and(|n| n != 0) {
+                    return self.reset(id, Reason::PROTOCOL_ERROR);
+                }
+                if let Some(p) = &h.priority {
+                    prec.incremental = false;
+                    prec.apply_field(p);
+                }
+                s.content_length = h.content_length;
+                s.is_head = h.req.method == http::Method::HEAD;
+                self.events.push(Event::Request(id, Box::new(h.req)));
+            }
+            None => {
+                // The header list is over our limit: 431, without running the app.
+                s.body_dropped = true;
+                let res = crate::h1::conn::default_error_response(http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+                s.send = Send::Head { status: res.status, headers: res.headers, body: OutBody::Empty };
+                self.queue.push(id, 0);
+            }
+        }
+        self.queue.set_precedence(id, prec);
+        self.streams.insert(id, s);
+        self.requests += 1;
+        if self.requests >= self.cfg.max_requests || id == MAX_WINDOW {
+            // No more streams on this connection (the limit, or client ids exhausted).
+            self.shutdown();
+        }
+        Ok(())
+    }
+
+    fn recv_reset(&mut self, id: u32, reason: Reason) -> Result<(), Reason> {
+        if id > self.last_id {
+            return Err(Reason::PROTOCOL_ERROR);
+        }
+        if let Some(mut s) = self.streams.remove(&id) {
+            s.recv_error = Some(reason);
+            s.wake_reader();
+            s.wake_writer();
+            self.events.push(Event::Cancel(id));
+            self.forget(id, false);
+            // Rapid reset (CVE-2023-44487): streams the peer opens and cancels cost us a
+            // task each; past the budget the connection ends.
+            self.budget.peer_resets += 1;
+            if self.budget.peer_resets > self.cfg.max_peer_resets {
+                return Err(Reason::ENHANCE_YOUR_CALM);
+            }
+        }
+        Ok(())
+    }
+
+    fn recv_settings(&mut self, s: frame::Settings) -> Result<(), Reason> {
+        self.count_control()?;
+        if s.ack {
+            return Ok(());
+        }
+        for (id, v) in s.values {
+            match id {
+                Setting::HEADER_TABLE_SIZE => self.henc.update_max_size((v as usize).min(hpack::DEFAULT_TABLE_SIZE)),
+                Setting::INITIAL_WINDOW_SIZE => {
+                    let delta = v as i64 - self.peer_initial_window;
+                    self.peer_initial_window = v as i64;
+                    let mut reopened = Vec::new();
+                    for (&sid, st) in self.streams.iter_mut() {
+                        let before = st.send_window;
+                        st.send_window += delta;
+                        if st.send_window > MAX_WINDOW as i64 {
+                            return Err(Reason::FLOW_CONTROL_ERROR);
+                        }
+                        if before <= 0 && st.send_window > 0 {
+                            reopened.push(sid);
+                        }
+                    }
+                    for sid in reopened {
+                        self.schedule(sid);
+                    }
+                }
+                Setting::MAX_FRAME_SIZE => self.peer_max_frame = v,
+                _ => {}
+            }
+        }
+        frame::Settings::encode_ack(&mut self.control);
+        self.check_control_queue()
+    }
+
+    fn recv_window_update(&mut self, id: u32, inc: u32) -> Result<(), Reason> {
+        if id == 0 {
+            self.conn_send += inc as i64;
+            if self.conn_send > MAX_WINDOW as i64 {
+                return Err(Reason::FLOW_CONTROL_ERROR);
+            }
+            for sid in std::mem::take(&mut self.conn_blocked) {
+                if let Some(s) = self.streams.get_mut(&sid) {
+                    s.conn_blocked = false;
+                }
+                self.schedule(sid);
+            }
+            return Ok(());
+        }
+        let Some(s) = self.streams.get_mut(&id) else {
+            return match self.closed_kind(id) {
+                None => Err(Reason::PROTOCOL_ERROR),
+                Some(_) => Ok(()),
+            };
+        };
+        s.send_window += inc as i64;
+        if s.send_window > MAX_WINDOW as i64 {
+            return self.reset(id, Reason::FLOW_CONTROL_ERROR);
+        }
+        self.schedule(id);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

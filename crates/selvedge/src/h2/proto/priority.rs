@@ -1,0 +1,314 @@
+//! The output queue: which ready stream sends its next frame.
+//!
+//! A weighted fair queue (the seed's WFQ) on an indexed binary heap, so that enqueue,
+//! dequeue and delete are all O(log n):
+//!
+//! - RFC 9218 urgency (0 = most urgent .. 7) is the first key: a stream of a lower urgency
+//!   never waits behind a stream of a higher one.
+//! - Within an urgency, each stream carries a virtual finish time. Sending `n` bytes
+//!   advances it by `n * 256 / weight` (RFC 7540 §5.3.2 weights 1..=256; 16 by default),
+//!   so streams of equal weight share bandwidth equally, and a stream of weight 2w gets
+//!   twice the share of one of weight w.
+//! - Non-incremental streams (RFC 9218 §4.2 `i` absent) of one urgency are served in stream
+//!   id order, one after the other; incremental ones interleave by virtual time.
+//!
+//! RFC 7540 dependencies are flattened: a stream's weight is kept, its parent ignored
+//! (RFC 9113 §5.3.2 deprecates the tree; weights alone already give the fairness h2 needs).
+
+use std::collections::HashMap;
+
+/// Default RFC 7540 weight.
+pub const DEFAULT_WEIGHT: u16 = 16;
+/// Default RFC 9218 urgency.
+pub const DEFAULT_URGENCY: u8 = 3;
+
+/// A stream's scheduling parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Precedence {
+    /// RFC 9218 urgency, 0..=7.
+    pub urgency: u8,
+    /// RFC 9218 incremental.
+    pub incremental: bool,
+    /// RFC 7540 weight, 1..=256.
+    pub weight: u16,
+}
+
+impl Default for Precedence {
+    fn default() -> Self {
+        Precedence { urgency: DEFAULT_URGENCY, incremental: true, weight: DEFAULT_WEIGHT }
+    }
+}
+
+impl Precedence {
+    /// Applies an RFC 9218 `priority` field value (a structured-field dictionary such as
+    /// `u=1, i`); unknown keys and invalid values are ignored (§4).
+    pub fn apply_field(&mut self, value: &[u8]) {
+        for item in value.split(|&b| b == b',') {
+            let item = item.trim_ascii();
+            let (key, val) = match item.iter().position(|&b| b == b'=') {
+                Some(i) => (&item[..i], Some(item[i + 1..].trim_ascii())),
+                None => (item, None),
+            };
+            match (key.trim_ascii(), val) {
+                (b"u", Some([d @ b'0'..=b'7'])) => self.urgency = d - b'0',
+                (b"i", None | Some(b"?1")) => self.incremental = true,
+                (b"i", Some(b"?0")) => self.incremental = false,
+                _ => {}
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    urgency: u8,
+    vtime: u64,
+    /// Tie-break: stream id for non-incremental streams, arrival order otherwise.
+    seq: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    key: Key,
+    id: u32,
+}
+
+/// Per-stream state the queue keeps while the stream lives (finish time, parameters).
+#[derive(Debug, Clone, Copy)]
+struct Track {
+    finish: u64,
+    prec: Precedence,
+}
+
+/// The weighted fair queue of ready streams.
+#[derive(Debug, Default)]
+pub struct Queue {
+    heap: Vec<Entry>,
+    pos: HashMap<u32, usize>,
+    track: HashMap<u32, Track>,
+    /// Virtual time of each urgency level: the finish time of the last entry dequeued.
+    level: [u64; 8],
+    seq: u64,
+}
+
+impl Queue {
+    /// An empty queue.
+    pub fn new() -> Queue {
+        Queue::default()
+    }
+
+    /// Number of queued streams.
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// Whether no stream is queued.
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
+    /// Whether `id` is queued.
+    pub fn contains(&self, id: u32) -> bool {
+        self.pos.contains_key(&id)
+    }
+
+    /// Sets (or changes) a stream's parameters; a queued stream moves at once.
+    pub fn set_precedence(&mut self, id: u32, prec: Precedence) {
+        let t = self.track.entry(id).or_insert(Track { finish: 0, prec });
+        t.prec = prec;
+        if self.remove(id) {
+            self.push(id, 0);
+        }
+    }
+
+    /// The parameters of `id` (defaults if never set).
+    pub fn precedence(&self, id: u32) -> Precedence {
+        self.track.get(&id).map_or_else(Precedence::default, |t| t.prec)
+    }
+
+    /// Enqueues `id`, charging it for the `sent` bytes it sent on its last turn. Does
+    /// nothing if it is already queued. O(log n).
+    pub fn push(&mut self, id: u32, sent: usize) {
+        if self.pos.contains_key(&id) {
+            return;
+        }
+        let t = self.track.entry(id).or_insert(Track { finish: 0, prec: Precedence::default() });
+        let prec = t.prec;
+        let lvl = self.level[prec.urgency as usize & 7];
+        let start = t.finish.max(lvl);
+        t.finish = start + (sent as u64 * 256) / prec.weight.max(1) as u64;
+        self.seq += 1;
+        let key = if prec.incremental {
+            Key { urgency: prec.urgency, vtime: t.finish, seq: self.seq }
+        } else {
+            // Sequential: in stream id order, ahead of the level's incremental streams.
+            Key { urgency: prec.urgency, vtime: lvl, seq: id as u64 }
+        };
+        self.heap.push(Entry { key, id });
+        let i = self.heap.len() - 1;
+        self.pos.insert(id, i);
+        self.up(i);
+    }
+
+    /// Dequeues the stream to serve next. O(log n).
+    pub fn pop(&mut self) -> Option<u32> {
+        if self.heap.is_empty() {
+            return None;
+        }
+        let e = self.take(0);
+        let lvl = &mut self.level[e.key.urgency as usize & 7];
+        *lvl = (*lvl).max(e.key.vtime);
+        Some(e.id)
+    }
+
+    /// Removes `id` if queued; returns whether it was. O(log n).
+    pub fn remove(&mut self, id: u32) -> bool {
+        match self.pos.get(&id) {
+            Some(&i) => {
+                self.take(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forgets a closed stream entirely.
+    pub fn forget(&mut self, id: u32) {
+        self.remove(id);
+        self.track.remove(&id);
+    }
+
+    fn take(&mut self, i: usize) -> Entry {
+        let last = self.heap.len() - 1;
+        self.heap.swap(i, last);
+        let e = self.heap.pop().expect("non-empty");
+        self.pos.remove(&e.id);
+        if i < self.heap.len() {
+            self.pos.insert(self.heap[i].id, i);
+            self.down(i);
+            self.up(i);
+        }
+        e
+    }
+
+    fn up(&mut self, mut i: usize) {
+        while i > 0 {
+            let p = (i - 1) / 2;
+            if self.heap[p].key <= self.heap[i].key {
+                break;
+            }
+            self.swap(i, p);
+            i = p;
+        }
+    }
+
+    fn down(&mut self, mut i: usize) {
+        loop {
+            let (l, r) = (2 * i + 1, 2 * i + 2);
+            let mut m = i;
+            if l < self.heap.len() && self.heap[l].key < self.heap[m].key {
+                m = l;
+            }
+            if r < self.heap.len() && self.heap[r].key < self.heap[m].key {
+                m = r;
+            }
+            if m == i {
+                return;
+            }
+            self.swap(i, m);
+            i = m;
+        }
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        self.heap.swap(a, b);
+        self.pos.insert(self.heap[a].id, a);
+        self.pos.insert(self.heap[b].id, b);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prec(urgency: u8, incremental: bool, weight: u16) -> Precedence {
+        Precedence { urgency, incremental, weight }
+    }
+
+    /// Serves `n` turns of `chunk` bytes; returns bytes sent per stream.
+    fn serve(q: &mut Queue, turns: usize, chunk: usize) -> HashMap<u32, usize> {
+        let mut sent = HashMap::new();
+        for _ in 0..turns {
+            let id = q.pop().unwrap();
+            *sent.entry(id).or_default() += chunk;
+            q.push(id, chunk);
+        }
+        sent
+    }
+
+    #[test]
+    fn equal_weights_share_equally_and_weights_proportionally() {
+        let mut q = Queue::new();
+        for id in [1, 3, 5] {
+            q.set_precedence(id, prec(3, true, 16));
+            q.push(id, 0);
+        }
+        let s = serve(&mut q, 300, 1000);
+        assert_eq!((s[&1], s[&3], s[&5]), (100_000, 100_000, 100_000));
+        let mut q = Queue::new();
+        q.set_precedence(1, prec(3, true, 64));
+        q.set_precedence(3, prec(3, true, 32));
+        q.push(1, 0);
+        q.push(3, 0);
+        let s = serve(&mut q, 300, 1000);
+        assert!((s[&1] as i64 - 200_000).abs() <= 2000, "{s:?}");
+    }
+
+    #[test]
+    fn urgency_first_then_sequential_by_id() {
+        let mut q = Queue::new();
+        q.set_precedence(7, prec(5, false, 16));
+        q.set_precedence(5, prec(5, false, 16));
+        q.set_precedence(9, prec(1, true, 16));
+        for id in [7, 5, 9] {
+            q.push(id, 0);
+        }
+        assert_eq!(q.pop(), Some(9));
+        q.push(9, 16_384);
+        assert_eq!(q.pop(), Some(9));
+        assert_eq!(q.pop(), Some(5));
+        q.push(5, 16_384);
+        assert_eq!(q.pop(), Some(5));
+        assert_eq!(q.pop(), Some(7));
+        assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn delete_anywhere_keeps_heap_order() {
+        let mut q = Queue::new();
+        for id in 1..200u32 {
+            q.set_precedence(id, prec((id % 8) as u8, true, (id % 256) as u16 + 1));
+            q.push(id, (id as usize * 7919) % 5000);
+        }
+        for id in (1..200u32).step_by(3) {
+            assert!(q.remove(id));
+            assert!(!q.remove(id));
+        }
+        let mut last = (0u8, 0u64);
+        while let Some(id) = q.pop() {
+            assert!(id % 3 != 1);
+            let u = (id % 8) as u8;
+            assert!(u >= last.0);
+            last = (u, 0);
+        }
+    }
+
+    #[test]
+    fn priority_field_values() {
+        let mut p = Precedence::default();
+        p.apply_field(b"u=1, i=?0, x=9");
+        assert_eq!((p.urgency, p.incremental), (1, false));
+        p.apply_field(b"u=9,i");
+        assert_eq!((p.urgency, p.incremental), (1, true));
+    }
+}

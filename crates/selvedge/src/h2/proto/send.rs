@@ -1,0 +1,334 @@
+//! The output side of [`Proto`]: responses handed over by the apps, the request body read
+//! by the apps, and [`Proto::fill`], which packs the next batch of frames into one buffer:
+//! control frames first, then one frame per turn of the priority queue, so that streams
+//! interleave by precedence at frame granularity.
+
+use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, DATE, SERVER};
+use http::StatusCode;
+
+use super::{OutBody, Proto, Send, State};
+use crate::h2::frame::{self, Reason, HEADER_LEN};
+use crate::response::{Response, ResponseBody};
+
+/// Response headers that must not appear in HTTP/2 (RFC 9113 §8.2.2).
+fn connection_specific(n: &http::HeaderName) -> bool {
+    n == http::header::CONNECTION
+        || n == http::header::TRANSFER_ENCODING
+        || n == http::header::UPGRADE
+        || n.as_str() == "keep-alive"
+        || n.as_str() == "proxy-connection"
+}
+
+/// What the worker must do after handing over a response.
+pub(crate) enum After {
+    /// Nothing: the body is in the connection's hands.
+    Done,
+    /// Run the streaming body with an HTTP/2 writer.
+    RunStream(crate::response::StreamBody),
+}
+
+impl Proto {
+    /// Queues stream `id` if it has something to send now.
+    pub(crate) fn schedule(&mut self, id: u32) {
+        let Some(s) = self.streams.get(&id) else { return };
+        let sendable = match &s.send {
+            Send::Waiting | Send::Done => false,
+            Send::Head { .. } => true,
+            Send::Body(b) => {
+                let ready = b.ready();
+                (ready == 0 && b.finished()) || (ready > 0 && s.send_window > 0 && !s.conn_blocked)
+            }
+        };
+        if sendable {
+            self.queue.push(id, 0);
+        }
+    }
+
+    /// Hands over the app's response for stream `id`.
+    pub(crate) fn respond(&mut self, id: u32, res: Response) -> After {
+        let Some(s) = self.streams.get_mut(&id) else { return After::Done };
+        let Response { status, headers, body } = res;
+        let bodiless = s.is_head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+        let mut after = After::Done;
+        let mut headers = headers;
+        let body = match body {
+            ResponseBody::Empty => OutBody::Empty,
+            ResponseBody::Bytes(b) => {
+                if !headers.iter().any(|(n, _)| n == CONTENT_LENGTH) {
+                    headers.push((CONTENT_LENGTH, b.len().into()));
+                }
+                if bodiless {
+                    OutBody::Empty
+                } else {
+                    OutBody::Bytes(b)
+                }
+            }
+            ResponseBody::File(f) => {
+                if !headers.iter().any(|(n, _)| n == CONTENT_LENGTH) {
+                    headers.push((CONTENT_LENGTH, f.len.into()));
+                }
+                if bodiless {
+                    OutBody::Empty
+                } else {
+                    OutBody::File { file: f.file, offset: f.offset, remaining: f.len }
+                }
+            }
+            ResponseBody::Stream(st) => {
+                if bodiless {
+                    OutBody::Empty
+                } else {
+                    after = After::RunStream(st);
+                    OutBody::Stream { pieces: VecDeque::new(), queued: 0, done: false, waker: None }
+                }
+            }
+        };
+        s.send = Send::Head { status, headers, body };
+        self.queue.push(id, 0);
+        after
+    }
+
+    /// A streaming app's write: `Ready(Ok)` once `data` is queued, `Pending` while the
+    /// stream's queue is over its limit (backpressure), `Ready(Err)` if the stream is gone.
+    pub(crate) fn poll_write(
+        &mut self,
+        id: u32,
+        data: &mut Option<Bytes>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Reason>> {
+        let limit = self.cfg.stream_buffer;
+        let Some(s) = self.streams.get_mut(&id) else {
+            return Poll::Ready(Err(self.failed.unwrap_or(Reason::CANCEL)));
+        };
+        let (Send::Head { body: OutBody::Stream { pieces, queued, waker, .. }, .. }
+        | Send::Body(OutBody::Stream { pieces, queued, waker, .. })) = &mut s.send
+        else {
+            return Poll::Ready(Err(Reason::INTERNAL_ERROR));
+        };
+        if *queued >= limit {
+            *waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        if let Some(d) = data.take() {
+            *queued += d.len();
+            pieces.push_back(d);
+        }
+        self.schedule(id);
+        Poll::Ready(Ok(()))
+    }
+
+    /// The streaming app finished (`ok`) or failed: END_STREAM, or RST_STREAM(INTERNAL_ERROR).
+    pub(crate) fn finish_stream(&mut self, id: u32, ok: bool) {
+        let Some(s) = self.streams.get_mut(&id) else { return };
+        if !ok {
+            let _ = self.reset_quiet(id, Reason::INTERNAL_ERROR);
+            return;
+        }
+        if let Send::Head { body: OutBody::Stream { done, .. }, .. } | Send::Body(OutBody::Stream { done, .. }) =
+            &mut s.send
+        {
+            *done = true;
+        }
+        self.schedule(id);
+    }
+
+    /// Resets a stream for a reason of our own (not counted against the peer).
+    pub(crate) fn reset_quiet(&mut self, id: u32, reason: Reason) -> Result<(), Reason> {
+        if let Some(mut s) = self.streams.remove(&id) {
+            frame::RstStream { stream: id, reason }.encode(&mut self.control);
+            s.wake_reader();
+            s.wake_writer();
+            self.forget(id, true);
+        }
+        Ok(())
+    }
+
+    /// The app's read of its request body: the next piece, `None` at the end.
+    pub(crate) fn poll_body(&mut self, id: u32, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Reason>>> {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return Poll::Ready(Some(Err(self.failed.unwrap_or(Reason::CANCEL))));
+        };
+        if let Some(b) = s.inbox.pop_front() {
+            let n = b.len() as u32;
+            self.grant(id, n);
+            return Poll::Ready(Some(Ok(b)));
+        }
+        if let Some(r) = s.recv_error {
+            return Poll::Ready(Some(Err(r)));
+        }
+        if !s.state.can_recv() {
+            return Poll::Ready(None);
+        }
+        s.reader = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// The app dropped its request body: what is buffered is granted back, and so is what
+    /// still arrives.
+    pub(crate) fn drop_body(&mut self, id: u32) {
+        let Some(s) = self.streams.get_mut(&id) else { return };
+        s.body_dropped = true;
+        s.reader = None;
+        let n: usize = s.inbox.drain(..).map(|b| b.len()).sum();
+        if n > 0 {
+            self.grant(id, n as u32);
+        }
+    }
+
+    /// Whether a response is held back by flow control (the zero-window slow-read case).
+    pub(crate) fn flow_blocked(&self) -> bool {
+        (!self.conn_blocked.is_empty())
+            || self.streams.values().any(|s| matches!(&s.send, Send::Body(b) if b.ready() > 0 && s.send_window <= 0))
+    }
+
+    /// Whether [`Proto::fill`] would write something.
+    pub(crate) fn has_output(&self) -> bool {
+        !self.control.is_empty() || !self.queue.is_empty()
+    }
+
+    /// Appends the next batch of frames to `out`, up to about `max` bytes: all queued
+    /// control frames, then frames of ready streams in priority order, one frame per turn.
+    pub(crate) fn fill(&mut self, out: &mut Vec<u8>, max: usize) {
+        out.extend_from_slice(&self.control);
+        self.control.clear();
+        if self.failed.is_some() {
+            return;
+        }
+        while out.len() < max {
+            let Some(id) = self.queue.pop() else { break };
+            let sent = self.turn(id, out);
+            if let Some(sent) = sent {
+                self.queue.push(id, sent);
+            }
+        }
+        // Resets issued while sending (a file that shrank) go out in this batch too.
+        out.extend_from_slice(&self.control);
+        self.control.clear();
+    }
+
+    /// One turn of stream `id`: its head if due, then one DATA frame. Returns the bytes
+    /// sent if the stream should be queued again.
+    fn turn(&mut self, id: u32, out: &mut Vec<u8>) -> Option<usize> {
+        let max_frame = self.peer_max_frame as usize;
+        let s = self.streams.get_mut(&id)?;
+        if let Send::Head { .. } = s.send {
+            let Send::Head { status, headers, body } = std::mem::replace(&mut s.send, Send::Waiting) else {
+                unreachable!()
+            };
+            let end = body.ready() == 0 && body.finished();
+            self.scratch.clear();
+            let mut date = [0u8; crate::time::date::DATE_LEN];
+            crate::time::date::current(&mut date);
+            let status = status.as_str().as_bytes();
+            let server = self.server_name.map(|n| (SERVER.as_str().as_bytes(), n.as_bytes()));
+            let fields =
+                [(&b":status"[..], status), (DATE.as_str().as_bytes(), &date[..])].into_iter().chain(server).chain(
+                    headers
+                        .iter()
+                        .filter(|(n, _)| !connection_specific(n))
+                        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+                );
+            self.henc.encode(fields, &mut self.scratch);
+            frame::Headers::encode(id, &self.scratch, end, max_frame, out);
+            let s = self.streams.get_mut(&id)?;
+            if end {
+                s.send = Send::Done;
+                return self.sent_end(id);
+            }
+            s.send = Send::Body(body);
+        }
+        let s = self.streams.get_mut(&id)?;
+        let Send::Body(body) = &mut s.send else { return None };
+        let ready = body.ready();
+        if ready == 0 {
+            if body.finished() {
+                frame::Data::encode_head(id, 0, true, out);
+                s.send = Send::Done;
+                return self.sent_end(id);
+            }
+            return None; // a stream waiting for its app: the writer schedules it again
+        }
+        let n = (ready.min(max_frame as u64) as i64).min(s.send_window).min(self.conn_send);
+        if n <= 0 {
+            if self.conn_send <= 0 && !s.conn_blocked {
+                s.conn_blocked = true;
+                self.conn_blocked.push(id);
+            }
+            return None;
+        }
+        let n = n as usize;
+        let end = body.finished() && ready == n as u64;
+        let start = out.len();
+        frame::Data::encode_head(id, n, end, out);
+        match body {
+            OutBody::Empty => {}
+            OutBody::Bytes(b) => out.extend_from_slice(&b.split_to(n)),
+            OutBody::File { file, offset, remaining } => {
+                out.resize(start + HEADER_LEN + n, 0);
+                let mut got = 0;
+                while got < n {
+                    match crate::sys::pread(
+                        file.as_raw_fd(),
+                        &mut out[start + HEADER_LEN + got..],
+                        *offset + got as u64,
+                    ) {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => got += k,
+                    }
+                }
+                if got < n {
+                    out.truncate(start);
+                    let _ = self.reset_quiet(id, Reason::INTERNAL_ERROR);
+                    return None;
+                }
+                *offset += n as u64;
+                *remaining -= n as u64;
+            }
+            OutBody::Stream { pieces, queued, waker, .. } => {
+                let mut left = n;
+                while left > 0 {
+                    let Some(front) = pieces.front_mut() else { break };
+                    let take = left.min(front.len());
+                    out.extend_from_slice(&front.split_to(take));
+                    if front.is_empty() {
+                        pieces.pop_front();
+                    }
+                    left -= take;
+                }
+                *queued -= n;
+                if let Some(w) = waker.take() {
+                    w.wake();
+                }
+            }
+        }
+        s.send_window -= n as i64;
+        self.conn_send -= n as i64;
+        if end {
+            s.send = Send::Done;
+            self.sent_end(id);
+            return None;
+        }
+        let s = self.streams.get(&id)?;
+        let Send::Body(body) = &s.send else { return None };
+        let more = body.ready() > 0 || body.finished();
+        if more && s.send_window > 0 {
+            Some(n)
+        } else {
+            None
+        }
+    }
+
+    /// END_STREAM went out on `id`.
+    fn sent_end(&mut self, id: u32) -> Option<usize> {
+        let s = self.streams.get_mut(&id)?;
+        s.state = s.state.send_end();
+        if s.state == State::Closed {
+            self.close(id);
+        }
+        None
+    }
+}

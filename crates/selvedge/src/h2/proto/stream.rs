@@ -1,0 +1,199 @@
+//! One stream's state: its RFC 9113 §5.1 state, flow-control windows, the request body
+//! waiting for the app, and the response waiting for the sender.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::sync::Arc;
+use std::task::Waker;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, StatusCode};
+
+use crate::h2::frame::Reason;
+
+/// A stream's state, server side (no push, so no reserved states):
+///
+/// ```text
+///                          +--------+
+///                          |  idle  |
+///                          +--------+
+///                              |
+///                              | recv H
+///                              v
+///                          +--------+
+///                  recv ES |        | send ES
+///                  ,-------|  open  |-------.
+///                 /        |        |        \
+///                v         +--------+         v
+///         +----------+          |           +----------+
+///         |   half-  |          |           |   half-  |
+///         |  closed  |          | send R /  |  closed  |
+///         | (remote) |          | recv R    | (local)  |
+///         +----------+          |           +----------+
+///              |                |                 |
+///              | send ES /      |       recv ES / |
+///              | send R /       v        send R / |
+///              | recv R     +--------+   recv R   |
+///              `----------->|        |<-----------'
+///                           | closed |
+///                           +--------+
+/// ```
+///
+/// (RFC 9113 §5.1. Idle streams are not stored: an id above the last one seen is idle; a
+/// closed stream is removed from the map and remembered for a while.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Both sides may send.
+    Open,
+    /// The client sent END_STREAM; we may still send.
+    HalfClosedRemote,
+    /// We sent END_STREAM; the client may still send (its request body).
+    HalfClosedLocal,
+    /// Nothing more in either direction.
+    Closed,
+}
+
+impl State {
+    /// After receiving END_STREAM.
+    pub(crate) fn recv_end(self) -> State {
+        match self {
+            State::Open => State::HalfClosedRemote,
+            State::HalfClosedLocal => State::Closed,
+            s => s,
+        }
+    }
+
+    /// After sending END_STREAM.
+    pub(crate) fn send_end(self) -> State {
+        match self {
+            State::Open => State::HalfClosedLocal,
+            State::HalfClosedRemote => State::Closed,
+            s => s,
+        }
+    }
+
+    /// Whether the client may still send on the stream.
+    pub(crate) fn can_recv(self) -> bool {
+        matches!(self, State::Open | State::HalfClosedLocal)
+    }
+}
+
+/// Where the response body comes from.
+pub(crate) enum OutBody {
+    /// Nothing (more) to send but END_STREAM.
+    Empty,
+    /// Bytes in memory, sent from the front.
+    Bytes(Bytes),
+    /// A range of a file, read with `pread` into the send buffer.
+    File { file: Arc<File>, offset: u64, remaining: u64 },
+    /// Pieces written by a streaming app, bounded by `queued` (the writer waits above the
+    /// limit).
+    Stream { pieces: VecDeque<Bytes>, queued: usize, done: bool, waker: Option<Waker> },
+}
+
+impl OutBody {
+    /// Bytes ready to go now (0 for a stream waiting for its app).
+    pub(crate) fn ready(&self) -> u64 {
+        match self {
+            OutBody::Empty => 0,
+            OutBody::Bytes(b) => b.len() as u64,
+            OutBody::File { remaining, .. } => *remaining,
+            OutBody::Stream { queued, .. } => *queued as u64,
+        }
+    }
+
+    /// Whether nothing more will come after what is ready.
+    pub(crate) fn finished(&self) -> bool {
+        !matches!(self, OutBody::Stream { done: false, .. })
+    }
+}
+
+/// What the stream is sending.
+pub(crate) enum Send {
+    /// The app has not answered yet.
+    Waiting,
+    /// The head is to be sent, then the body.
+    Head { status: StatusCode, headers: Vec<(HeaderName, HeaderValue)>, body: OutBody },
+    /// The head is out; the body follows.
+    Body(OutBody),
+    /// END_STREAM is sent.
+    Done,
+}
+
+/// One open stream.
+pub(crate) struct Stream {
+    pub(crate) state: State,
+    /// Our send window (the client's grant), may go negative after a SETTINGS change.
+    pub(crate) send_window: i64,
+    /// Octets the client may still send before our next WINDOW_UPDATE.
+    pub(crate) recv_window: i64,
+    /// Octets consumed by the app but not yet granted back.
+    pub(crate) recv_unacked: u32,
+    /// Request body pieces not yet read by the app.
+    pub(crate) inbox: VecDeque<Bytes>,
+    /// The app's task waiting for body data.
+    pub(crate) reader: Option<Waker>,
+    /// The body failed (reset, content-length mismatch).
+    pub(crate) recv_error: Option<Reason>,
+    /// `content-length` of the request, and the data received so far.
+    pub(crate) content_length: Option<u64>,
+    pub(crate) received: u64,
+    pub(crate) send: Send,
+    /// Waiting in the queue for the connection window to open.
+    pub(crate) conn_blocked: bool,
+    /// HEAD request: no body goes out.
+    pub(crate) is_head: bool,
+    /// The app dropped the request body: data is granted back on arrival and discarded.
+    pub(crate) body_dropped: bool,
+}
+
+impl Stream {
+    pub(crate) fn new(state: State, send_window: i64, recv_window: i64) -> Stream {
+        Stream {
+            state,
+            send_window,
+            recv_window,
+            recv_unacked: 0,
+            inbox: VecDeque::new(),
+            reader: None,
+            recv_error: None,
+            content_length: None,
+            received: 0,
+            send: Send::Waiting,
+            conn_blocked: false,
+            is_head: false,
+            body_dropped: false,
+        }
+    }
+
+    pub(crate) fn wake_reader(&mut self) {
+        if let Some(w) = self.reader.take() {
+            w.wake();
+        }
+    }
+
+    pub(crate) fn wake_writer(&mut self) {
+        if let Send::Body(OutBody::Stream { waker, .. }) | Send::Head { body: OutBody::Stream { waker, .. }, .. } =
+            &mut self.send
+        {
+            if let Some(w) = waker.take() {
+                w.wake();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transitions() {
+        assert_eq!(State::Open.recv_end(), State::HalfClosedRemote);
+        assert_eq!(State::Open.send_end(), State::HalfClosedLocal);
+        assert_eq!(State::HalfClosedLocal.recv_end(), State::Closed);
+        assert_eq!(State::HalfClosedRemote.send_end(), State::Closed);
+        assert!(!State::HalfClosedRemote.can_recv());
+        assert!(State::HalfClosedLocal.can_recv());
+    }
+}

@@ -1,0 +1,370 @@
+//! The state machine driven by a scripted peer, byte by byte: frames are encoded, fed one
+//! byte at a time through the codec, and the output is decoded and checked frame by frame.
+
+use bytes::{BufMut, BytesMut};
+use http::StatusCode;
+
+use super::{Event, Proto};
+use crate::h2::codec;
+use crate::h2::frame::{self, flag, kind, Frame, Head, Reason};
+use crate::h2::H2Settings;
+use crate::hpack;
+use crate::Response;
+
+struct Peer {
+    proto: Proto,
+    enc: hpack::Encoder,
+    dec: hpack::Decoder,
+    rbuf: BytesMut,
+    events: Vec<Event>,
+    error: Option<Reason>,
+}
+
+fn raw(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    Head { len: payload.len() as u32, kind, flags, stream }.encode(&mut v);
+    v.extend_from_slice(payload);
+    v
+}
+
+impl Peer {
+    fn new(cfg: H2Settings) -> Peer {
+        let mut p = Peer {
+            proto: Proto::new(cfg, None),
+            enc: hpack::Encoder::new(),
+            dec: hpack::Decoder::default(),
+            rbuf: BytesMut::new(),
+            events: Vec::new(),
+            error: None,
+        };
+        // The server's SETTINGS come first.
+        let out = p.output();
+        assert!(
+            matches!(&out[0], Frame::Settings(s) if !s.ack && s.values.iter().any(|(id, v)| *id == frame::Setting::MAX_CONCURRENT_STREAMS && *v > 0))
+        );
+        p.send(&raw(kind::SETTINGS, 0, 0, &[]));
+        assert!(matches!(&p.output()[..], [Frame::Settings(s)] if s.ack));
+        p
+    }
+
+    /// Feeds `bytes` one at a time.
+    fn send(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.rbuf.put_u8(*b);
+            loop {
+                if self.error.is_some() {
+                    return;
+                }
+                match codec::decode_frame(&mut self.rbuf, self.proto.max_frame_size()) {
+                    Ok(Some(f)) => {
+                        if let Err(r) = self.proto.recv(f, 0) {
+                            self.proto.go_away(r);
+                            self.error = Some(r);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        if let Err(r) = self.proto.recv_error(e) {
+                            self.proto.go_away(r);
+                            self.error = Some(r);
+                        }
+                    }
+                }
+            }
+        }
+        self.proto.take_events(&mut self.events);
+    }
+
+    fn headers(&mut self, stream: u32, fields: &[(&str, &str)], end_stream: bool) {
+        let mut block = BytesMut::new();
+        self.enc.encode(fields.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())), &mut block);
+        let mut v = Vec::new();
+        frame::Headers::encode(stream, &block, end_stream, 16_384, &mut v);
+        self.send(&v);
+    }
+
+    fn get(&mut self, stream: u32) {
+        self.headers(stream, &[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "x")], true);
+    }
+
+    /// Decodes everything the connection wants to write.
+    fn output(&mut self) -> Vec<Frame> {
+        let mut out = Vec::new();
+        self.proto.fill(&mut out, 1 << 20);
+        let mut buf = BytesMut::from(&out[..]);
+        let mut frames = Vec::new();
+        while let Some(f) = codec::decode_frame(&mut buf, frame::MAX_MAX_FRAME_SIZE).unwrap() {
+            frames.push(f);
+        }
+        assert!(buf.is_empty());
+        frames
+    }
+
+    fn status_of(&mut self, h: &frame::Headers) -> String {
+        let mut status = String::new();
+        self.dec
+            .decode(&h.fragment, |f| {
+                if f.name.as_bytes() == b":status" {
+                    status = String::from_utf8_lossy(&f.value).into_owned();
+                }
+            })
+            .unwrap();
+        status
+    }
+}
+
+fn rst(frames: &[Frame]) -> Vec<(u32, Reason)> {
+    frames.iter().filter_map(|f| if let Frame::RstStream(r) = f { Some((r.stream, r.reason)) } else { None }).collect()
+}
+
+fn goaway(frames: &[Frame]) -> Option<Reason> {
+    frames.iter().find_map(|f| if let Frame::GoAway(g) = f { Some(g.reason) } else { None })
+}
+
+#[test]
+fn request_response_round_trip() {
+    let mut p = Peer::new(H2Settings::default());
+    p.get(1);
+    assert!(matches!(&p.events[..], [Event::Request(1, r)] if r.path() == "/"));
+    p.proto.respond(1, Response::bytes(StatusCode::OK, "hello"));
+    let out = p.output();
+    let Frame::Headers(h) = &out[0] else { panic!("{out:?}") };
+    assert!(!h.end_stream);
+    assert_eq!(p.status_of(h), "200");
+    assert!(matches!(&out[1], Frame::Data(d) if &d.data[..] == b"hello" && d.end_stream));
+    assert!(p.proto.streams.is_empty());
+}
+
+#[test]
+fn first_frame_must_be_settings() {
+    let mut p = Peer {
+        proto: Proto::new(H2Settings::default(), None),
+        enc: hpack::Encoder::new(),
+        dec: hpack::Decoder::default(),
+        rbuf: BytesMut::new(),
+        events: Vec::new(),
+        error: None,
+    };
+    p.send(&raw(kind::PING, 0, 0, &[0; 8]));
+    assert_eq!(p.error, Some(Reason::PROTOCOL_ERROR));
+}
+
+#[test]
+fn ping_is_acked_and_control_goes_first() {
+    let mut p = Peer::new(H2Settings::default());
+    p.get(1);
+    p.proto.respond(1, Response::bytes(StatusCode::OK, "x"));
+    p.send(&raw(kind::PING, 0, 0, b"abcdefgh"));
+    let out = p.output();
+    assert!(matches!(&out[0], Frame::Ping(pg) if pg.ack && &pg.payload == b"abcdefgh"));
+    assert!(matches!(&out[1], Frame::Headers(_)));
+}
+
+#[test]
+fn stream_state_errors() {
+    let mut p = Peer::new(H2Settings::default());
+    // DATA on an idle stream: connection PROTOCOL_ERROR.
+    p.send(&raw(kind::DATA, 0, 1, b"x"));
+    assert_eq!(p.error, Some(Reason::PROTOCOL_ERROR));
+
+    let mut p = Peer::new(H2Settings::default());
+    p.get(1);
+    // DATA after END_STREAM: STREAM_CLOSED.
+    p.send(&raw(kind::DATA, 0, 1, b"x"));
+    assert_eq!(rst(&p.output()), vec![(1, Reason::STREAM_CLOSED)]);
+    // Even stream id: PROTOCOL_ERROR.
+    p.get(2);
+    assert_eq!(p.error, Some(Reason::PROTOCOL_ERROR));
+}
+
+#[test]
+fn continuation_rules() {
+    let mut p = Peer::new(H2Settings::default());
+    p.send(&raw(kind::HEADERS, 0, 1, b"\x82"));
+    p.send(&raw(kind::PING, 0, 0, &[0; 8]));
+    assert_eq!(p.error, Some(Reason::PROTOCOL_ERROR));
+
+    // A split header block assembles into one request.
+    let mut p = Peer::new(H2Settings::default());
+    let mut block = BytesMut::new();
+    p.enc.encode([(":method", "GET"), (":scheme", "http"), (":path", "/split")], &mut block);
+    let mut v = Vec::new();
+    frame::Headers::encode(1, &block, true, 2, &mut v);
+    p.send(&v);
+    assert!(matches!(&p.events[..], [Event::Request(1, r)] if r.path() == "/split"));
+
+    // CONTINUATION flood: endless empty CONTINUATION frames.
+    let cfg = H2Settings { max_continuation_frames: 10, ..H2Settings::default() };
+    let mut p = Peer::new(cfg);
+    p.send(&raw(kind::HEADERS, flag::END_STREAM, 1, b"\x82"));
+    for _ in 0..20 {
+        p.send(&raw(kind::CONTINUATION, 0, 1, b""));
+    }
+    assert_eq!(p.error, Some(Reason::ENHANCE_YOUR_CALM));
+    assert_eq!(goaway(&p.output()), Some(Reason::ENHANCE_YOUR_CALM));
+}
+
+#[test]
+fn flow_control_windows() {
+    let mut p = Peer::new(H2Settings::default());
+    // The client grants only 10 bytes per stream.
+    p.send(&raw(kind::SETTINGS, 0, 0, b"\0\x04\0\0\0\x0a"));
+    p.output();
+    p.get(1);
+    p.proto.respond(1, Response::bytes(StatusCode::OK, vec![b'a'; 25]));
+    let out = p.output();
+    assert!(matches!(&out[1], Frame::Data(d) if d.data.len() == 10 && !d.end_stream));
+    assert_eq!(out.len(), 2);
+    assert!(p.proto.flow_blocked());
+    p.send(&raw(kind::WINDOW_UPDATE, 0, 1, &20u32.to_be_bytes()));
+    let out = p.output();
+    assert!(matches!(&out[0], Frame::Data(d) if d.data.len() == 15 && d.end_stream));
+    // Window overflow on a stream: FLOW_CONTROL_ERROR for that stream only.
+    p.get(3);
+    p.send(&raw(kind::WINDOW_UPDATE, 0, 3, &0x7fff_ffffu32.to_be_bytes()));
+    assert_eq!(rst(&p.output()), vec![(3, Reason::FLOW_CONTROL_ERROR)]);
+    // On the connection: connection error.
+    p.send(&raw(kind::WINDOW_UPDATE, 0, 0, &0x7fff_ffffu32.to_be_bytes()));
+    assert_eq!(p.error, Some(Reason::FLOW_CONTROL_ERROR));
+}
+
+#[test]
+fn request_body_grants_window_as_read() {
+    let mut p = Peer::new(H2Settings::default());
+    p.headers(1, &[(":method", "POST"), (":scheme", "http"), (":path", "/")], false);
+    p.send(&raw(kind::DATA, 0, 1, &[0u8; 16_384]));
+    p.send(&raw(kind::DATA, 0, 1, &[0u8; 16_384]));
+    let out = p.output();
+    assert!(!out.iter().any(|f| matches!(f, Frame::WindowUpdate(w) if w.stream == 1)));
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    for _ in 0..2 {
+        let got = p.proto.poll_body(1, &mut cx);
+        assert!(matches!(got, std::task::Poll::Ready(Some(Ok(ref b))) if b.len() == 16_384));
+    }
+    assert!(p.proto.poll_body(1, &mut cx).is_pending());
+    let out = p.output();
+    assert!(out.iter().any(|f| matches!(f, Frame::WindowUpdate(w) if w.stream == 1 && w.increment == 32_768)));
+    // Too much data for the stream window: FLOW_CONTROL_ERROR on the stream.
+    p.send(&raw(kind::DATA, 0, 1, &[0u8; 16_384]));
+    p.send(&raw(kind::DATA, 0, 1, &[0u8; 16_384]));
+    p.send(&raw(kind::DATA, 0, 1, &[0u8; 16_384]));
+    p.send(&raw(kind::DATA, 0, 1, &[0u8; 16_384]));
+    p.send(&raw(kind::DATA, 0, 1, &[0u8; 16_384]));
+    assert_eq!(rst(&p.output()), vec![(1, Reason::FLOW_CONTROL_ERROR)]);
+}
+
+#[test]
+fn initial_window_change_applies_to_open_streams() {
+    let mut p = Peer::new(H2Settings::default());
+    p.send(&raw(kind::SETTINGS, 0, 0, b"\0\x04\0\0\0\0"));
+    p.get(1);
+    p.proto.respond(1, Response::bytes(StatusCode::OK, "abc"));
+    let out = p.output();
+    assert!(out.iter().all(|f| !matches!(f, Frame::Data(_))));
+    p.send(&raw(kind::SETTINGS, 0, 0, b"\0\x04\0\0\0\x64"));
+    let out = p.output();
+    assert!(out.iter().any(|f| matches!(f, Frame::Data(d) if &d.data[..] == b"abc" && d.end_stream)));
+}
+
+#[test]
+fn rapid_reset_and_made_you_reset_budgets() {
+    let cfg = H2Settings { max_peer_resets: 5, ..H2Settings::default() };
+    let mut p = Peer::new(cfg);
+    for i in 0..10u32 {
+        p.get(2 * i + 1);
+        p.send(&raw(kind::RST_STREAM, 0, 2 * i + 1, &8u32.to_be_bytes()));
+    }
+    assert_eq!(p.error, Some(Reason::ENHANCE_YOUR_CALM));
+
+    let cfg = H2Settings { max_local_resets: 5, ..H2Settings::default() };
+    let mut p = Peer::new(cfg);
+    for i in 0..10u32 {
+        // WINDOW_UPDATE with increment 0 on an open stream provokes a reset each time.
+        p.get(2 * i + 1);
+        p.send(&raw(kind::WINDOW_UPDATE, 0, 2 * i + 1, &0u32.to_be_bytes()));
+    }
+    assert_eq!(p.error, Some(Reason::ENHANCE_YOUR_CALM));
+}
+
+#[test]
+fn header_list_too_large_gets_431() {
+    let cfg = H2Settings { max_header_list_size: 200, ..H2Settings::default() };
+    let mut p = Peer::new(cfg);
+    let big = "b".repeat(300);
+    p.headers(1, &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("x", &big)], true);
+    assert!(p.events.is_empty());
+    let out = p.output();
+    let Frame::Headers(h) = &out[0] else { panic!() };
+    let h = h.clone();
+    assert_eq!(p.status_of(&h), "431");
+    // The connection goes on.
+    p.get(3);
+    assert_eq!(p.events.len(), 1);
+}
+
+#[test]
+fn concurrency_limit_refuses() {
+    let cfg = H2Settings { max_concurrent_streams: 2, ..H2Settings::default() };
+    let mut p = Peer::new(cfg);
+    p.get(1);
+    p.get(3);
+    p.get(5);
+    assert_eq!(rst(&p.output()), vec![(5, Reason::REFUSED_STREAM)]);
+    assert_eq!(p.events.len(), 2);
+}
+
+#[test]
+fn settings_and_ping_floods() {
+    let cfg = H2Settings { max_control_frames: 50, ..H2Settings::default() };
+    let mut p = Peer::new(cfg);
+    for _ in 0..100 {
+        p.send(&raw(kind::PING, 0, 0, &[1; 8]));
+    }
+    assert_eq!(p.error, Some(Reason::ENHANCE_YOUR_CALM));
+    // A peer that never reads our acks: the control queue is bounded.
+    let cfg = H2Settings { max_control_queue: 1000, ..H2Settings::default() };
+    let mut p = Peer::new(cfg);
+    for _ in 0..200 {
+        p.send(&raw(kind::SETTINGS, 0, 0, &[]));
+    }
+    assert_eq!(p.error, Some(Reason::ENHANCE_YOUR_CALM));
+    let cfg = H2Settings { max_empty_frames: 10, ..H2Settings::default() };
+    let mut p = Peer::new(cfg);
+    p.headers(1, &[(":method", "POST"), (":scheme", "http"), (":path", "/")], false);
+    for _ in 0..20 {
+        p.send(&raw(kind::DATA, 0, 1, &[]));
+    }
+    assert_eq!(p.error, Some(Reason::ENHANCE_YOUR_CALM));
+}
+
+#[test]
+fn last_stream_id_ends_the_connection_gracefully() {
+    let mut p = Peer::new(H2Settings::default());
+    p.get(0x7fff_ffff);
+    assert_eq!(p.events.len(), 1);
+    let out = p.output();
+    assert_eq!(goaway(&out), Some(Reason::NO_ERROR));
+    assert!(out.iter().any(|f| matches!(f, Frame::GoAway(g) if g.last_stream == 0x7fff_ffff)));
+    p.proto.respond(0x7fff_ffff, Response::new(StatusCode::OK));
+    p.output();
+    assert!(p.proto.is_done());
+}
+
+#[test]
+fn priority_update_puts_urgent_stream_first() {
+    let mut p = Peer::new(H2Settings::default());
+    p.get(1);
+    p.get(3);
+    // Stream 3 becomes urgent.
+    let mut payload = 3u32.to_be_bytes().to_vec();
+    payload.extend_from_slice(b"u=0");
+    p.send(&raw(kind::PRIORITY_UPDATE, 0, 0, &payload));
+    p.proto.respond(1, Response::bytes(StatusCode::OK, vec![1u8; 100_000]));
+    p.proto.respond(3, Response::bytes(StatusCode::OK, vec![3u8; 1000]));
+    let order: Vec<u32> =
+        p.output().iter().filter_map(|f| if let Frame::Data(d) = f { Some(d.stream) } else { None }).collect();
+    // The urgent stream's data goes out before the big stream's first frame.
+    assert_eq!(order.first(), Some(&3), "{order:?}");
+    assert_eq!(order.iter().filter(|&&s| s == 1).count(), 4);
+}

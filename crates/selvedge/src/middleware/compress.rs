@@ -1,0 +1,421 @@
+//! Response compression (gzip and brotli) chosen by `Accept-Encoding`.
+//!
+//! ```
+//! use selvedge::{AppExt, Request, Response, middleware::Compress};
+//! # use selvedge::http::StatusCode;
+//! let app = (|_req: Request| async { Response::bytes(StatusCode::OK, "hello ".repeat(100)) })
+//!     .with(Compress::new());
+//! # let _ = app;
+//! ```
+//!
+//! - The encoding is the acceptable one with the highest q-value (brotli wins ties).
+//! - Bodies in memory are compressed in one go; files and streams are compressed as they
+//!   are sent (a stream's every `write` is flushed through the compressor, so a streaming
+//!   app's messages are not held back).
+//! - Skipped: bodies under `min_size`, types that are already compressed (images other than
+//!   SVG, audio, video, archives, fonts other than TTF/OTF), responses that already carry a
+//!   `Content-Encoding`, `Cache-Control: no-transform`, and 1xx/204/206/304 answers.
+//! - `Vary: Accept-Encoding` is added to every response of a compressible type; a strong
+//!   `ETag` of a compressed response is made weak (it names a different representation).
+
+use std::future::Future;
+use std::io::{self, Write};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, ETAG, VARY};
+use http::{HeaderValue, StatusCode};
+
+use crate::app::{App, Middleware};
+use crate::response::{BodyWriter, ResponseBody, StreamBody};
+use crate::{Request, Response};
+
+/// The compression middleware; see the module docs.
+#[derive(Debug, Clone, Copy)]
+pub struct Compress {
+    min_size: u64,
+    gzip_level: u32,
+    brotli_quality: u32,
+    gzip: bool,
+    brotli: bool,
+}
+
+impl Default for Compress {
+    fn default() -> Self {
+        Compress::new()
+    }
+}
+
+impl Compress {
+    /// gzip (level 6) and brotli (quality 5) for bodies of at least 256 bytes.
+    pub fn new() -> Compress {
+        Compress { min_size: 256, gzip_level: 6, brotli_quality: 5, gzip: true, brotli: true }
+    }
+    /// Smallest body compressed (default 256 bytes).
+    pub fn min_size(mut self, n: u64) -> Self {
+        self.min_size = n;
+        self
+    }
+    /// gzip level 1-9 (default 6); 0 disables gzip.
+    pub fn gzip_level(mut self, level: u32) -> Self {
+        self.gzip = level > 0;
+        self.gzip_level = level.min(9);
+        self
+    }
+    /// brotli quality 1-11 (default 5); 0 disables brotli.
+    pub fn brotli_quality(mut self, q: u32) -> Self {
+        self.brotli = q > 0;
+        self.brotli_quality = q.min(11);
+        self
+    }
+}
+
+/// An accepted content coding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Coding {
+    Gzip,
+    Brotli,
+}
+
+impl Coding {
+    fn token(self) -> &'static str {
+        match self {
+            Coding::Gzip => "gzip",
+            Coding::Brotli => "br",
+        }
+    }
+}
+
+/// Picks the coding from an `Accept-Encoding` value (RFC 9110 §12.5.3).
+pub(crate) fn negotiate(accept: &[u8], gzip: bool, brotli: bool) -> Option<Coding> {
+    let (mut best, mut best_q) = (None, 0u32);
+    let mut star_q = None;
+    let mut seen_gzip = false;
+    let mut seen_br = false;
+    for item in accept.split(|&b| b == b',') {
+        let mut parts = item.split(|&b| b == b';');
+        let name = trim(parts.next().unwrap_or_default());
+        let mut q = 1000u32;
+        for p in parts {
+            let p = trim(p);
+            if p.len() > 2 && p[..2].eq_ignore_ascii_case(b"q=") {
+                q = parse_q(&p[2..]).unwrap_or(0);
+            }
+        }
+        let coding = if name.eq_ignore_ascii_case(b"br") {
+            seen_br = true;
+            brotli.then_some(Coding::Brotli)
+        } else if name.eq_ignore_ascii_case(b"gzip") || name.eq_ignore_ascii_case(b"x-gzip") {
+            seen_gzip = true;
+            gzip.then_some(Coding::Gzip)
+        } else {
+            if name == b"*" {
+                star_q = Some(q);
+            }
+            None
+        };
+        if let Some(c) = coding {
+            if q > best_q || (q == best_q && q > 0 && c == Coding::Brotli) {
+                best = Some(c);
+                best_q = q;
+            }
+        }
+    }
+    if best.is_none() {
+        if let Some(q) = star_q.filter(|&q| q > 0) {
+            let _ = q;
+            if brotli && !seen_br {
+                return Some(Coding::Brotli);
+            }
+            if gzip && !seen_gzip {
+                return Some(Coding::Gzip);
+            }
+        }
+    }
+    best.filter(|_| best_q > 0)
+}
+
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+/// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )`, in thousandths.
+fn parse_q(s: &[u8]) -> Option<u32> {
+    let (int, frac) = match s.iter().position(|&b| b == b'.') {
+        Some(i) => (&s[..i], &s[i + 1..]),
+        None => (s, &b""[..]),
+    };
+    if int.len() != 1 || frac.len() > 3 || !frac.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut v = u32::from(int[0].checked_sub(b'0')?) * 1000;
+    let mut scale = 100;
+    for d in frac {
+        v += u32::from(d - b'0') * scale;
+        scale /= 10;
+    }
+    (v <= 1000).then_some(v)
+}
+
+/// Whether a `Content-Type` is worth compressing.
+pub(crate) fn compressible(ct: &[u8]) -> bool {
+    let ct = ct.split(|&b| b == b';').next().map(trim).unwrap_or_default();
+    let lower: Vec<u8> = ct.to_ascii_lowercase();
+    let l = lower.as_slice();
+    l.starts_with(b"text/")
+        || l.ends_with(b"+json")
+        || l.ends_with(b"+xml")
+        || matches!(
+            l,
+            b"application/json"
+                | b"application/javascript"
+                | b"application/xml"
+                | b"application/wasm"
+                | b"application/x-javascript"
+                | b"application/manifest+json"
+                | b"image/svg+xml"
+                | b"image/x-icon"
+                | b"font/ttf"
+                | b"font/otf"
+        )
+}
+
+/// A streaming compressor.
+pub(crate) enum Encoder {
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+    Brotli(Box<brotli::CompressorWriter<Vec<u8>>>),
+}
+
+impl std::fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Encoder::Gzip(_) => "Encoder::Gzip",
+            Encoder::Brotli(_) => "Encoder::Brotli",
+        })
+    }
+}
+
+impl Encoder {
+    fn new(c: Coding, cfg: &Compress) -> Encoder {
+        match c {
+            Coding::Gzip => {
+                Encoder::Gzip(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(cfg.gzip_level)))
+            }
+            Coding::Brotli => {
+                Encoder::Brotli(Box::new(brotli::CompressorWriter::new(Vec::new(), 8192, cfg.brotli_quality, 22)))
+            }
+        }
+    }
+
+    /// Compresses `data`; with `flush`, everything so far is made decodable.
+    /// Returns the compressed bytes produced.
+    pub(crate) fn push(&mut self, data: &[u8], flush: bool) -> io::Result<Vec<u8>> {
+        match self {
+            Encoder::Gzip(e) => {
+                e.write_all(data)?;
+                if flush {
+                    e.flush()?;
+                }
+                Ok(std::mem::take(e.get_mut()))
+            }
+            Encoder::Brotli(e) => {
+                e.write_all(data)?;
+                if flush {
+                    e.flush()?;
+                }
+                Ok(std::mem::take(e.get_mut()))
+            }
+        }
+    }
+
+    /// Ends the compressed stream; returns the last bytes.
+    pub(crate) fn finish(self) -> io::Result<Vec<u8>> {
+        match self {
+            Encoder::Gzip(e) => e.finish(),
+            Encoder::Brotli(e) => Ok(e.into_inner()),
+        }
+    }
+}
+
+/// The app built by [`Compress`].
+#[derive(Debug)]
+pub struct CompressApp<A> {
+    app: A,
+    cfg: Compress,
+}
+
+impl<A: App> Middleware<A> for Compress {
+    type Output = CompressApp<A>;
+    fn wrap(self, app: A) -> CompressApp<A> {
+        CompressApp { app, cfg: self }
+    }
+}
+
+impl<A: App> App for CompressApp<A> {
+    fn handle(&self, req: Request) -> impl Future<Output = Response> + Send {
+        let coding = req.header("accept-encoding").and_then(|a| negotiate(a, self.cfg.gzip, self.cfg.brotli));
+        let fut = self.app.handle(req);
+        let cfg = self.cfg;
+        async move { compress(fut.await, coding, &cfg) }
+    }
+}
+
+fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Response {
+    let status = res.status;
+    if status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+        || status == StatusCode::PARTIAL_CONTENT
+        || res.header_value(&CONTENT_ENCODING).is_some()
+    {
+        return res;
+    }
+    let Some(ct) = res.header_value(&CONTENT_TYPE) else { return res };
+    if !compressible(ct.as_bytes()) {
+        return res;
+    }
+    add_vary(&mut res);
+    if res.header_value(&CACHE_CONTROL).is_some_and(|v| contains_token(v.as_bytes(), b"no-transform")) {
+        return res;
+    }
+    let Some(coding) = coding else { return res };
+    let body = std::mem::replace(&mut res.body, ResponseBody::Empty);
+    res.body = match body {
+        ResponseBody::Bytes(b) if (b.len() as u64) >= cfg.min_size => {
+            let mut enc = Encoder::new(coding, cfg);
+            match enc.push(&b, false).and_then(|mut head| {
+                head.extend(enc.finish()?);
+                Ok(head)
+            }) {
+                Ok(z) => ResponseBody::Bytes(Bytes::from(z)),
+                Err(_) => return with_body(res, ResponseBody::Bytes(b)),
+            }
+        }
+        ResponseBody::File(f) if f.len >= cfg.min_size => {
+            let cfg = *cfg;
+            ResponseBody::Stream(StreamBody(Box::new(move |mut w: BodyWriter| {
+                Box::pin(async move {
+                    let mut enc = Encoder::new(coding, &cfg);
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let (mut off, end) = (f.offset, f.offset + f.len);
+                    while off < end {
+                        let want = ((end - off) as usize).min(buf.len());
+                        let n = crate::sys::pread(std::os::fd::AsRawFd::as_raw_fd(&*f.file), &mut buf[..want], off)?;
+                        if n == 0 {
+                            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sending"));
+                        }
+                        off += n as u64;
+                        let z = enc.push(&buf[..n], false)?;
+                        w.write(&z).await?;
+                    }
+                    w.write(&enc.finish()?).await
+                })
+            })))
+        }
+        ResponseBody::Stream(s) => {
+            let cfg = *cfg;
+            ResponseBody::Stream(StreamBody(Box::new(move |w: BodyWriter| {
+                Box::pin(async move {
+                    let home = Arc::new(Mutex::new(None));
+                    let cw = BodyWriter::compressing(w, Encoder::new(coding, &cfg), home.clone());
+                    (s.0)(cw).await?;
+                    let state = home.lock().ok().and_then(|mut h| h.take());
+                    match state {
+                        Some(st) => st.finish().await,
+                        None => Err(io::Error::other("compressing writer was kept by the app")),
+                    }
+                })
+            })))
+        }
+        other => return with_body(res, other),
+    };
+    res.headers.retain(|(n, _)| n != CONTENT_LENGTH);
+    res.headers.push((CONTENT_ENCODING, HeaderValue::from_static(coding.token())));
+    if let Some((_, etag)) = res.headers.iter_mut().find(|(n, _)| n == ETAG) {
+        if !etag.as_bytes().starts_with(b"W/") {
+            let mut weak = b"W/".to_vec();
+            weak.extend_from_slice(etag.as_bytes());
+            if let Ok(v) = HeaderValue::from_bytes(&weak) {
+                *etag = v;
+            }
+        }
+    }
+    res
+}
+
+fn with_body(mut res: Response, body: ResponseBody) -> Response {
+    res.body = body;
+    res
+}
+
+fn contains_token(v: &[u8], token: &[u8]) -> bool {
+    v.split(|&b| b == b',').any(|t| trim(t).eq_ignore_ascii_case(token))
+}
+
+fn add_vary(res: &mut Response) {
+    for (n, v) in &res.headers {
+        if n == VARY && (contains_token(v.as_bytes(), b"accept-encoding") || v.as_bytes() == b"*") {
+            return;
+        }
+    }
+    res.headers.push((VARY, HeaderValue::from_static("accept-encoding")));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation() {
+        let n = |s: &str| negotiate(s.as_bytes(), true, true);
+        assert_eq!(n("gzip"), Some(Coding::Gzip));
+        assert_eq!(n("gzip, deflate, br"), Some(Coding::Brotli));
+        assert_eq!(n("br;q=0.5, gzip"), Some(Coding::Gzip));
+        assert_eq!(n("br;q=0, gzip;q=0"), None);
+        assert_eq!(n("identity"), None);
+        assert_eq!(n(""), None);
+        assert_eq!(n("*"), Some(Coding::Brotli));
+        assert_eq!(n("br;q=0, *"), Some(Coding::Gzip));
+        assert_eq!(n("gzip;q=1.0, br;q=0.999"), Some(Coding::Gzip));
+        assert_eq!(n("gzip;q=2"), None);
+        assert_eq!(negotiate(b"br, gzip", true, false), Some(Coding::Gzip));
+    }
+
+    #[test]
+    fn types() {
+        assert!(compressible(b"text/html; charset=utf-8"));
+        assert!(compressible(b"application/json"));
+        assert!(compressible(b"application/ld+json"));
+        assert!(compressible(b"image/svg+xml"));
+        assert!(!compressible(b"image/png"));
+        assert!(!compressible(b"application/zip"));
+        assert!(!compressible(b"font/woff2"));
+    }
+
+    #[test]
+    fn encoders_round_trip() {
+        for c in [Coding::Gzip, Coding::Brotli] {
+            let mut e = Encoder::new(c, &Compress::new());
+            let mut z = e.push(b"hello hello hello ", true).unwrap();
+            assert!(!z.is_empty(), "flush must produce output");
+            z.extend(e.push(b"world", false).unwrap());
+            z.extend(e.finish().unwrap());
+            let mut out = Vec::new();
+            match c {
+                Coding::Gzip => {
+                    io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&z[..]), &mut out).unwrap();
+                }
+                Coding::Brotli => {
+                    io::Read::read_to_end(&mut brotli::Decompressor::new(&z[..], 4096), &mut out).unwrap();
+                }
+            }
+            assert_eq!(out, b"hello hello hello world");
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! TLS with rustls: configuration (certificate chains and keys from PEM files, SNI choosing
+//! among several certificates, ALPN `h2` and `http/1.1`, TLS 1.2 and 1.3, session
+//! resumption by tickets and by session ids) and the per-connection [`Session`] that
+//! `Socket` reads and writes through.
+//!
+//! The session is a rustls `ServerConnection` behind a mutex that is never held across an
+//! `.await`: reads feed ciphertext in and take plaintext out; writes encrypt and then send
+//! the records while holding an async write lock, so records from concurrent writers (the
+//! HTTP/2 sender, a stream's writer) never interleave.
+//!
+//! Kernel TLS was measured for and is not used: this machine's kernel has no `tls` ULP
+//! (`setsockopt(TCP_ULP, "tls")` fails with `ENOENT`), so files go out as `pread` +
+//! encrypted writes.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::os::fd::RawFd;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::BytesMut;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert, ServerConnection};
+use rustls::sign::CertifiedKey;
+use rustls::ServerConfig;
+
+use crate::socket::Socket;
+
+/// A certificate chain and its key, for one or more server names.
+#[derive(Debug, Clone)]
+pub struct CertKey {
+    /// DNS names this certificate is chosen for by SNI (may be empty for the default).
+    pub names: Vec<String>,
+    key: Arc<CertifiedKey>,
+}
+
+impl CertKey {
+    /// Loads a PEM certificate chain and a PEM private key (PKCS#8, PKCS#1 or SEC1).
+    ///
+    /// # Errors
+    /// The files cannot be read or hold no certificate or key, or the key does not suit
+    /// the provider.
+    pub fn from_pem_files(names: Vec<String>, cert: &Path, key: &Path) -> io::Result<CertKey> {
+        let certs = std::fs::read(cert).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", cert.display())))?;
+        let key_pem = std::fs::read(key).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", key.display())))?;
+        CertKey::from_pem(names, &certs, &key_pem)
+    }
+
+    /// As [`CertKey::from_pem_files`], from PEM text in memory.
+    ///
+    /// # Errors
+    /// As [`CertKey::from_pem_files`].
+    pub fn from_pem(names: Vec<String>, cert_pem: &[u8], key_pem: &[u8]) -> io::Result<CertKey> {
+        let bad = |what: &str, e: &dyn fmt::Display| io::Error::new(io::ErrorKind::InvalidData, format!("{what}: {e}"));
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| bad("certificate PEM", &e))?;
+        if certs.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "no certificate in PEM"));
+        }
+        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| bad("private key PEM", &e))?;
+        let provider = rustls::crypto::ring::default_provider();
+        let signing = provider.key_provider.load_private_key(key).map_err(|e| bad("private key", &e))?;
+        Ok(CertKey { names, key: Arc::new(CertifiedKey::new(certs, signing)) })
+    }
+}
+
+/// Picks the certificate: exact SNI name match, else (no SNI, or `strict_sni` off) the
+/// first certificate; an unknown name with `strict_sni` gets no certificate, which rustls
+/// answers with an `unrecognized_name` alert.
+#[derive(Debug)]
+struct Resolver {
+    certs: Vec<CertKey>,
+    strict_sni: bool,
+}
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        match hello.server_name() {
+            Some(name) => {
+                let found = self.certs.iter().find(|c| c.names.iter().any(|n| name_matches(n, name)));
+                match found {
+                    Some(c) => Some(c.key.clone()),
+                    None if self.strict_sni => None,
+                    None => self.certs.first().map(|c| c.key.clone()),
+                }
+            }
+            None => self.certs.first().map(|c| c.key.clone()),
+        }
+    }
+}
+
+/// `pattern` is a DNS name or `*.suffix` (one label).
+fn name_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => {
+            name.split_once('.').is_some_and(|(first, rest)| !first.is_empty() && rest.eq_ignore_ascii_case(suffix))
+        }
+        None => pattern.eq_ignore_ascii_case(name),
+    }
+}
+
+/// Builds a rustls server configuration: TLS 1.2 and 1.3, ALPN `h2` then `http/1.1`
+/// (only `http/1.1` when `h2` is false), tickets and a session cache for resumption.
+///
+/// # Errors
+/// No certificates, or the provider refused the protocol versions.
+pub fn server_config(certs: Vec<CertKey>, strict_sni: bool, h2: bool) -> io::Result<Arc<ServerConfig>> {
+    if certs.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "TLS needs at least one certificate"));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(io::Error::other)?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(Resolver { certs, strict_sni }));
+    cfg.alpn_protocols = if h2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
+    cfg.session_storage = rustls::server::ServerSessionMemoryCache::new(4096);
+    cfg.ticketer = rustls::crypto::ring::Ticketer::new().map_err(io::Error::other)?;
+    cfg.send_tls13_tickets = 2;
+    Ok(Arc::new(cfg))
+}
+
+/// Plaintext written through the session is encrypted and sent in pieces of this size.
+const WRITE_PIECE: usize = 64 * 1024;
+
+/// One TLS connection's state.
+pub(crate) struct Session {
+    conn: Mutex<ServerConnection>,
+    /// Ciphertext read buffer, taken out while a read waits on the socket.
+    cbuf: Mutex<BytesMut>,
+    /// Held from encrypting to finishing the socket write, so records stay in order.
+    wlock: tokio::sync::Mutex<()>,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("tls::Session")
+    }
+}
+
+fn tls_err(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+impl Session {
+    pub(crate) fn new(cfg: Arc<ServerConfig>) -> io::Result<Session> {
+        Ok(Session {
+            conn: Mutex::new(ServerConnection::new(cfg).map_err(tls_err)?),
+            cbuf: Mutex::new(BytesMut::new()),
+            wlock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ServerConnection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The protocol the client chose by ALPN.
+    pub(crate) fn alpn(&self) -> Option<Vec<u8>> {
+        self.lock().alpn_protocol().map(<[u8]>::to_vec)
+    }
+
+    /// Sends whatever records the session has queued.
+    async fn flush(&self, sock: &Socket) -> io::Result<()> {
+        let _w = self.wlock.lock().await;
+        let out = self.take_records();
+        if out.is_empty() {
+            return Ok(());
+        }
+        sock.raw_write_all(&out).await
+    }
+
+    fn take_records(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut c = self.lock();
+        while c.wants_write() {
+            if c.write_tls(&mut out).is_err() {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Feeds ciphertext to the session: what is left from the last read first, else a new
+    /// read from the socket. rustls takes records only while its plaintext buffer has room,
+    /// so ciphertext may stay in `cbuf` until the reader drains plaintext. `Ok(false)` at
+    /// end of stream.
+    async fn fill(&self, sock: &Socket) -> io::Result<bool> {
+        let mut cbuf = std::mem::take(&mut *self.cbuf.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut eof = false;
+        if cbuf.is_empty() {
+            if cbuf.capacity() < 17 * 1024 {
+                cbuf.reserve(18 * 1024);
+            }
+            eof = sock.raw_read(&mut cbuf).await? == 0;
+        }
+        let result = {
+            let mut c = self.lock();
+            if eof {
+                let _ = c.read_tls(&mut &[][..]);
+                c.process_new_packets().map(|_| ())
+            } else {
+                let mut slice = &cbuf[..];
+                let mut r = Ok(());
+                while !slice.is_empty() {
+                    match c.read_tls(&mut slice) {
+                        Ok(0) => break,
+                        Ok(_) => {
+                            if let Err(e) = c.process_new_packets() {
+                                r = Err(e);
+                                break;
+                            }
+                        }
+                        // The plaintext buffer is full: the reader must drain it first.
+                        Err(_) => break,
+                    }
+                }
+                let used = cbuf.len() - slice.len();
+                bytes::Buf::advance(&mut cbuf, used);
+                r
+            }
+        };
+        *self.cbuf.lock().unwrap_or_else(|p| p.into_inner()) = cbuf;
+        // Send what processing queued: handshake messages, tickets, key updates, alerts.
+        self.flush(sock).await?;
+        result.map_err(tls_err)?;
+        Ok(!eof)
+    }
+
+    /// Runs the handshake to completion.
+    pub(crate) async fn handshake(&self, sock: &Socket) -> io::Result<()> {
+        loop {
+            self.flush(sock).await?;
+            if !self.lock().is_handshaking() {
+                return Ok(());
+            }
+            if !self.fill(sock).await? {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "closed during the TLS handshake"));
+            }
+        }
+    }
+
+    fn read_plain(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+        let mut c = self.lock();
+        let old = buf.len();
+        let room = (buf.capacity() - old).max(1024);
+        buf.resize(old + room, 0);
+        let r = c.reader().read(&mut buf[old..]);
+        let n = *r.as_ref().unwrap_or(&0);
+        buf.truncate(old + n);
+        match r {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(Some(0)),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) fn try_read(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+        self.read_plain(buf)
+    }
+
+    pub(crate) async fn read(&self, sock: &Socket, buf: &mut BytesMut) -> io::Result<usize> {
+        loop {
+            if let Some(n) = self.read_plain(buf)? {
+                return Ok(n);
+            }
+            if !self.fill(sock).await? {
+                // End of stream without close_notify: report what the reader has, then EOF.
+                return Ok(self.read_plain(buf)?.unwrap_or(0));
+            }
+        }
+    }
+
+    pub(crate) fn has_plaintext(&self) -> bool {
+        if !self.cbuf.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+            return true;
+        }
+        let mut c = self.lock();
+        c.process_new_packets().map(|s| s.plaintext_bytes_to_read() > 0 || s.peer_has_closed()).unwrap_or(true)
+    }
+
+    pub(crate) async fn write_all(&self, sock: &Socket, bufs: &[&[u8]]) -> io::Result<()> {
+        let _w = self.wlock.lock().await;
+        let mut pending = Vec::new();
+        for b in bufs {
+            for piece in b.chunks(WRITE_PIECE) {
+                {
+                    let mut c = self.lock();
+                    c.writer().write_all(piece)?;
+                    while c.wants_write() {
+                        c.write_tls(&mut pending)?;
+                    }
+                }
+                if pending.len() >= WRITE_PIECE {
+                    sock.raw_write_all(&pending).await?;
+                    pending.clear();
+                }
+            }
+        }
+        if !pending.is_empty() {
+            sock.raw_write_all(&pending).await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn send_file(
+        &self,
+        sock: &Socket,
+        header: &[u8],
+        fd: RawFd,
+        mut offset: u64,
+        len: u64,
+        on_progress: &(dyn Fn() + Sync),
+    ) -> io::Result<()> {
+        let end = offset + len;
+        let mut buf = vec![0u8; WRITE_PIECE.min(len as usize).max(1)];
+        let mut first = Some(header);
+        while offset < end || first.is_some() {
+            let mut parts: Vec<&[u8]> = Vec::with_capacity(2);
+            if let Some(h) = first.take() {
+                parts.push(h);
+            }
+            let mut n = 0;
+            if offset < end {
+                let want = ((end - offset) as usize).min(buf.len());
+                n = crate::sys::pread(fd, &mut buf[..want], offset)?;
+                if n == 0 {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sending"));
+                }
+                offset += n as u64;
+            }
+            parts.push(&buf[..n]);
+            self.write_all(sock, &parts).await?;
+            on_progress();
+        }
+        Ok(())
+    }
+
+    pub(crate) fn close_notify(&self, sock: &Socket) {
+        let out = {
+            let mut c = self.lock();
+            c.send_close_notify();
+            let mut out = Vec::new();
+            while c.wants_write() {
+                if c.write_tls(&mut out).is_err() {
+                    break;
+                }
+            }
+            out
+        };
+        // Best effort, without waiting: the connection is closing.
+        let _ = crate::sys::send(sock.raw(), &out, false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards() {
+        assert!(name_matches("*.example.com", "a.example.com"));
+        assert!(!name_matches("*.example.com", "example.com"));
+        assert!(!name_matches("*.example.com", "a.b.example.com"));
+        assert!(name_matches("Example.com", "example.COM"));
+    }
+}

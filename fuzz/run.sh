@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs each fuzz target for SECONDS (default 600) with its committed corpus.
+# Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`).
+set -euo pipefail
+cd "$(dirname "$0")"
+secs=${SECONDS_PER_TARGET:-600}
+targets=${TARGETS:-$(cargo +nightly fuzz list)}
+for t in $targets; do
+  mkdir -p "corpus/$t"
+  echo "== $t for ${secs}s (corpus: $(ls "corpus/$t" | wc -l) files)"
+  cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048
+  echo "== $t done (corpus now $(ls "corpus/$t" | wc -l) files)"
+done
