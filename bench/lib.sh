@@ -98,7 +98,9 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 free_port() {
     local p i
     for i in $(seq 1 200); do
-        p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        # Below the kernel's ephemeral range (32768-60999 by default), so a port we pick is
+        # not taken a moment later by one of the client's outgoing connections.
+        p=$((10000 + (RANDOM * 32768 + RANDOM) % 22000))
         if ! port_open "$p"; then echo "$p"; return 0; fi
     done
     die "no free port found"

@@ -20,17 +20,6 @@ need wrk
 
 bench_init static
 
-# Ports below the kernel's ephemeral range: lib.sh's 20000-59999 overlaps it, and a port
-# that a client connection (ours or another process's) holds locally cannot be bound.
-free_port() {
-    local p i
-    for i in $(seq 1 200); do
-        p=$((10000 + (RANDOM * 32768 + RANDOM) % 22000))
-        if ! port_open "$p"; then echo "$p"; return 0; fi
-    done
-    die "no free port found"
-}
-
 if [[ " $SERVERS " == *" selvedge"* && ( ! -x $SELVEDGE_BIN || ${SELVEDGE_BUILD:-0} == 1 ) ]]; then
     log "building selvedge: cargo build --release -p selvedge-server"
     (cd "$REPO_DIR" && cargo build --release -p selvedge-server) >&2 || SRV_FAILED[selvedge]="cargo build failed"

@@ -8,6 +8,9 @@ targets=${TARGETS:-$(cargo +nightly fuzz list)}
 for t in $targets; do
   mkdir -p "corpus/$t"
   echo "== $t for ${secs}s (corpus: $(ls "corpus/$t" | wc -l) files)"
-  cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048
+  # FUZZ_TARGET_DIR lets two runs go in parallel (cargo holds its build lock while the
+  # fuzzer runs).
+  cargo +nightly fuzz run ${FUZZ_TARGET_DIR:+--target-dir "$FUZZ_TARGET_DIR"} "$t" "corpus/$t" -- \
+    -max_total_time="$secs" -rss_limit_mb=2048
   echo "== $t done (corpus now $(ls "corpus/$t" | wc -l) files)"
 done
