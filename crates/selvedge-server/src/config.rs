@@ -46,6 +46,17 @@ pub enum LogTarget {
     File(PathBuf),
 }
 
+/// A TLS listener: address and the PEM files of its default certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsListen {
+    /// Address to listen on.
+    pub addr: SocketAddr,
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+}
+
 /// Access log settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
@@ -88,8 +99,14 @@ pub struct VhostConfig {
 pub struct Config {
     /// The file it came from (`None`: built from the command line).
     pub file: Option<PathBuf>,
-    /// Addresses to listen on.
+    /// Addresses to listen on (cleartext HTTP/1.1 and h2c).
     pub listen: Vec<SocketAddr>,
+    /// TLS listeners (HTTP/2 by ALPN, else HTTP/1.1).
+    pub tls: Vec<TlsListen>,
+    /// Listeners that only redirect to `https://` (301, same host and path).
+    pub redirect: Vec<SocketAddr>,
+    /// `Strict-Transport-Security` value sent on TLS responses (`None`: not sent).
+    pub hsts: Option<String>,
     /// Worker threads (`None`: one per core).
     pub workers: Option<usize>,
     /// Pid file to write at startup and remove at exit.
@@ -111,6 +128,9 @@ impl Config {
         Config {
             file: None,
             listen: vec![addr],
+            tls: Vec::new(),
+            redirect: Vec::new(),
+            hsts: None,
             workers,
             pid_file: None,
             settings: Settings::default(),
@@ -187,14 +207,35 @@ impl Config {
         }
 
         let mut listen = Vec::new();
+        let mut tls = Vec::new();
+        let mut redirect = Vec::new();
         for l in &raw.listen {
             let host: IpAddr = match &l.get_ref().host {
                 None => IpAddr::from([127, 0, 0, 1]),
                 Some(h) => h.get_ref().parse().map_err(|e| err(Some(h.span()), format!("host: {e}")))?,
             };
-            listen.push(SocketAddr::new(host, l.get_ref().port));
+            let addr = SocketAddr::new(host, l.get_ref().port);
+            match (&l.get_ref().tls, l.get_ref().redirect_https) {
+                (Some(_), Some(true)) => {
+                    return Err(err(Some(l.span()), "a listener is either tls or redirect_https".into()))
+                }
+                (Some(t), _) => {
+                    let (cert, key) = (abs(t.cert.get_ref()), abs(t.key.get_ref()));
+                    for (f, sp) in [(&cert, t.cert.span()), (&key, t.key.span())] {
+                        if let Err(e) = std::fs::metadata(f) {
+                            return Err(err(Some(sp), format!("{}: {e}", f.display())));
+                        }
+                    }
+                    if let Err(e) = selvedge::tls::CertKey::from_pem_files(vec![], &cert, &key) {
+                        return Err(err(Some(t.cert.span()), format!("tls: {e}")));
+                    }
+                    tls.push(TlsListen { addr, cert, key });
+                }
+                (None, Some(true)) => redirect.push(addr),
+                (None, _) => listen.push(addr),
+            }
         }
-        if listen.is_empty() {
+        if listen.is_empty() && tls.is_empty() && redirect.is_empty() {
             listen.push(SocketAddr::from(([127, 0, 0, 1], 8080)));
         }
 
@@ -270,6 +311,9 @@ impl Config {
         Ok(Config {
             file: Some(file.to_path_buf()),
             listen,
+            tls,
+            redirect,
+            hsts: raw.server.hsts.clone(),
             workers,
             pid_file: raw.server.pid_file.as_deref().map(abs),
             settings,
@@ -322,6 +366,7 @@ struct Raw {
 struct RawServer {
     workers: Option<Spanned<usize>>,
     pid_file: Option<String>,
+    hsts: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -329,6 +374,15 @@ struct RawServer {
 struct RawListen {
     host: Option<Spanned<String>>,
     port: u16,
+    tls: Option<RawTls>,
+    redirect_https: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: Spanned<String>,
+    key: Spanned<String>,
 }
 
 #[derive(Deserialize, Default)]

@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use selvedge::Server;
+use selvedge::{AppExt, Server};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::access_log::AccessLog;
@@ -61,6 +61,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Mode, String> {
     let mut root = default_root();
     let mut log = LogConfig::default();
     let mut pid_file = None;
+    let mut tls_cert: Option<PathBuf> = None;
+    let mut tls_key: Option<PathBuf> = None;
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
         match a.as_str() {
@@ -78,6 +80,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Mode, String> {
                 }
             }
             "--pid-file" => pid_file = Some(PathBuf::from(value("--pid-file")?)),
+            "--tls-cert" => tls_cert = Some(PathBuf::from(value("--tls-cert")?)),
+            "--tls-key" => tls_key = Some(PathBuf::from(value("--tls-key")?)),
             s if s.starts_with('-') => return Err(format!("unknown option {s}\n{USAGE}")),
             dir => root = PathBuf::from(dir),
         }
@@ -91,6 +95,15 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Mode, String> {
     }
     cfg.log = log;
     cfg.pid_file = pid_file;
+    match (tls_cert, tls_key) {
+        (Some(cert), Some(key)) => {
+            selvedge::tls::CertKey::from_pem_files(vec![], &cert, &key).map_err(|e| format!("selvedge: tls: {e}"))?;
+            let addr = cfg.listen.remove(0);
+            cfg.tls.push(config::TlsListen { addr, cert, key });
+        }
+        (None, None) => {}
+        _ => return Err("--tls-cert and --tls-key go together".into()),
+    }
     Ok(Mode::Run(Box::new(cfg)))
 }
 
@@ -153,11 +166,58 @@ fn main() -> ExitCode {
     };
     let mut settings = cfg.settings.clone();
     settings.error_response = Some(routes::error_hook(front.pages.clone()));
-    let mut server = Server::new(settings);
+    let mut server = Server::new(settings.clone());
     for a in &cfg.listen {
         server = server.bind(*a);
     }
-    let handle = match server.start(front.clone()) {
+    let mut cert_stores = Vec::new();
+    for t in &cfg.tls {
+        let store = match selvedge::tls::CertKey::from_pem_files(vec![], &t.cert, &t.key) {
+            Ok(ck) => selvedge::tls::CertStore::new(vec![ck]),
+            Err(e) => {
+                eprintln!("selvedge: tls: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        match selvedge::tls::server_config_with_store(store.clone(), false, true) {
+            Ok(tc) => server = server.bind_tls(t.addr, tc),
+            Err(e) => {
+                eprintln!("selvedge: tls: {e}");
+                return ExitCode::from(2);
+            }
+        }
+        cert_stores.push((t.clone(), store));
+    }
+    let redirect = if cfg.redirect.is_empty() {
+        None
+    } else {
+        let https_port = cfg.tls.first().map(|t| t.addr.port());
+        let mut r = Server::new(settings);
+        for a in &cfg.redirect {
+            r = r.bind(*a);
+        }
+        match r.start(move |req: selvedge::Request| async move { redirect_to_https(&req, https_port) }) {
+            Ok(h) => Some(h),
+            Err(e) => {
+                eprintln!("selvedge: cannot listen on {:?}: {e}", cfg.redirect);
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    let hsts = cfg.hsts.clone();
+    let app = front.clone().with(selvedge::middleware::from_fn(
+        move |req: selvedge::Request, next: selvedge::middleware::Next<Front>| {
+            let hsts = if req.is_secure() { hsts.clone() } else { None };
+            async move {
+                let res = next.run(req).await;
+                match hsts {
+                    Some(v) => res.header(selvedge::http::header::STRICT_TRANSPORT_SECURITY, v),
+                    None => res,
+                }
+            }
+        },
+    ));
+    let handle = match server.start(app) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("selvedge: cannot listen on {:?}: {e}", cfg.listen);
@@ -177,15 +237,25 @@ fn main() -> ExitCode {
         }
     }
     let addrs: Vec<String> = handle.local_addrs().iter().map(|l| format!("{l:?}")).collect();
-    let urls: Vec<String> = handle
+    let mut urls: Vec<String> = handle
         .local_addrs()
         .iter()
         .map(|l| match l {
+            selvedge::Listen::Tcp(a) if cfg.tls.iter().any(|t| t.addr.port() == a.port() || t.addr == *a) => {
+                format!("https://{a}/")
+            }
             selvedge::Listen::Tcp(a) => format!("http://{a}/"),
             selvedge::Listen::Unix(p) => format!("unix:{}", p.display()),
         })
         .collect();
     drop(addrs);
+    if let Some(r) = &redirect {
+        for l in r.local_addrs() {
+            if let selvedge::Listen::Tcp(a) = l {
+                urls.push(format!("(redirect to https) http://{a}/"));
+            }
+        }
+    }
     eprintln!(
         "selvedge: listening on {} with {} workers, root {}, config {}, access log {}",
         urls.join(" "),
@@ -209,13 +279,22 @@ fn main() -> ExitCode {
             tokio::select! {
                 _ = int.recv() => break,
                 _ = term.recv() => break,
-                _ = hup.recv() => reload(&mut current, &front),
+                _ = hup.recv() => {
+                    reload(&mut current, &front);
+                    reload_certs(&cert_stores);
+                }
             }
         }
     });
     eprintln!("selvedge: shutting down (draining in-flight requests)");
     handle.shutdown();
+    if let Some(r) = &redirect {
+        r.shutdown();
+    }
     handle.join();
+    if let Some(r) = redirect {
+        r.join();
+    }
     if let Some(log) = front.log.load().as_ref() {
         log.flush();
     }
@@ -279,4 +358,34 @@ fn reload(current: &mut Config, front: &Front) {
     current.listen = listen;
     current.workers = workers;
     eprintln!("selvedge: reloaded configuration");
+}
+
+/// SIGHUP: reload each TLS listener's certificate and key from their files; new handshakes
+/// use them, open connections are untouched. A bad pair is reported and the old one kept.
+fn reload_certs(stores: &[(config::TlsListen, selvedge::tls::CertStore)]) {
+    for (t, store) in stores {
+        match selvedge::tls::CertKey::from_pem_files(vec![], &t.cert, &t.key) {
+            Ok(ck) => store.replace(vec![ck]),
+            Err(e) => eprintln!("selvedge: tls reload kept the old certificate for {}: {e}", t.addr),
+        }
+    }
+}
+
+/// The redirect listener's answer: 301 to the same host and target over `https`.
+fn redirect_to_https(req: &selvedge::Request, https_port: Option<u16>) -> selvedge::Response {
+    use selvedge::http::{header, StatusCode};
+    let host = req.authority().unwrap_or("localhost");
+    // Drop a port, but not the colons of a bracketed IPv6 literal.
+    let name = match host.rfind(':') {
+        Some(i) if !host[i..].contains(']') => &host[..i],
+        _ => host,
+    };
+    let port = match https_port {
+        Some(443) | None => String::new(),
+        Some(p) => format!(":{p}"),
+    };
+    let location = format!("https://{name}{port}{}", req.target());
+    selvedge::Response::bytes(StatusCode::MOVED_PERMANENTLY, format!("moved to {location}\n"))
+        .header(header::LOCATION, location)
+        .header(header::CONTENT_TYPE, "text/plain")
 }

@@ -23,6 +23,8 @@ pub struct Request {
     pub(crate) version: Version,
     pub(crate) peer: PeerAddr,
     pub(crate) body: Body,
+    /// Whether the request came over TLS.
+    pub(crate) secure: bool,
 }
 
 impl Default for Request {
@@ -38,6 +40,7 @@ impl Default for Request {
             version: Version::HTTP_11,
             peer: PeerAddr::Unix,
             body: Body::empty(),
+            secure: false,
         }
     }
 }
@@ -130,6 +133,11 @@ impl Request {
         self.header(name).and_then(|v| std::str::from_utf8(v).ok())
     }
 
+    /// Whether the request came over TLS (`https`).
+    pub fn is_secure(&self) -> bool {
+        self.secure
+    }
+
     /// The peer's address.
     pub fn peer(&self) -> &PeerAddr {
         &self.peer
@@ -216,6 +224,7 @@ impl<B: Into<Bytes>> From<http::Request<B>> for Request {
             version: parts.version,
             peer: PeerAddr::Unix,
             body: if body.is_empty() { Body::empty() } else { Body::from_bytes(body) },
+            secure: parts.uri.scheme_str() == Some("https"),
         }
     }
 }

@@ -41,6 +41,15 @@ impl Socket {
         })
     }
 
+    /// Whether a TLS session runs over this socket.
+    #[inline]
+    pub(crate) fn is_tls(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        false
+    }
+
     #[inline]
     pub(crate) fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()

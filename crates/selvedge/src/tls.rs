@@ -66,27 +66,45 @@ impl CertKey {
     }
 }
 
+/// The certificates a listener chooses from; [`CertStore::replace`] swaps them (certificate
+/// reload on SIGHUP) without touching open connections. Read once per handshake.
+#[derive(Debug, Clone, Default)]
+pub struct CertStore(Arc<std::sync::RwLock<Vec<CertKey>>>);
+
+impl CertStore {
+    /// A store holding `certs` (the first is the default).
+    pub fn new(certs: Vec<CertKey>) -> CertStore {
+        CertStore(Arc::new(std::sync::RwLock::new(certs)))
+    }
+
+    /// Replaces the certificates; new handshakes use them at once.
+    pub fn replace(&self, certs: Vec<CertKey>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = certs;
+    }
+}
+
 /// Picks the certificate: exact SNI name match, else (no SNI, or `strict_sni` off) the
 /// first certificate; an unknown name with `strict_sni` gets no certificate, which rustls
 /// answers with an `unrecognized_name` alert.
 #[derive(Debug)]
 struct Resolver {
-    certs: Vec<CertKey>,
+    store: CertStore,
     strict_sni: bool,
 }
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let certs = self.store.0.read().unwrap_or_else(|p| p.into_inner());
         match hello.server_name() {
             Some(name) => {
-                let found = self.certs.iter().find(|c| c.names.iter().any(|n| name_matches(n, name)));
+                let found = certs.iter().find(|c| c.names.iter().any(|n| name_matches(n, name)));
                 match found {
                     Some(c) => Some(c.key.clone()),
                     None if self.strict_sni => None,
-                    None => self.certs.first().map(|c| c.key.clone()),
+                    None => certs.first().map(|c| c.key.clone()),
                 }
             }
-            None => self.certs.first().map(|c| c.key.clone()),
+            None => certs.first().map(|c| c.key.clone()),
         }
     }
 }
@@ -110,12 +128,20 @@ pub fn server_config(certs: Vec<CertKey>, strict_sni: bool, h2: bool) -> io::Res
     if certs.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "TLS needs at least one certificate"));
     }
+    server_config_with_store(CertStore::new(certs), strict_sni, h2)
+}
+
+/// As [`server_config`], choosing from a [`CertStore`] that can be replaced later.
+///
+/// # Errors
+/// The provider refused the protocol versions.
+pub fn server_config_with_store(store: CertStore, strict_sni: bool, h2: bool) -> io::Result<Arc<ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut cfg = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(io::Error::other)?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(Resolver { certs, strict_sni }));
+        .with_cert_resolver(Arc::new(Resolver { store, strict_sni }));
     cfg.alpn_protocols = if h2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
     cfg.session_storage = rustls::server::ServerSessionMemoryCache::new(4096);
     cfg.ticketer = rustls::crypto::ring::Ticketer::new().map_err(io::Error::other)?;

@@ -74,8 +74,9 @@ impl Srv {
                 let Ok(line) = line else { break };
                 // Recorded before the address is announced: a test may read it at once.
                 l2.lock().unwrap().push(line.clone());
-                if let Some(i) = line.find("http://") {
-                    let rest = &line[i + 7..];
+                let at = line.find("http://").map(|i| i + 7).or_else(|| line.find("https://").map(|i| i + 8));
+                if let Some(i) = at {
+                    let rest = &line[i..];
                     let addr = &rest[..rest.find('/').unwrap_or(rest.len())];
                     let _ = tx.send(addr.parse::<SocketAddr>().ok());
                 }

@@ -243,6 +243,7 @@ impl Conn {
             version: if minor == Minor::One { Version::HTTP_11 } else { Version::HTTP_10 },
             peer: self.peer.clone(),
             body,
+            secure: self.sock.is_tls(),
         };
         if h2c && home.is_none() && !self.timer.shutting_down() {
             // `Upgrade: h2c` (RFC 7540 §3.2): 101, then HTTP/2, the request on stream 1.

@@ -132,7 +132,7 @@ pub(crate) async fn serve<A: App>(
         return;
     }
     wbuf.clear();
-    spawn_streams(&shared, &app, &cfg, &peer, &mut events);
+    spawn_streams(&shared, &app, &cfg, &peer, sock.is_tls(), &mut events);
 
     // The client preface.
     loop {
@@ -251,7 +251,7 @@ async fn receiver<A: App>(
             arm(shared, &p, timer, cfg);
             p.is_done()
         };
-        spawn_streams(shared, app, cfg, peer, &mut events);
+        spawn_streams(shared, app, cfg, peer, sock.is_tls(), &mut events);
         shared.wake.notify_one();
         if done || shared.closed.load(Ordering::SeqCst) {
             return;
@@ -331,6 +331,7 @@ fn spawn_streams<A: App>(
     app: &Arc<A>,
     cfg: &Arc<Settings>,
     peer: &PeerAddr,
+    secure: bool,
     events: &mut Vec<Event>,
 ) {
     if events.is_empty() {
@@ -342,6 +343,7 @@ fn spawn_streams<A: App>(
         match ev {
             Event::Request(id, mut req, has_body) => {
                 req.peer = peer.clone();
+                req.secure = secure;
                 if has_body {
                     req.body = Body::h2(BodyReader { shared: shared.clone(), id });
                 }
