@@ -209,7 +209,8 @@ impl Proto {
 
     /// Whether [`Proto::fill`] would write something.
     pub(crate) fn has_output(&self) -> bool {
-        !self.control.is_empty() || !self.queue.is_empty()
+        // After a connection error only the GOAWAY goes out.
+        !self.control.is_empty() || (self.failed.is_none() && !self.queue.is_empty())
     }
 
     /// Appends the next batch of frames to `out`, up to about `max` bytes: all queued
