@@ -59,6 +59,31 @@ struct Budget {
     empty: u32,
 }
 
+/// Decodes base64url without padding (RFC 4648 §5), as `HTTP2-Settings` is sent.
+fn base64url(s: &[u8]) -> Option<Vec<u8>> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'-' => Some(62),
+        b'_' => Some(63),
+        _ => None,
+    };
+    let s = s.trim_ascii();
+    let s = s.strip_suffix(b"==").or_else(|| s.strip_suffix(b"=")).unwrap_or(s);
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for &c in s {
+        acc = acc << 6 | val(c)? as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Some(out)
+}
+
 /// How many recently closed streams are remembered (to tell "closed" from "never opened").
 const CLOSED_MEMORY: usize = 64;
 
@@ -153,7 +178,15 @@ impl Proto {
     }
 
     /// Stream 1 of an `Upgrade: h2c` connection: the upgrade request, half-closed (remote).
+    /// Its `HTTP2-Settings` (base64url SETTINGS payload) are applied with no ACK: the 101
+    /// acknowledged them (RFC 7540 §3.2.1); invalid ones are ignored.
     pub(crate) fn upgrade_stream(&mut self, req: Request, events: &mut Vec<Event>) {
+        if let Some(payload) = req.header("http2-settings").and_then(base64url) {
+            let head = frame::Head { len: payload.len() as u32, kind: frame::kind::SETTINGS, flags: 0, stream: 0 };
+            if let Ok(Frame::Settings(s)) = Frame::parse(head, Bytes::from(payload)) {
+                let _ = self.apply_settings(s);
+            }
+        }
         self.last_id = 1;
         self.requests = 1;
         let mut s = Stream::new(State::HalfClosedRemote, self.peer_initial_window, self.cfg.initial_window_size as i64);
@@ -608,6 +641,12 @@ impl Proto {
         if s.ack {
             return Ok(());
         }
+        self.apply_settings(s)?;
+        frame::Settings::encode_ack(&mut self.control);
+        self.check_control_queue()
+    }
+
+    fn apply_settings(&mut self, s: frame::Settings) -> Result<(), Reason> {
         for (id, v) in s.values {
             match id {
                 Setting::HEADER_TABLE_SIZE => self.henc.update_max_size((v as usize).min(hpack::DEFAULT_TABLE_SIZE)),
@@ -633,8 +672,7 @@ impl Proto {
                 _ => {}
             }
         }
-        frame::Settings::encode_ack(&mut self.control);
-        self.check_control_queue()
+        Ok(())
     }
 
     fn recv_window_update(&mut self, id: u32, inc: u32) -> Result<(), Reason> {

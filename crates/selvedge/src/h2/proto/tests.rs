@@ -368,3 +368,36 @@ fn priority_update_puts_urgent_stream_first() {
     assert_eq!(order.first(), Some(&3), "{order:?}");
     assert_eq!(order.iter().filter(|&&s| s == 1).count(), 4);
 }
+
+#[test]
+fn upgrade_settings_are_applied_without_ack() {
+    assert_eq!(
+        super::base64url(b"AAMAAABkAAQCAAAAAAIAAAAA").unwrap(),
+        b"\0\x03\0\0\0\x64\0\x04\x02\0\0\0\0\x02\0\0\0\0"
+    );
+    let mut p = Proto::new(H2Settings::default(), None);
+    let mut out = Vec::new();
+    p.fill(&mut out, 1 << 20);
+    // Initial window 10 for our sends.
+    let req: crate::Request = http::Request::builder()
+        .uri("/")
+        .header("http2-settings", "AAQAAAAK")
+        .body(bytes::Bytes::new())
+        .unwrap()
+        .into();
+    let mut events = Vec::new();
+    p.upgrade_stream(req, &mut events);
+    assert_eq!(events.len(), 1);
+    p.respond(1, Response::bytes(StatusCode::OK, vec![b'u'; 30]));
+    let mut peer = Peer {
+        proto: p,
+        enc: hpack::Encoder::new(),
+        dec: hpack::Decoder::default(),
+        rbuf: BytesMut::new(),
+        events: Vec::new(),
+        error: None,
+    };
+    let out = peer.output();
+    assert!(!out.iter().any(|f| matches!(f, Frame::Settings(s) if s.ack)));
+    assert!(out.iter().any(|f| matches!(f, Frame::Data(d) if d.data.len() == 10)));
+}
