@@ -109,6 +109,8 @@ pub(crate) struct Proto {
     queue: Queue,
     /// Streams with data waiting for the connection window.
     conn_blocked: Vec<u32>,
+    /// Streams with data waiting for their own window (`Stream::win_blocked`).
+    win_blocked: usize,
     block: Option<Block>,
     got_settings: bool,
     /// We sent GOAWAY (graceful: finish the streams we have).
@@ -144,6 +146,7 @@ impl Proto {
             control: Vec::with_capacity(256),
             queue: Queue::new(),
             conn_blocked: Vec::new(),
+            win_blocked: 0,
             block: None,
             got_settings: false,
             draining: false,
@@ -353,7 +356,7 @@ impl Proto {
     /// Resets a stream with `reason` (a stream error, RFC 9113 §5.4.2).
     fn reset(&mut self, id: u32, reason: Reason) -> Result<(), Reason> {
         frame::RstStream { stream: id, reason }.encode(&mut self.control);
-        if let Some(mut s) = self.streams.remove(&id) {
+        if let Some(mut s) = self.take_stream(id) {
             s.recv_error = Some(reason);
             s.wake_reader();
             s.wake_writer();
@@ -370,6 +373,15 @@ impl Proto {
         self.check_control_queue()
     }
 
+    /// Removes a stream from the map, keeping the stalled-stream count right.
+    fn take_stream(&mut self, id: u32) -> Option<Stream> {
+        let s = self.streams.remove(&id)?;
+        if s.win_blocked {
+            self.win_blocked -= 1;
+        }
+        Some(s)
+    }
+
     /// Forgets a closed stream (remembering its id for a while).
     fn forget(&mut self, id: u32, reset_by_us: bool) {
         self.queue.forget(id);
@@ -380,7 +392,7 @@ impl Proto {
     }
 
     fn close(&mut self, id: u32) {
-        if self.streams.remove(&id).is_some() {
+        if self.take_stream(id).is_some() {
             self.forget(id, false);
         }
     }
@@ -620,7 +632,7 @@ impl Proto {
         if id > self.last_id {
             return Err(Reason::PROTOCOL_ERROR);
         }
-        if let Some(mut s) = self.streams.remove(&id) {
+        if let Some(mut s) = self.take_stream(id) {
             s.recv_error = Some(reason);
             s.wake_reader();
             s.wake_writer();
