@@ -279,9 +279,11 @@ impl Proto {
                 if p.dependency.stream == p.stream {
                     return self.reset(p.stream, Reason::PROTOCOL_ERROR);
                 }
-                let mut prec = self.queue.precedence(p.stream);
-                prec.weight = p.dependency.weight;
-                self.queue.set_precedence(p.stream, prec);
+                if self.keeps_priority(p.stream) {
+                    let mut prec = self.queue.precedence(p.stream);
+                    prec.weight = p.dependency.weight;
+                    self.queue.set_precedence(p.stream, prec);
+                }
                 Ok(())
             }
             Frame::PriorityUpdate(u) => {
@@ -289,9 +291,11 @@ impl Proto {
                 if u.stream % 2 == 0 {
                     return Err(Reason::PROTOCOL_ERROR);
                 }
-                let mut prec = Precedence { incremental: false, ..self.queue.precedence(u.stream) };
-                prec.apply_field(&u.value);
-                self.queue.set_precedence(u.stream, prec);
+                if self.keeps_priority(u.stream) {
+                    let mut prec = Precedence { incremental: false, ..self.queue.precedence(u.stream) };
+                    prec.apply_field(&u.value);
+                    self.queue.set_precedence(u.stream, prec);
+                }
                 Ok(())
             }
             Frame::RstStream(r) => self.recv_reset(r.stream, r.reason),
@@ -327,6 +331,14 @@ impl Proto {
                 self.reset(id, r)
             }
         }
+    }
+
+    /// Whether a priority signal for `id` is recorded: for open streams, and for a bounded
+    /// number of idle ones (signals for closed streams are dropped, so a peer cannot make
+    /// the queue remember ids without limit).
+    fn keeps_priority(&self, id: u32) -> bool {
+        self.streams.contains_key(&id)
+            || (id > self.last_id && self.queue.tracked() < 2 * self.cfg.max_concurrent_streams as usize + 16)
     }
 
     fn count_control(&mut self) -> Result<(), Reason> {

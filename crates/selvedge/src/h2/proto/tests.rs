@@ -401,3 +401,18 @@ fn upgrade_settings_are_applied_without_ack() {
     assert!(!out.iter().any(|f| matches!(f, Frame::Settings(s) if s.ack)));
     assert!(out.iter().any(|f| matches!(f, Frame::Data(d) if d.data.len() == 10)));
 }
+
+#[test]
+fn priority_signals_for_idle_and_closed_streams_are_bounded() {
+    let mut p = Peer::new(H2Settings::default());
+    p.get(1);
+    p.proto.respond(1, Response::new(StatusCode::OK));
+    p.output();
+    for i in 0..4000u32 {
+        // PRIORITY for far-away idle ids and for the closed stream 1.
+        p.send(&raw(kind::PRIORITY, 0, 1001 + 2 * i, b"\0\0\0\0\x0f"));
+        p.send(&raw(kind::PRIORITY, 0, 1, b"\0\0\0\0\x0f"));
+    }
+    assert!(p.error.is_none());
+    assert!(p.proto.queue.tracked() <= 2 * 100 + 16, "{}", p.proto.queue.tracked());
+}
