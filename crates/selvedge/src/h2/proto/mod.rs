@@ -120,6 +120,9 @@ pub(crate) struct Proto {
     /// The client sent GOAWAY.
     peer_goaway: bool,
     requests: u32,
+    /// The client sent SETTINGS_NO_RFC7540_PRIORITIES = 1 (RFC 9218 §2.1): its RFC 7540
+    /// signals (PRIORITY frames, HEADERS priority fields) are ignored.
+    no_rfc7540: bool,
     budget: Budget,
     events: Vec<Event>,
     /// Scratch for encoding header blocks.
@@ -153,6 +156,7 @@ impl Proto {
             failed: None,
             peer_goaway: false,
             requests: 0,
+            no_rfc7540: false,
             budget: Budget::default(),
             events: Vec::new(),
             scratch: BytesMut::new(),
@@ -279,7 +283,7 @@ impl Proto {
                 if p.dependency.stream == p.stream {
                     return self.reset(p.stream, Reason::PROTOCOL_ERROR);
                 }
-                if self.keeps_priority(p.stream) {
+                if !self.no_rfc7540 && self.keeps_priority(p.stream) {
                     let mut prec = self.queue.precedence(p.stream);
                     prec.weight = p.dependency.weight;
                     self.queue.set_precedence(p.stream, prec);
@@ -604,7 +608,7 @@ impl Proto {
         let state = if end_stream { State::HalfClosedRemote } else { State::Open };
         let mut s = Stream::new(state, self.peer_initial_window, self.cfg.initial_window_size as i64);
         let mut prec = self.queue.precedence(id);
-        if let Some(d) = dep {
+        if let Some(d) = dep.filter(|_| !self.no_rfc7540) {
             prec.weight = d.weight;
         }
         match head {
@@ -693,6 +697,7 @@ impl Proto {
                     }
                 }
                 Setting::MAX_FRAME_SIZE => self.peer_max_frame = v,
+                Setting::NO_RFC7540_PRIORITIES => self.no_rfc7540 = v == 1,
                 _ => {}
             }
         }

@@ -416,3 +416,17 @@ fn priority_signals_for_idle_and_closed_streams_are_bounded() {
     assert!(p.error.is_none());
     assert!(p.proto.queue.tracked() <= 2 * 100 + 16, "{}", p.proto.queue.tracked());
 }
+
+#[test]
+fn no_rfc7540_priorities_setting_ignores_weights() {
+    let mut p = Peer::new(H2Settings::default());
+    p.get(1);
+    // Weight 256 for stream 1 is honoured...
+    p.send(&raw(kind::PRIORITY, 0, 1, b"\0\0\0\0\xff"));
+    assert_eq!(p.proto.queue.precedence(1).weight, 256);
+    // ...until the client says it does not use RFC 7540 priorities.
+    p.send(&raw(kind::SETTINGS, 0, 0, b"\0\x09\0\0\0\x01"));
+    p.get(3);
+    p.send(&raw(kind::PRIORITY, 0, 3, b"\0\0\0\0\xff"));
+    assert_eq!(p.proto.queue.precedence(3).weight, super::priority::DEFAULT_WEIGHT);
+}
