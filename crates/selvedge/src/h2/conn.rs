@@ -353,7 +353,7 @@ fn spawn_streams<A: App>(
                     req.body = Body::h2(BodyReader { shared: shared.clone(), id });
                 }
                 let app = app.clone();
-                let mut fut = Box::pin(async move { call_catching_panics(&*app, *req).await });
+                let mut fut = Box::pin(async move { call_catching_panics(&*app, req).await });
                 match fut.as_mut().poll(&mut cx) {
                     Poll::Ready(res) => ready.push((id, res)),
                     Poll::Pending => {

@@ -30,12 +30,14 @@ use crate::Request;
 use headers::HeaderError;
 use priority::{IdMap, Precedence, Queue};
 
-/// What the connection driver must act on.
+/// What the connection driver must act on. Not boxed: events live in a reused vector, and
+/// a box per request would be one more allocation on the hot path.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Event {
     /// A new request on stream `.0`: run the app (the body is attached by the driver;
     /// `.2`: whether the request has one, i.e. the stream is still open).
-    Request(u32, Box<Request>, bool),
+    Request(u32, Request, bool),
     /// Stream `.0` was reset: stop its app.
     Cancel(u32),
 }
@@ -199,7 +201,7 @@ impl Proto {
         let mut s = Stream::new(State::HalfClosedRemote, self.peer_initial_window, self.cfg.initial_window_size as i64);
         s.is_head = req.method == http::Method::HEAD;
         self.streams.insert(1, s);
-        events.push(Event::Request(1, Box::new(req), false));
+        events.push(Event::Request(1, req, false));
     }
 
     /// Our SETTINGS_MAX_FRAME_SIZE: the codec's limit on received frames.
@@ -622,7 +624,7 @@ impl Proto {
                 }
                 s.content_length = h.content_length;
                 s.is_head = h.req.method == http::Method::HEAD;
-                self.events.push(Event::Request(id, Box::new(h.req), !end_stream));
+                self.events.push(Event::Request(id, h.req, !end_stream));
             }
             None => {
                 // The header list is over our limit: 431, without running the app.
