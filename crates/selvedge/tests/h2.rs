@@ -294,7 +294,12 @@ fn ping_flood_and_empty_frames() {
         out.extend(raw(kind::DATA, 0, 1, b""));
     }
     c.send(&out);
+    let t = Instant::now();
     assert_eq!(c.until_goaway().expect("GOAWAY").0, Reason::ENHANCE_YOUR_CALM);
+    // The app was still waiting for the body: the connection must close anyway (after the
+    // linger), not wait for the idle timeout.
+    assert!(c.next().is_none());
+    assert!(t.elapsed() < Duration::from_secs(5), "connection lingered {:?}", t.elapsed());
 }
 
 #[test]

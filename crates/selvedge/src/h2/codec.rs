@@ -49,8 +49,9 @@ pub fn decode(buf: &mut BytesMut, max_frame_size: u32) -> Result<Option<(Head, B
         buf.reserve(total - buf.len());
         return Ok(None);
     }
-    let mut frame = buf.split_to(total);
-    let payload = frame.split_off(HEADER_LEN).freeze();
+    // Skipping the header is a pointer bump; only the payload becomes a shared `Bytes`.
+    bytes::Buf::advance(buf, HEADER_LEN);
+    let payload = buf.split_to(head.len as usize).freeze();
     Ok(Some((head, payload)))
 }
 

@@ -166,7 +166,14 @@ pub(crate) async fn serve<A: App>(
     let th = timer.handle();
     let recv = receiver(&shared, &sock, &app, &cfg, &peer, &th, rbuf);
     let send = sender(&shared, &sock, &cfg, &th, wbuf);
-    let (_, failed) = tokio::join!(recv, send);
+    tokio::pin!(recv, send);
+    // The sender decides when the connection is over: if it finishes first (going away
+    // and the last stream is answered) the receiver is dropped mid-read (cancel safe);
+    // if the receiver finishes first (EOF, connection error) the sender still flushes.
+    let failed = tokio::select! {
+        f = &mut send => f,
+        () = &mut recv => send.await,
+    };
     if let Some(reason) = failed {
         if reason != Reason::NO_ERROR {
             cfg.exception(&Error::new(Kind::BadRequest, "HTTP/2 connection error (GOAWAY sent)"));
@@ -348,7 +355,7 @@ fn spawn_streams<A: App>(
                     req.body = Body::h2(BodyReader { shared: shared.clone(), id });
                 }
                 let app = app.clone();
-                let mut fut = Box::pin(async move { call_catching_panics(&*app, *req).await });
+                let mut fut = Box::pin(async move { call_catching_panics(&*app, req).await });
                 match fut.as_mut().poll(&mut cx) {
                     Poll::Ready(res) => ready.push((id, res)),
                     Poll::Pending => {

@@ -30,12 +30,14 @@ use crate::Request;
 use headers::HeaderError;
 use priority::{IdMap, Precedence, Queue};
 
-/// What the connection driver must act on.
+/// What the connection driver must act on. Not boxed: events live in a reused vector, and
+/// a box per request would be one more allocation on the hot path.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Event {
     /// A new request on stream `.0`: run the app (the body is attached by the driver;
     /// `.2`: whether the request has one, i.e. the stream is still open).
-    Request(u32, Box<Request>, bool),
+    Request(u32, Request, bool),
     /// Stream `.0` was reset: stop its app.
     Cancel(u32),
 }
@@ -57,6 +59,31 @@ struct Budget {
     local_resets: u32,
     control: u32,
     empty: u32,
+}
+
+/// Decodes base64url without padding (RFC 4648 §5), as `HTTP2-Settings` is sent.
+fn base64url(s: &[u8]) -> Option<Vec<u8>> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'-' => Some(62),
+        b'_' => Some(63),
+        _ => None,
+    };
+    let s = s.trim_ascii();
+    let s = s.strip_suffix(b"==").or_else(|| s.strip_suffix(b"=")).unwrap_or(s);
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for &c in s {
+        acc = acc << 6 | val(c)? as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Some(out)
 }
 
 /// How many recently closed streams are remembered (to tell "closed" from "never opened").
@@ -84,6 +111,8 @@ pub(crate) struct Proto {
     queue: Queue,
     /// Streams with data waiting for the connection window.
     conn_blocked: Vec<u32>,
+    /// Streams with data waiting for their own window (`Stream::win_blocked`).
+    win_blocked: usize,
     block: Option<Block>,
     got_settings: bool,
     /// We sent GOAWAY (graceful: finish the streams we have).
@@ -93,6 +122,9 @@ pub(crate) struct Proto {
     /// The client sent GOAWAY.
     peer_goaway: bool,
     requests: u32,
+    /// The client sent SETTINGS_NO_RFC7540_PRIORITIES = 1 (RFC 9218 §2.1): its RFC 7540
+    /// signals (PRIORITY frames, HEADERS priority fields) are ignored.
+    no_rfc7540: bool,
     budget: Budget,
     events: Vec<Event>,
     /// Scratch for encoding header blocks.
@@ -119,12 +151,14 @@ impl Proto {
             control: Vec::with_capacity(256),
             queue: Queue::new(),
             conn_blocked: Vec::new(),
+            win_blocked: 0,
             block: None,
             got_settings: false,
             draining: false,
             failed: None,
             peer_goaway: false,
             requests: 0,
+            no_rfc7540: false,
             budget: Budget::default(),
             events: Vec::new(),
             scratch: BytesMut::new(),
@@ -153,13 +187,21 @@ impl Proto {
     }
 
     /// Stream 1 of an `Upgrade: h2c` connection: the upgrade request, half-closed (remote).
+    /// Its `HTTP2-Settings` (base64url SETTINGS payload) are applied with no ACK: the 101
+    /// acknowledged them (RFC 7540 §3.2.1); invalid ones are ignored.
     pub(crate) fn upgrade_stream(&mut self, req: Request, events: &mut Vec<Event>) {
+        if let Some(payload) = req.header("http2-settings").and_then(base64url) {
+            let head = frame::Head { len: payload.len() as u32, kind: frame::kind::SETTINGS, flags: 0, stream: 0 };
+            if let Ok(Frame::Settings(s)) = Frame::parse(head, Bytes::from(payload)) {
+                let _ = self.apply_settings(s);
+            }
+        }
         self.last_id = 1;
         self.requests = 1;
         let mut s = Stream::new(State::HalfClosedRemote, self.peer_initial_window, self.cfg.initial_window_size as i64);
         s.is_head = req.method == http::Method::HEAD;
         self.streams.insert(1, s);
-        events.push(Event::Request(1, Box::new(req), false));
+        events.push(Event::Request(1, req, false));
     }
 
     /// Our SETTINGS_MAX_FRAME_SIZE: the codec's limit on received frames.
@@ -243,9 +285,11 @@ impl Proto {
                 if p.dependency.stream == p.stream {
                     return self.reset(p.stream, Reason::PROTOCOL_ERROR);
                 }
-                let mut prec = self.queue.precedence(p.stream);
-                prec.weight = p.dependency.weight;
-                self.queue.set_precedence(p.stream, prec);
+                if !self.no_rfc7540 && self.keeps_priority(p.stream) {
+                    let mut prec = self.queue.precedence(p.stream);
+                    prec.weight = p.dependency.weight;
+                    self.queue.set_precedence(p.stream, prec);
+                }
                 Ok(())
             }
             Frame::PriorityUpdate(u) => {
@@ -253,9 +297,11 @@ impl Proto {
                 if u.stream % 2 == 0 {
                     return Err(Reason::PROTOCOL_ERROR);
                 }
-                let mut prec = Precedence { incremental: false, ..self.queue.precedence(u.stream) };
-                prec.apply_field(&u.value);
-                self.queue.set_precedence(u.stream, prec);
+                if self.keeps_priority(u.stream) {
+                    let mut prec = Precedence { incremental: false, ..self.queue.precedence(u.stream) };
+                    prec.apply_field(&u.value);
+                    self.queue.set_precedence(u.stream, prec);
+                }
                 Ok(())
             }
             Frame::RstStream(r) => self.recv_reset(r.stream, r.reason),
@@ -293,6 +339,14 @@ impl Proto {
         }
     }
 
+    /// Whether a priority signal for `id` is recorded: for open streams, and for a bounded
+    /// number of idle ones (signals for closed streams are dropped, so a peer cannot make
+    /// the queue remember ids without limit).
+    fn keeps_priority(&self, id: u32) -> bool {
+        self.streams.contains_key(&id)
+            || (id > self.last_id && self.queue.tracked() < 2 * self.cfg.max_concurrent_streams as usize + 16)
+    }
+
     fn count_control(&mut self) -> Result<(), Reason> {
         self.budget.control += 1;
         if self.budget.control > self.cfg.max_control_frames {
@@ -320,7 +374,7 @@ impl Proto {
     /// Resets a stream with `reason` (a stream error, RFC 9113 §5.4.2).
     fn reset(&mut self, id: u32, reason: Reason) -> Result<(), Reason> {
         frame::RstStream { stream: id, reason }.encode(&mut self.control);
-        if let Some(mut s) = self.streams.remove(&id) {
+        if let Some(mut s) = self.take_stream(id) {
             s.recv_error = Some(reason);
             s.wake_reader();
             s.wake_writer();
@@ -337,6 +391,15 @@ impl Proto {
         self.check_control_queue()
     }
 
+    /// Removes a stream from the map, keeping the stalled-stream count right.
+    fn take_stream(&mut self, id: u32) -> Option<Stream> {
+        let s = self.streams.remove(&id)?;
+        if s.win_blocked {
+            self.win_blocked -= 1;
+        }
+        Some(s)
+    }
+
     /// Forgets a closed stream (remembering its id for a while).
     fn forget(&mut self, id: u32, reset_by_us: bool) {
         self.queue.forget(id);
@@ -347,7 +410,7 @@ impl Proto {
     }
 
     fn close(&mut self, id: u32) {
-        if self.streams.remove(&id).is_some() {
+        if self.take_stream(id).is_some() {
             self.forget(id, false);
         }
     }
@@ -547,7 +610,7 @@ impl Proto {
         let state = if end_stream { State::HalfClosedRemote } else { State::Open };
         let mut s = Stream::new(state, self.peer_initial_window, self.cfg.initial_window_size as i64);
         let mut prec = self.queue.precedence(id);
-        if let Some(d) = dep {
+        if let Some(d) = dep.filter(|_| !self.no_rfc7540) {
             prec.weight = d.weight;
         }
         match head {
@@ -561,7 +624,7 @@ impl Proto {
                 }
                 s.content_length = h.content_length;
                 s.is_head = h.req.method == http::Method::HEAD;
-                self.events.push(Event::Request(id, Box::new(h.req), !end_stream));
+                self.events.push(Event::Request(id, h.req, !end_stream));
             }
             None => {
                 // The header list is over our limit: 431, without running the app.
@@ -587,7 +650,7 @@ impl Proto {
         if id > self.last_id {
             return Err(Reason::PROTOCOL_ERROR);
         }
-        if let Some(mut s) = self.streams.remove(&id) {
+        if let Some(mut s) = self.take_stream(id) {
             s.recv_error = Some(reason);
             s.wake_reader();
             s.wake_writer();
@@ -608,6 +671,12 @@ impl Proto {
         if s.ack {
             return Ok(());
         }
+        self.apply_settings(s)?;
+        frame::Settings::encode_ack(&mut self.control);
+        self.check_control_queue()
+    }
+
+    fn apply_settings(&mut self, s: frame::Settings) -> Result<(), Reason> {
         for (id, v) in s.values {
             match id {
                 Setting::HEADER_TABLE_SIZE => self.henc.update_max_size((v as usize).min(hpack::DEFAULT_TABLE_SIZE)),
@@ -630,11 +699,11 @@ impl Proto {
                     }
                 }
                 Setting::MAX_FRAME_SIZE => self.peer_max_frame = v,
+                Setting::NO_RFC7540_PRIORITIES => self.no_rfc7540 = v == 1,
                 _ => {}
             }
         }
-        frame::Settings::encode_ack(&mut self.control);
-        self.check_control_queue()
+        Ok(())
     }
 
     fn recv_window_update(&mut self, id: u32, inc: u32) -> Result<(), Reason> {

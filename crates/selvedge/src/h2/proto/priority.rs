@@ -141,6 +141,11 @@ impl Queue {
         self.heap.is_empty()
     }
 
+    /// Number of streams the queue keeps parameters for (queued or not).
+    pub fn tracked(&self) -> usize {
+        self.ids.len()
+    }
+
     /// Whether `id` is queued.
     pub fn contains(&self, id: u32) -> bool {
         self.ids.get(&id).is_some_and(|&s| self.slots[s as usize].pos != NOT_QUEUED)

@@ -51,7 +51,11 @@ pub(crate) enum After {
 impl Proto {
     /// Queues stream `id` if it has something to send now.
     pub(crate) fn schedule(&mut self, id: u32) {
-        let Some(s) = self.streams.get(&id) else { return };
+        let Some(s) = self.streams.get_mut(&id) else { return };
+        if s.win_blocked && s.send_window > 0 {
+            s.win_blocked = false;
+            self.win_blocked -= 1;
+        }
         let sendable = match &s.send {
             Send::Waiting | Send::Done => false,
             Send::Head { .. } => true,
@@ -160,7 +164,7 @@ impl Proto {
 
     /// Resets a stream for a reason of our own (not counted against the peer).
     pub(crate) fn reset_quiet(&mut self, id: u32, reason: Reason) -> Result<(), Reason> {
-        if let Some(mut s) = self.streams.remove(&id) {
+        if let Some(mut s) = self.take_stream(id) {
             frame::RstStream { stream: id, reason }.encode(&mut self.control);
             s.wake_reader();
             s.wake_writer();
@@ -203,13 +207,13 @@ impl Proto {
 
     /// Whether a response is held back by flow control (the zero-window slow-read case).
     pub(crate) fn flow_blocked(&self) -> bool {
-        (!self.conn_blocked.is_empty())
-            || self.streams.values().any(|s| matches!(&s.send, Send::Body(b) if b.ready() > 0 && s.send_window <= 0))
+        !self.conn_blocked.is_empty() || self.win_blocked > 0
     }
 
     /// Whether [`Proto::fill`] would write something.
     pub(crate) fn has_output(&self) -> bool {
-        !self.control.is_empty() || !self.queue.is_empty()
+        // After a connection error only the GOAWAY goes out.
+        !self.control.is_empty() || (self.failed.is_none() && !self.queue.is_empty())
     }
 
     /// Appends the next batch of frames to `out`, up to about `max` bytes: all queued
@@ -281,9 +285,14 @@ impl Proto {
         }
         let n = (ready.min(max_frame as u64) as i64).min(s.send_window).min(self.conn_send);
         if n <= 0 {
-            if self.conn_send <= 0 && !s.conn_blocked {
-                s.conn_blocked = true;
-                self.conn_blocked.push(id);
+            if self.conn_send <= 0 {
+                if !s.conn_blocked {
+                    s.conn_blocked = true;
+                    self.conn_blocked.push(id);
+                }
+            } else if !s.win_blocked {
+                s.win_blocked = true;
+                self.win_blocked += 1;
             }
             return None;
         }
@@ -339,12 +348,16 @@ impl Proto {
             self.sent_end(id);
             return None;
         }
-        let s = self.streams.get(&id)?;
+        let s = self.streams.get_mut(&id)?;
         let Send::Body(body) = &s.send else { return None };
         let more = body.ready() > 0 || body.finished();
         if more && s.send_window > 0 {
             Some(n)
         } else {
+            if body.ready() > 0 && !s.win_blocked {
+                s.win_blocked = true;
+                self.win_blocked += 1;
+            }
             None
         }
     }

@@ -141,6 +141,8 @@ pub(crate) struct Stream {
     pub(crate) send: Send,
     /// Waiting in the queue for the connection window to open.
     pub(crate) conn_blocked: bool,
+    /// Has data but its own send window is closed.
+    pub(crate) win_blocked: bool,
     /// HEAD request: no body goes out.
     pub(crate) is_head: bool,
     /// The app dropped the request body: data is granted back on arrival and discarded.
@@ -161,6 +163,7 @@ impl Stream {
             received: 0,
             send: Send::Waiting,
             conn_blocked: false,
+            win_blocked: false,
             is_head: false,
             body_dropped: false,
         }

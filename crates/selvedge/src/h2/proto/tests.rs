@@ -368,3 +368,65 @@ fn priority_update_puts_urgent_stream_first() {
     assert_eq!(order.first(), Some(&3), "{order:?}");
     assert_eq!(order.iter().filter(|&&s| s == 1).count(), 4);
 }
+
+#[test]
+fn upgrade_settings_are_applied_without_ack() {
+    assert_eq!(
+        super::base64url(b"AAMAAABkAAQCAAAAAAIAAAAA").unwrap(),
+        b"\0\x03\0\0\0\x64\0\x04\x02\0\0\0\0\x02\0\0\0\0"
+    );
+    let mut p = Proto::new(H2Settings::default(), None);
+    let mut out = Vec::new();
+    p.fill(&mut out, 1 << 20);
+    // Initial window 10 for our sends.
+    let req: crate::Request = http::Request::builder()
+        .uri("/")
+        .header("http2-settings", "AAQAAAAK")
+        .body(bytes::Bytes::new())
+        .unwrap()
+        .into();
+    let mut events = Vec::new();
+    p.upgrade_stream(req, &mut events);
+    assert_eq!(events.len(), 1);
+    p.respond(1, Response::bytes(StatusCode::OK, vec![b'u'; 30]));
+    let mut peer = Peer {
+        proto: p,
+        enc: hpack::Encoder::new(),
+        dec: hpack::Decoder::default(),
+        rbuf: BytesMut::new(),
+        events: Vec::new(),
+        error: None,
+    };
+    let out = peer.output();
+    assert!(!out.iter().any(|f| matches!(f, Frame::Settings(s) if s.ack)));
+    assert!(out.iter().any(|f| matches!(f, Frame::Data(d) if d.data.len() == 10)));
+}
+
+#[test]
+fn priority_signals_for_idle_and_closed_streams_are_bounded() {
+    let mut p = Peer::new(H2Settings::default());
+    p.get(1);
+    p.proto.respond(1, Response::new(StatusCode::OK));
+    p.output();
+    for i in 0..4000u32 {
+        // PRIORITY for far-away idle ids and for the closed stream 1.
+        p.send(&raw(kind::PRIORITY, 0, 1001 + 2 * i, b"\0\0\0\0\x0f"));
+        p.send(&raw(kind::PRIORITY, 0, 1, b"\0\0\0\0\x0f"));
+    }
+    assert!(p.error.is_none());
+    assert!(p.proto.queue.tracked() <= 2 * 100 + 16, "{}", p.proto.queue.tracked());
+}
+
+#[test]
+fn no_rfc7540_priorities_setting_ignores_weights() {
+    let mut p = Peer::new(H2Settings::default());
+    p.get(1);
+    // Weight 256 for stream 1 is honoured...
+    p.send(&raw(kind::PRIORITY, 0, 1, b"\0\0\0\0\xff"));
+    assert_eq!(p.proto.queue.precedence(1).weight, 256);
+    // ...until the client says it does not use RFC 7540 priorities.
+    p.send(&raw(kind::SETTINGS, 0, 0, b"\0\x09\0\0\0\x01"));
+    p.get(3);
+    p.send(&raw(kind::PRIORITY, 0, 3, b"\0\0\0\0\xff"));
+    assert_eq!(p.proto.queue.precedence(3).weight, super::priority::DEFAULT_WEIGHT);
+}
