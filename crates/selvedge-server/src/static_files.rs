@@ -150,6 +150,9 @@ impl StaticFiles {
         let entry = match entry.kind {
             Kind::File(_) => entry,
             Kind::Missing => return self.error(StatusCode::NOT_FOUND),
+            Kind::Unavailable => {
+                return self.error(StatusCode::SERVICE_UNAVAILABLE).header(header::RETRY_AFTER, "1");
+            }
             Kind::Dir => {
                 if !req.path().ends_with('/') {
                     let loc = match req.query() {

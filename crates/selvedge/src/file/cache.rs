@@ -77,6 +77,14 @@ pub enum Kind {
     Dir,
     /// Nothing there (or not a regular file or directory, or not readable).
     Missing,
+    /// Could not be opened for a passing reason (out of descriptors or memory): answer
+    /// 503, and do not cache it.
+    Unavailable,
+}
+
+/// Errors that say "try again later" rather than "not there".
+fn transient(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::EAGAIN | libc::EINTR))
 }
 
 /// An open regular file and what a response needs to know about it.
@@ -174,7 +182,11 @@ impl Entry {
         if !meta.is_file() {
             return Entry::new(Kind::Missing, None);
         }
-        let Ok((info, stamp)) = Self::open(path, cfg.memory_max) else { return Entry::new(Kind::Missing, None) };
+        let (info, stamp) = match Self::open(path, cfg.memory_max) {
+            Ok(x) => x,
+            Err(e) if transient(&e) => return Entry::new(Kind::Unavailable, None),
+            Err(_) => return Entry::new(Kind::Missing, None),
+        };
         let mut e = Entry::new(Kind::File(info), Some(stamp));
         for &ext in cfg.siblings {
             let p = sibling_path(path, ext);
@@ -312,6 +324,9 @@ impl FileCache {
             return e.clone();
         }
         let e = Arc::new(Entry::load(path, cfg));
+        if matches!(e.kind, Kind::Unavailable) {
+            return e;
+        }
         let mut map = self.inner.map.write().unwrap_or_else(|p| p.into_inner());
         if map.len() < cfg.max_entries {
             // Another worker may have raced us here: keep the first and use it.
