@@ -92,6 +92,8 @@ pub struct VhostConfig {
     pub hosts: Vec<String>,
     /// Routes.
     pub routes: Vec<RouteConfig>,
+    /// This host's certificate and key (PEM) for TLS listeners, chosen by SNI.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// A whole configuration.
@@ -139,6 +141,7 @@ impl Config {
             vhosts: vec![VhostConfig {
                 hosts: Vec::new(),
                 routes: vec![RouteConfig { prefix: "/".into(), root, opts: StaticOptions::default() }],
+                tls: None,
             }],
         }
     }
@@ -302,8 +305,24 @@ impl Config {
                 }
                 routes.push(RouteConfig { prefix: r.path, root, opts });
             }
-            let hosts = v.hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
-            vhosts.push(VhostConfig { hosts, routes });
+            let hosts: Vec<String> = v.hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+            let tls = match &v.tls {
+                None => None,
+                Some(t) => {
+                    let (cert, key) = (abs(t.cert.get_ref()), abs(t.key.get_ref()));
+                    if hosts.is_empty() {
+                        return Err(err(
+                            Some(t.cert.span()),
+                            "a [[vhost]] with tls needs `hosts` (its SNI names)".into(),
+                        ));
+                    }
+                    if let Err(e) = selvedge::tls::CertKey::from_pem_files(hosts.clone(), &cert, &key) {
+                        return Err(err(Some(t.cert.span()), format!("tls: {e}")));
+                    }
+                    Some((cert, key))
+                }
+            };
+            vhosts.push(VhostConfig { hosts, routes, tls });
         }
         if vhosts.is_empty() {
             return Err(err(Some(0..0), "no [[vhost]]: nothing to serve".into()));
@@ -433,6 +452,7 @@ struct RawLog {
 struct RawVhost {
     #[serde(default)]
     hosts: Vec<String>,
+    tls: Option<RawTls>,
     #[serde(default)]
     route: Vec<Spanned<RawRoute>>,
 }

@@ -172,8 +172,8 @@ fn main() -> ExitCode {
     }
     let mut cert_stores = Vec::new();
     for t in &cfg.tls {
-        let store = match selvedge::tls::CertKey::from_pem_files(vec![], &t.cert, &t.key) {
-            Ok(ck) => selvedge::tls::CertStore::new(vec![ck]),
+        let store = match load_certs(t, &cfg) {
+            Ok(certs) => selvedge::tls::CertStore::new(certs),
             Err(e) => {
                 eprintln!("selvedge: tls: {e}");
                 return ExitCode::from(2);
@@ -281,7 +281,7 @@ fn main() -> ExitCode {
                 _ = term.recv() => break,
                 _ = hup.recv() => {
                     reload(&mut current, &front);
-                    reload_certs(&cert_stores);
+                    reload_certs(&cert_stores, &current);
                 }
             }
         }
@@ -362,13 +362,25 @@ fn reload(current: &mut Config, front: &Front) {
 
 /// SIGHUP: reload each TLS listener's certificate and key from their files; new handshakes
 /// use them, open connections are untouched. A bad pair is reported and the old one kept.
-fn reload_certs(stores: &[(config::TlsListen, selvedge::tls::CertStore)]) {
+fn reload_certs(stores: &[(config::TlsListen, selvedge::tls::CertStore)], cfg: &Config) {
     for (t, store) in stores {
-        match selvedge::tls::CertKey::from_pem_files(vec![], &t.cert, &t.key) {
-            Ok(ck) => store.replace(vec![ck]),
-            Err(e) => eprintln!("selvedge: tls reload kept the old certificate for {}: {e}", t.addr),
+        match load_certs(t, cfg) {
+            Ok(certs) => store.replace(certs),
+            Err(e) => eprintln!("selvedge: tls reload kept the old certificates for {}: {e}", t.addr),
         }
     }
+}
+
+/// A TLS listener's certificates: its own (the default, for clients without SNI or with an
+/// unknown name) and each virtual host's, chosen by SNI from the host's names.
+fn load_certs(t: &config::TlsListen, cfg: &Config) -> std::io::Result<Vec<selvedge::tls::CertKey>> {
+    let mut certs = vec![selvedge::tls::CertKey::from_pem_files(vec![], &t.cert, &t.key)?];
+    for v in &cfg.vhosts {
+        if let Some((c, k)) = &v.tls {
+            certs.push(selvedge::tls::CertKey::from_pem_files(v.hosts.clone(), c, k)?);
+        }
+    }
+    Ok(certs)
 }
 
 /// The redirect listener's answer: 301 to the same host and target over `https`.

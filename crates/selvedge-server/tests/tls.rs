@@ -184,3 +184,34 @@ fn bundled_site_in_headless_chromium_over_h2() {
     let _ = std::fs::copy(&shot, &keep);
     eprintln!("screenshot: {}", keep.display());
 }
+
+#[test]
+fn virtual_hosts_get_their_own_certificates_by_sni() {
+    let dir = TempDir::new("tls-vhost");
+    dir.write("a/index.html", "<html>default host</html>\n");
+    dir.write("b/index.html", "<html>other host</html>\n");
+    let (c, k) = cert(dir.path(), "localhost", "default");
+    let (oc, ok_) = cert(dir.path(), "other.test", "other");
+    let port = free_port();
+    let cfg = format!(
+        "[[listen]]\nport = {port}\ntls = {{ cert = \"{c}\", key = \"{k}\" }}\n\
+         [[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"a\"\n\
+         [[vhost]]\nhosts = [\"other.test\"]\ntls = {{ cert = \"{oc}\", key = \"{ok_}\" }}\n\
+         [[vhost.route]]\npath = \"/\"\nroot = \"b\"\n"
+    );
+    let file = dir.write("selvedge.toml", cfg);
+    let _srv = Srv::start(&["--config", file.to_str().unwrap()]);
+    let get = |name: &str, ca: &str| {
+        let resolve = format!("{name}:{port}:127.0.0.1");
+        curl(&["--cacert", ca, "--resolve", &resolve, &format!("https://{name}:{port}/")])
+    };
+    let (ok, out, err) = get("other.test", &oc);
+    assert!(ok, "{err}");
+    assert_eq!(out, "<html>other host</html>\n");
+    let (ok, out, err) = get("localhost", &c);
+    assert!(ok, "{err}");
+    assert_eq!(out, "<html>default host</html>\n");
+    // Each name is served its own certificate, not the other one.
+    assert!(!get("other.test", &c).0);
+    assert!(!get("localhost", &oc).0);
+}
