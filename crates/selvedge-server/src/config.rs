@@ -55,6 +55,9 @@ pub struct TlsListen {
     pub cert: PathBuf,
     /// PEM private key.
     pub key: PathBuf,
+    /// Refuse handshakes naming an unknown host (an `unrecognized_name` alert) instead of
+    /// answering with the default certificate.
+    pub strict_sni: bool,
 }
 
 /// Access log settings.
@@ -232,7 +235,7 @@ impl Config {
                     if let Err(e) = selvedge::tls::CertKey::from_pem_files(vec![], &cert, &key) {
                         return Err(err(Some(t.cert.span()), format!("tls: {e}")));
                     }
-                    tls.push(TlsListen { addr, cert, key });
+                    tls.push(TlsListen { addr, cert, key, strict_sni: t.strict_sni.unwrap_or(false) });
                 }
                 (None, Some(true)) => redirect.push(addr),
                 (None, _) => listen.push(addr),
@@ -402,6 +405,7 @@ struct RawListen {
 struct RawTls {
     cert: Spanned<String>,
     key: Spanned<String>,
+    strict_sni: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]

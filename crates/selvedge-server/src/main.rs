@@ -99,7 +99,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Mode, String> {
         (Some(cert), Some(key)) => {
             selvedge::tls::CertKey::from_pem_files(vec![], &cert, &key).map_err(|e| format!("selvedge: tls: {e}"))?;
             let addr = cfg.listen.remove(0);
-            cfg.tls.push(config::TlsListen { addr, cert, key });
+            cfg.tls.push(config::TlsListen { addr, cert, key, strict_sni: false });
         }
         (None, None) => {}
         _ => return Err("--tls-cert and --tls-key go together".into()),
@@ -179,7 +179,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        match selvedge::tls::server_config_with_store(store.clone(), false, true) {
+        match selvedge::tls::server_config_with_store(store.clone(), t.strict_sni, true) {
             Ok(tc) => server = server.bind_tls(t.addr, tc),
             Err(e) => {
                 eprintln!("selvedge: tls: {e}");

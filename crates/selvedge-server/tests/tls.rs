@@ -215,3 +215,28 @@ fn virtual_hosts_get_their_own_certificates_by_sni() {
     assert!(!get("other.test", &c).0);
     assert!(!get("localhost", &oc).0);
 }
+
+#[test]
+fn strict_sni_refuses_unknown_names_with_an_alert() {
+    let dir = TempDir::new("tls-strict");
+    dir.write("a/index.html", "<html>strict</html>\n");
+    let (c, k) = cert(dir.path(), "localhost", "default");
+    let port = free_port();
+    let cfg = format!(
+        "[[listen]]\nport = {port}\ntls = {{ cert = \"{c}\", key = \"{k}\", strict_sni = true }}\n\
+         [[vhost]]\nhosts = [\"localhost\"]\ntls = {{ cert = \"{c}\", key = \"{k}\" }}\n\
+         [[vhost.route]]\npath = \"/\"\nroot = \"a\"\n"
+    );
+    let file = dir.write("selvedge.toml", cfg);
+    let _srv = Srv::start(&["--config", file.to_str().unwrap()]);
+    let started = std::time::Instant::now();
+    let resolve = format!("unknown.test:{port}:127.0.0.1");
+    let (ok, _, err) = curl(&["-k", "--resolve", &resolve, &format!("https://unknown.test:{port}/")]);
+    assert!(!ok, "unknown SNI was served");
+    assert!(err.contains("alert") || err.contains("unrecognized"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let resolve = format!("localhost:{port}:127.0.0.1");
+    let (ok, out, err) = curl(&["--cacert", &c, "--resolve", &resolve, &format!("https://localhost:{port}/")]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "<html>strict</html>\n");
+}
