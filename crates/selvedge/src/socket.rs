@@ -261,4 +261,23 @@ impl Socket {
         }
         self.raw_shutdown_write();
     }
+
+    /// Lingering close: half-close (FIN), then read and discard what the peer still sends,
+    /// up to 1 MiB or `timeout`, so closing with unread data does not reset the connection
+    /// under the answer (or the HTTP/2 GOAWAY) the peer has yet to read.
+    pub(crate) async fn linger(&self, timeout: std::time::Duration) {
+        self.shutdown_write();
+        let mut buf = BytesMut::with_capacity(4096);
+        let drain = async {
+            let mut total = 0usize;
+            while total <= 1 << 20 {
+                buf.clear();
+                match self.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => total += n,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(timeout, drain).await;
+    }
 }

@@ -418,26 +418,9 @@ impl Conn {
         }
     }
 
-    /// Lingering close: send FIN, then read and discard what the client still sends for a
-    /// moment, so closing with unread data does not reset the connection under the answer.
+    /// Lingering close (see `Socket::linger`).
     async fn linger(&mut self) {
-        self.sock.shutdown_write();
-        let sock = self.sock.clone();
-        let mut buf = BytesMut::with_capacity(4096);
-        let drain = async move {
-            let mut total = 0usize;
-            loop {
-                buf.clear();
-                match sock.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => total += n,
-                }
-                if total > 1 << 20 {
-                    return;
-                }
-            }
-        };
-        let _ = tokio::time::timeout(self.cfg.linger_timeout, drain).await;
+        self.sock.linger(self.cfg.linger_timeout).await;
     }
 }
 

@@ -182,25 +182,9 @@ pub(crate) async fn serve<A: App>(
     }
 }
 
-/// Lingering close: half-close, drain for a moment, then close (so the peer reads our
-/// GOAWAY instead of a reset).
+/// Lingering close, so the peer reads our GOAWAY instead of a reset (see `Socket::linger`).
 async fn linger(sock: &Socket, cfg: &Settings) {
-    sock.shutdown_write();
-    let mut buf = BytesMut::with_capacity(4096);
-    let drain = async {
-        let mut total = 0usize;
-        loop {
-            buf.clear();
-            match sock.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => total += n,
-            }
-            if total > 1 << 20 {
-                return;
-            }
-        }
-    };
-    let _ = tokio::time::timeout(cfg.linger_timeout, drain).await;
+    sock.linger(cfg.linger_timeout).await;
 }
 
 /// Sets the connection's deadline after activity.
