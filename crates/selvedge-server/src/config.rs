@@ -77,15 +77,39 @@ impl Default for LogConfig {
     }
 }
 
-/// One route: requests whose path starts with `prefix` are served from `root`.
+/// One route: requests whose path starts with `prefix` are served by `kind`.
 #[derive(Debug, Clone)]
 pub struct RouteConfig {
     /// Path prefix (starts with `/`).
     pub prefix: String,
-    /// Directory served.
-    pub root: PathBuf,
-    /// Static-file options.
-    pub opts: StaticOptions,
+    /// What serves it.
+    pub kind: RouteKind,
+}
+
+/// What serves a route: exactly one of `root`, `cgi` or `proxy` in the file.
+#[derive(Debug, Clone)]
+pub enum RouteKind {
+    /// Static files from a directory.
+    Static {
+        /// Directory served.
+        root: PathBuf,
+        /// Static-file options.
+        opts: StaticOptions,
+    },
+    /// CGI/1.1 scripts.
+    Cgi(crate::cgi::CgiConfig),
+    /// A reverse proxy to an HTTP/1.1 upstream.
+    Proxy(crate::proxy::ProxyConfig),
+}
+
+impl RouteConfig {
+    /// The static-file options, on a static route.
+    pub fn static_opts(&self) -> Option<&StaticOptions> {
+        match &self.kind {
+            RouteKind::Static { opts, .. } => Some(opts),
+            _ => None,
+        }
+    }
 }
 
 /// A virtual host: the `Host` names it answers (empty: the default host) and its routes.
@@ -143,7 +167,10 @@ impl Config {
             log: LogConfig::default(),
             vhosts: vec![VhostConfig {
                 hosts: Vec::new(),
-                routes: vec![RouteConfig { prefix: "/".into(), root, opts: StaticOptions::default() }],
+                routes: vec![RouteConfig {
+                    prefix: "/".into(),
+                    kind: RouteKind::Static { root, opts: StaticOptions::default() },
+                }],
                 tls: None,
             }],
         }
@@ -285,28 +312,47 @@ impl Config {
                 if !r.path.starts_with('/') {
                     return Err(err(Some(span), format!("route path {:?} must start with '/'", r.path)));
                 }
-                let root = abs(r.root.get_ref());
-                if !root.is_dir() {
-                    return Err(err(Some(r.root.span()), format!("root {} is not a directory", root.display())));
-                }
-                let mut opts = StaticOptions::default();
-                if let Some(i) = r.index {
-                    opts.index = i;
-                }
-                opts.dotfiles = r.dotfiles.unwrap_or(opts.dotfiles);
-                opts.symlinks_outside = r.symlinks_outside.unwrap_or(opts.symlinks_outside);
-                opts.precompressed = r.precompressed.unwrap_or(opts.precompressed);
-                opts.max_age = r.max_age.or(raw.cache.max_age);
-                for (code, page) in r.error_pages.unwrap_or_default() {
-                    let n: u16 = match code.parse() {
-                        Ok(n) if (400..600).contains(&n) => n,
-                        _ => {
-                            return Err(err(Some(span.clone()), format!("error page status {code:?} is not 400..599")))
+                let kind = match (r.root, r.cgi, r.proxy) {
+                    (Some(root), None, None) => {
+                        let root_span = root.span();
+                        let root = abs(root.get_ref());
+                        if !root.is_dir() {
+                            return Err(err(Some(root_span), format!("root {} is not a directory", root.display())));
                         }
-                    };
-                    opts.error_pages.insert(n, abs(&page));
-                }
-                routes.push(RouteConfig { prefix: r.path, root, opts });
+
+                        let mut opts = StaticOptions::default();
+                        if let Some(i) = r.index {
+                            opts.index = i;
+                        }
+                        opts.dotfiles = r.dotfiles.unwrap_or(opts.dotfiles);
+                        opts.symlinks_outside = r.symlinks_outside.unwrap_or(opts.symlinks_outside);
+                        opts.precompressed = r.precompressed.unwrap_or(opts.precompressed);
+                        opts.max_age = r.max_age.or(raw.cache.max_age);
+                        for (code, page) in r.error_pages.unwrap_or_default() {
+                            let n: u16 = match code.parse() {
+                                Ok(n) if (400..600).contains(&n) => n,
+                                _ => {
+                                    return Err(err(
+                                        Some(span.clone()),
+                                        format!("error page status {code:?} is not 400..599"),
+                                    ))
+                                }
+                            };
+                            opts.error_pages.insert(n, abs(&page));
+                        }
+                        RouteKind::Static { root, opts }
+                    }
+                    (None, Some(c), None) => RouteKind::Cgi(
+                        crate::cgi::CgiConfig::from_raw(c.get_ref(), &abs).map_err(|e| err(Some(c.span()), e))?,
+                    ),
+                    (None, None, Some(p)) => RouteKind::Proxy(
+                        crate::proxy::ProxyConfig::from_raw(p.get_ref()).map_err(|e| err(Some(p.span()), e))?,
+                    ),
+                    _ => {
+                        return Err(err(Some(span), "a route needs exactly one of `root`, `cgi` or `proxy`".into()));
+                    }
+                };
+                routes.push(RouteConfig { prefix: r.path, kind });
             }
             let hosts: Vec<String> = v.hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
             let tls = match &v.tls {
@@ -465,7 +511,9 @@ struct RawVhost {
 #[serde(deny_unknown_fields)]
 struct RawRoute {
     path: String,
-    root: Spanned<String>,
+    root: Option<Spanned<String>>,
+    cgi: Option<Spanned<crate::cgi::RawCgi>>,
+    proxy: Option<Spanned<crate::proxy::RawProxy>>,
     index: Option<Vec<String>>,
     dotfiles: Option<bool>,
     symlinks_outside: Option<bool>,
@@ -486,7 +534,7 @@ mod tests {
     fn minimal_and_full() {
         let c = parse("[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/tmp\"\n").unwrap();
         assert_eq!(c.listen, vec![SocketAddr::from(([127, 0, 0, 1], 8080))]);
-        assert_eq!(c.vhosts[0].routes[0].root, PathBuf::from("/tmp"));
+        assert!(matches!(&c.vhosts[0].routes[0].kind, RouteKind::Static { root, .. } if root == Path::new("/tmp")));
         let c = parse(
             "[server]\nworkers = 3\npid_file = \"run/x.pid\"\n[[listen]]\nhost = \"0.0.0.0\"\nport = 9000\n\
              [timeouts]\nidle = 5\n[file_cache]\nsweep_ms = 200\nmemory_max = 0\n[log]\naccess = \"logs/a.log\"\n\
@@ -501,8 +549,8 @@ mod tests {
         assert_eq!(c.cache.sweep, Duration::from_millis(200));
         assert_eq!(c.log.target, LogTarget::File(PathBuf::from("/tmp/logs/a.log")));
         assert_eq!(c.vhosts[0].hosts, vec!["example.com".to_string()]);
-        assert_eq!(c.vhosts[0].routes[0].opts.max_age, Some(60));
-        assert!(c.vhosts[0].routes[0].opts.error_pages.contains_key(&404));
+        assert_eq!(c.vhosts[0].routes[0].static_opts().unwrap().max_age, Some(60));
+        assert!(c.vhosts[0].routes[0].static_opts().unwrap().error_pages.contains_key(&404));
     }
 
     #[test]

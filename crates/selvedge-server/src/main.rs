@@ -14,8 +14,10 @@
 //! every connection.
 
 mod access_log;
+mod cgi;
 mod config;
 mod mime;
+mod proxy;
 mod routes;
 mod static_files;
 

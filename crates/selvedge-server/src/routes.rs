@@ -15,14 +15,42 @@ use selvedge::http::{header, StatusCode};
 use selvedge::{App, Request, Response};
 
 use crate::access_log::AccessLog;
-use crate::config::Config;
+use crate::cgi::Cgi;
+use crate::config::{Config, RouteKind};
+use crate::proxy::Proxy;
 use crate::static_files::StaticFiles;
 
 /// One route.
 #[derive(Debug)]
 struct Route {
     prefix: String,
-    app: StaticFiles,
+    app: RouteApp,
+}
+
+/// What serves a route.
+#[derive(Debug)]
+enum RouteApp {
+    Static(StaticFiles),
+    Cgi(Cgi),
+    Proxy(Proxy),
+}
+
+impl RouteApp {
+    async fn handle(&self, req: Request) -> Response {
+        match self {
+            RouteApp::Static(s) => s.handle(req).await,
+            RouteApp::Cgi(c) => c.handle(req).await,
+            RouteApp::Proxy(p) => p.handle(req).await,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            RouteApp::Static(s) => s.root().display().to_string(),
+            RouteApp::Cgi(c) => format!("cgi:{}", c.describe().display()),
+            RouteApp::Proxy(p) => format!("proxy:{}", p.describe()),
+        }
+    }
 }
 
 /// A virtual host: routes, longest prefix first.
@@ -64,9 +92,15 @@ impl Site {
         for (i, v) in cfg.vhosts.iter().enumerate() {
             let mut routes = Vec::new();
             for r in &v.routes {
-                let app = StaticFiles::new(&r.root, &r.prefix, r.opts.clone(), cache.clone()).map_err(|e| {
-                    io::Error::new(e.kind(), format!("route {}: root {}: {e}", r.prefix, r.root.display()))
-                })?;
+                let app = match &r.kind {
+                    RouteKind::Static { root, opts } => {
+                        RouteApp::Static(StaticFiles::new(root, &r.prefix, opts.clone(), cache.clone()).map_err(
+                            |e| io::Error::new(e.kind(), format!("route {}: root {}: {e}", r.prefix, root.display())),
+                        )?)
+                    }
+                    RouteKind::Cgi(c) => RouteApp::Cgi(Cgi::new(c, &r.prefix)?),
+                    RouteKind::Proxy(p) => RouteApp::Proxy(Proxy::new(p, &r.prefix)?),
+                };
                 routes.push(Route { prefix: r.prefix.clone(), app });
             }
             routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
@@ -114,7 +148,7 @@ impl Site {
 
     /// The roots served, for the startup line.
     pub fn roots(&self) -> Vec<String> {
-        self.vhosts.iter().flat_map(|v| v.routes.iter().map(|r| r.app.root().display().to_string())).collect()
+        self.vhosts.iter().flat_map(|v| v.routes.iter().map(|r| r.app.describe())).collect()
     }
 }
 
@@ -127,7 +161,7 @@ pub fn engine_pages(cfg: &Config) -> HashMap<u16, (Bytes, &'static str)> {
     let mut out = HashMap::new();
     for v in cfg.vhosts.iter().filter(|v| v.hosts.is_empty()) {
         for r in &v.routes {
-            for (code, path) in &r.opts.error_pages {
+            for (code, path) in r.static_opts().map(|o| &o.error_pages).into_iter().flatten() {
                 if let Ok(b) = std::fs::read(path) {
                     out.entry(*code).or_insert((Bytes::from(b), crate::mime::for_path(path)));
                 }

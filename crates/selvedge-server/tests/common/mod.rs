@@ -118,6 +118,36 @@ impl Srv {
         out
     }
 
+    /// Every descriptor of the server process with what it points at; sockets also get
+    /// their TCP state from `/proc/PID/net/tcp{,6}` (for failure messages).
+    #[allow(dead_code)]
+    pub fn describe_fds(&self) -> Vec<String> {
+        let pid = self.pid();
+        let mut states = std::collections::HashMap::new();
+        for t in ["tcp", "tcp6"] {
+            if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/net/{t}")) {
+                for l in s.lines().skip(1) {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    if f.len() > 9 {
+                        states.insert(f[9].to_string(), format!("{} {}->{} st={}", t, f[1], f[2], f[3]));
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
+            let fd = e.file_name().to_string_lossy().to_string();
+            let t = std::fs::read_link(e.path()).map(|t| t.display().to_string()).unwrap_or_default();
+            let extra = t
+                .strip_prefix("socket:[")
+                .and_then(|i| states.get(i.trim_end_matches(']')))
+                .cloned()
+                .unwrap_or_default();
+            out.push(format!("{fd}={t} {extra}"));
+        }
+        out
+    }
+
     pub fn fd_count(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid())).unwrap().count()
     }
