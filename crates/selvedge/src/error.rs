@@ -27,6 +27,8 @@ pub(crate) enum Kind {
     Timeout,
     /// The application panicked.
     Panic,
+    /// The application's response cannot be sent as given.
+    BadResponse,
     /// The request body was already taken or handed back.
     BodyGone,
 }
@@ -70,6 +72,12 @@ impl Error {
     /// The application panicked while handling a request.
     pub fn is_panic(&self) -> bool {
         self.inner.kind == Kind::Panic
+    }
+
+    /// The application's response could not be sent as given (e.g. a 101 to a request
+    /// that cannot switch protocols).
+    pub fn is_bad_response(&self) -> bool {
+        self.inner.kind == Kind::BadResponse
     }
 
     /// The status code the engine answers this error with, when it is the client's fault.

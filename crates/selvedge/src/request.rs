@@ -25,6 +25,9 @@ pub struct Request {
     pub(crate) body: Body,
     /// Whether the request came over TLS.
     pub(crate) secure: bool,
+    /// The protocol an upgradable request asks for: HTTP/1.1 `Upgrade` (with `Connection:
+    /// upgrade` and no body), or HTTP/2 extended CONNECT's `:protocol` (RFC 8441).
+    pub(crate) upgrade: Option<Span>,
 }
 
 impl Default for Request {
@@ -41,6 +44,7 @@ impl Default for Request {
             peer: PeerAddr::Unix,
             body: Body::empty(),
             secure: false,
+            upgrade: None,
         }
     }
 }
@@ -131,6 +135,14 @@ impl Request {
     /// The first value of header `name` as `&str`, if it is valid UTF-8.
     pub fn header_str(&self, name: impl AsRef<str>) -> Option<&str> {
         self.header(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// The protocol this request may switch to, when it can: the `Upgrade` header of an
+    /// HTTP/1.1 request that names `upgrade` in `Connection` and has no body, or the
+    /// `:protocol` of an HTTP/2 extended CONNECT (RFC 8441). Accept with
+    /// [`Response::upgrade`](crate::Response::upgrade).
+    pub fn upgrade(&self) -> Option<&str> {
+        self.upgrade.map(|s| ascii(self.slice(s)))
     }
 
     /// Whether the request came over TLS (`https`).
@@ -225,6 +237,7 @@ impl<B: Into<Bytes>> From<http::Request<B>> for Request {
             peer: PeerAddr::Unix,
             body: if body.is_empty() { Body::empty() } else { Body::from_bytes(body) },
             secure: parts.uri.scheme_str() == Some("https"),
+            upgrade: None,
         }
     }
 }

@@ -10,7 +10,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue, StatusCode};
+use http::{HeaderName, HeaderValue, StatusCode, Version};
+
+use crate::body::Body;
+use crate::Request;
 
 pub use crate::h1::writer::BodyWriter;
 
@@ -148,6 +151,28 @@ impl Response {
     {
         let f: StreamFn = Box::new(move |w| Box::pin(f(w)));
         Response { status, headers: Vec::new(), body: ResponseBody::Stream(StreamBody(f)) }
+    }
+
+    /// Accepts the protocol switch `req` asks for ([`Request::upgrade`]): on HTTP/1.1 a
+    /// `101 Switching Protocols` (the engine adds `Connection: upgrade`; add `Upgrade` and
+    /// the protocol's own headers), on HTTP/2 a `200` to the extended CONNECT (RFC 8441).
+    /// `f` gets the client's bytes (the request body, taken from `req`) and a writer for
+    /// the bytes back; the connection (HTTP/1.1) or the stream (HTTP/2) ends with its
+    /// future. The engine applies no read timeout inside the tunnel (writes keep the send
+    /// timeout): the app keeps its own idle time.
+    ///
+    /// To a request that cannot switch (`req.upgrade()` is `None`) the answer is a 500.
+    pub fn upgrade<F, Fut>(req: &mut Request, f: F) -> Response
+    where
+        F: FnOnce(Body, BodyWriter) -> Fut + Send + 'static,
+        Fut: Future<Output = io::Result<()>> + Send + 'static,
+    {
+        if req.upgrade().is_none() {
+            return Response::bytes(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n");
+        }
+        let body = req.take_body();
+        let status = if req.version() == Version::HTTP_2 { StatusCode::OK } else { StatusCode::SWITCHING_PROTOCOLS };
+        Response::stream(status, move |w| f(body, w))
     }
 
     /// Adds a header (appends; duplicates are allowed). Invalid values are dropped.

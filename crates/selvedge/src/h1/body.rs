@@ -15,6 +15,9 @@
 //! trailer-section = *( field-line CRLF )
 //! ```
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use bytes::{Buf, Bytes, BytesMut};
 
 use super::parse::{TCHAR, VALUE};
@@ -109,8 +112,21 @@ pub struct Decoder {
 
 #[derive(Debug, Clone)]
 enum Kind {
-    Length { remaining: u64 },
-    Chunked { state: Chunk, size: u64, total: u64, ext_len: u32, trailer_len: u32 },
+    Length {
+        remaining: u64,
+    },
+    /// The bytes after an upgrade request's head: nothing until `switched` (the 101 went
+    /// out), then everything up to the end of the stream.
+    Tunnel {
+        switched: Arc<AtomicBool>,
+    },
+    Chunked {
+        state: Chunk,
+        size: u64,
+        total: u64,
+        ext_len: u32,
+        trailer_len: u32,
+    },
 }
 
 impl Decoder {
@@ -133,18 +149,31 @@ impl Decoder {
         }
     }
 
+    /// A decoder for the connection after an upgrade request: an empty body until
+    /// `switched` is set, then a tunnel ([`Decoder::is_tunnel`]).
+    pub fn tunnel(switched: Arc<AtomicBool>, limits: BodyLimits) -> Decoder {
+        Decoder { kind: Kind::Tunnel { switched }, limits }
+    }
+
+    /// Whether this decoder passes through the bytes of a switched protocol.
+    pub fn is_tunnel(&self) -> bool {
+        matches!(&self.kind, Kind::Tunnel { switched } if switched.load(Ordering::Acquire))
+    }
+
     /// Whether the whole body has been consumed.
     pub fn is_done(&self) -> bool {
-        match self.kind {
-            Kind::Length { remaining } => remaining == 0,
-            Kind::Chunked { state, .. } => state == Chunk::Done,
+        match &self.kind {
+            Kind::Tunnel { switched } => !switched.load(Ordering::Acquire),
+            Kind::Length { remaining } => *remaining == 0,
+            Kind::Chunked { state, .. } => *state == Chunk::Done,
         }
     }
 
     /// Bytes of body still expected, when known.
     pub fn remaining(&self) -> Option<u64> {
-        match self.kind {
-            Kind::Length { remaining } => Some(remaining),
+        match &self.kind {
+            Kind::Length { remaining } => Some(*remaining),
+            Kind::Tunnel { switched } => (!switched.load(Ordering::Acquire)).then_some(0),
             Kind::Chunked { .. } => None,
         }
     }
@@ -155,6 +184,15 @@ impl Decoder {
     /// A [`BodyError`] for malformed framing or an oversized body; the connection must close.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, BodyError> {
         match &mut self.kind {
+            Kind::Tunnel { switched } => {
+                if !switched.load(Ordering::Acquire) {
+                    Ok(Decoded::Done)
+                } else if buf.is_empty() {
+                    Ok(Decoded::NeedMore)
+                } else {
+                    Ok(Decoded::Data(buf.split().freeze()))
+                }
+            }
             Kind::Length { remaining } => {
                 if *remaining == 0 {
                     return Ok(Decoded::Done);

@@ -15,6 +15,7 @@
 
 use std::future::{poll_fn, Future};
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
@@ -23,7 +24,7 @@ use http::header::CONNECTION;
 use http::{Method, StatusCode, Version};
 
 use super::body::Decoder;
-use super::parse::{self, Framing, Head, Minor, ParseError};
+use super::parse::{self, Framing, Head, Minor, ParseError, Span};
 use super::reader::{self, Failure, Reader};
 use super::write::{compose, ConnHeader, Framing as Out};
 use super::writer::BodyWriter;
@@ -204,10 +205,13 @@ impl Conn {
             Minor::Zero => h.conn_keep_alive && !h.conn_close,
         };
         let h2c = first_upgrade(&self.rbuf, &h, minor);
+        let upgrade = if h2c { None } else { upgrade_request(&self.rbuf, &h, minor) };
         let head_bytes = self.rbuf.split_to(h.len).freeze();
 
+        // An upgrade request's "body" is the connection after a 101, if the app switches.
+        let switched = upgrade.map(|_| Arc::new(AtomicBool::new(false)));
         let decoder = match h.framing {
-            Framing::None => None,
+            Framing::None => switched.as_ref().map(|s| Decoder::tunnel(s.clone(), self.cfg.body)),
             Framing::Length(n) => match Decoder::length(n, self.cfg.body) {
                 Ok(d) => Some(d),
                 Err(_) => {
@@ -244,6 +248,7 @@ impl Conn {
             peer: self.peer.clone(),
             body,
             secure: self.sock.is_tls(),
+            upgrade,
         };
         if h2c && home.is_none() && !self.timer.shutting_down() {
             // `Upgrade: h2c` (RFC 7540 §3.2): 101, then HTTP/2, the request on stream 1.
@@ -315,6 +320,9 @@ impl Conn {
             }
         }
 
+        if res.status == StatusCode::SWITCHING_PROTOCOLS {
+            return self.switch_protocols(res, switched).await;
+        }
         if keep_alive && (self.timer.shutting_down() || asks_close(&res)) {
             keep_alive = false;
         }
@@ -323,6 +331,33 @@ impl Conn {
             Ok(_) => Next::Close { linger: linger || !self.rbuf.is_empty() },
             Err(_) => Next::Close { linger: false },
         }
+    }
+
+    /// Answers 101 and hands the connection to the app's stream (see
+    /// [`Response::upgrade`]); the connection closes when the stream ends. A 101 the request
+    /// did not ask for (or without a stream) becomes a 500.
+    async fn switch_protocols(&mut self, res: Response, switched: Option<Arc<AtomicBool>>) -> Next {
+        let Response { status, headers, body } = res;
+        let (Some(switched), ResponseBody::Stream(s)) = (switched, body) else {
+            let err = Error::new(
+                Kind::BadResponse,
+                "the app answered 101 Switching Protocols to a request that cannot switch",
+            );
+            self.cfg.exception(&err);
+            let res = self.error_response(StatusCode::INTERNAL_SERVER_ERROR, &err);
+            return match self.respond(res, false, Minor::One, false).await {
+                Ok(_) => Next::Close { linger: true },
+                Err(_) => Next::Close { linger: false },
+            };
+        };
+        compose(&mut self.wbuf, status, &headers, Out::None, ConnHeader::Upgrade, self.cfg.server_name);
+        if self.flush().await.is_err() {
+            return Next::Close { linger: false };
+        }
+        switched.store(true, Ordering::Release);
+        let writer = BodyWriter::h1(self.sock.clone(), false, self.timer.handle(), self.cfg.send_timeout);
+        let _ = (s.0)(writer).await;
+        Next::Close { linger: false }
     }
 
     /// Writes (or queues) the response. `Ok(false)`: the framing forced a close.
@@ -444,6 +479,29 @@ fn first_upgrade(buf: &[u8], h: &Head, minor: Minor) -> bool {
         }
     }
     upgrade && settings && conn.0 && conn.1
+}
+
+/// The `Upgrade` value of an HTTP/1.1 request that may switch protocols: `Connection`
+/// names `upgrade` and no body follows the head (RFC 9110 §7.8).
+fn upgrade_request(buf: &[u8], h: &Head, minor: Minor) -> Option<Span> {
+    if minor != Minor::One || h.framing != Framing::None {
+        return None;
+    }
+    let mut conn = false;
+    let mut upgrade = None;
+    for hs in &h.headers {
+        let n = &buf[hs.name.range()];
+        if n.eq_ignore_ascii_case(b"upgrade") {
+            if upgrade.is_some() {
+                return None;
+            }
+            upgrade = Some(hs.value);
+        } else if n.eq_ignore_ascii_case(b"connection") {
+            conn |=
+                buf[hs.value.range()].split(|&b| b == b',').any(|x| x.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
+        }
+    }
+    upgrade.filter(|v| conn && v.len > 0)
 }
 
 /// Whether the first line's third token (the version) is not even HTTP-like: such a peer

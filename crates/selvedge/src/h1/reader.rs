@@ -102,7 +102,9 @@ impl State {
                     return Some(Err(self.fail(Failure::Broken, "connection lost")));
                 }
             }
-            if !self.started {
+            // A switched protocol's bytes come when they come: the app keeps its own time.
+            let tunnel = self.decoder.is_tunnel();
+            if !self.started && !tunnel {
                 self.started = true;
                 self.timer.tickle(self.cfg.body_timeout);
                 self.last_tickle = now_ms();
@@ -111,7 +113,9 @@ impl State {
                 self.buf.reserve(self.cfg.read_buffer.max(4096));
             }
             match self.sock.read(&mut self.buf).await {
+                Ok(0) if tunnel => return None,
                 Ok(0) => return Some(Err(self.fail(Failure::Broken, "connection closed mid-body"))),
+                Ok(_) if tunnel => {}
                 Ok(n) => {
                     // Slow-loris defence: only a read that keeps the average rate since the
                     // last extension at or above the minimum extends the deadline.

@@ -31,6 +31,8 @@ pub(crate) enum ConnHeader {
     Close,
     /// `Connection: keep-alive` (to HTTP/1.0 clients that asked for it).
     KeepAlive,
+    /// `Connection: upgrade` (a 101 Switching Protocols).
+    Upgrade,
 }
 
 fn status_line(status: StatusCode) -> Option<&'static [u8]> {
@@ -144,6 +146,7 @@ pub(crate) fn compose(
         ConnHeader::Omit => {}
         ConnHeader::Close => dst.extend_from_slice(b"connection: close\r\n"),
         ConnHeader::KeepAlive => dst.extend_from_slice(b"connection: keep-alive\r\n"),
+        ConnHeader::Upgrade => dst.extend_from_slice(b"connection: upgrade\r\n"),
     }
     dst.extend_from_slice(b"\r\n");
 }

@@ -65,6 +65,10 @@ pub struct H2Settings {
     pub write_batch: usize,
     /// Time to receive the client preface and first SETTINGS: 10 s.
     pub handshake_timeout: Duration,
+    /// SETTINGS_ENABLE_CONNECT_PROTOCOL (advertised when on): on. Lets clients open
+    /// WebSockets and other tunnels with extended CONNECT (RFC 8441); see
+    /// [`Request::upgrade`](crate::Request::upgrade).
+    pub enable_connect_protocol: bool,
 }
 
 impl Default for H2Settings {
@@ -87,6 +91,7 @@ impl Default for H2Settings {
             stream_buffer: 64 * 1024,
             write_batch: 64 * 1024,
             handshake_timeout: Duration::from_secs(10),
+            enable_connect_protocol: true,
         }
     }
 }

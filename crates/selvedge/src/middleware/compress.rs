@@ -259,7 +259,11 @@ impl<A: App> Middleware<A> for Compress {
 
 impl<A: App> App for CompressApp<A> {
     fn handle(&self, req: Request) -> impl Future<Output = Response> + Send {
-        let coding = req.header("accept-encoding").and_then(|a| negotiate(a, self.cfg.gzip, self.cfg.brotli));
+        // A tunnel (upgrade, extended CONNECT) carries another protocol: never compressed.
+        let coding = match req.upgrade() {
+            Some(_) => None,
+            None => req.header("accept-encoding").and_then(|a| negotiate(a, self.cfg.gzip, self.cfg.brotli)),
+        };
         let fut = self.app.handle(req);
         let cfg = self.cfg;
         async move { compress(fut.await, coding, &cfg) }

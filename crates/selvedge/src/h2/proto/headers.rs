@@ -57,8 +57,9 @@ fn decode_err(e: DecodeError) -> HeaderError {
     }
 }
 
-/// Decodes and checks a request's header block.
-pub(crate) fn request(dec: &mut hpack::Decoder, block: &[u8]) -> Result<Head, HeaderError> {
+/// Decodes and checks a request's header block. `extended_connect`: `:protocol` is allowed
+/// on CONNECT (we advertised SETTINGS_ENABLE_CONNECT_PROTOCOL, RFC 8441 §4).
+pub(crate) fn request(dec: &mut hpack::Decoder, block: &[u8], extended_connect: bool) -> Result<Head, HeaderError> {
     let mut buf = BytesMut::with_capacity(block.len() * 2 + 64);
     let mut put = |b: &[u8]| {
         let start = buf.len();
@@ -68,6 +69,7 @@ pub(crate) fn request(dec: &mut hpack::Decoder, block: &[u8]) -> Result<Head, He
     let mut malformed = false;
     let mut regular_seen = false;
     let (mut method, mut scheme, mut path, mut authority, mut host) = (None, None, None, None, None);
+    let mut protocol = None;
     let mut headers = Vec::with_capacity(16);
     let mut content_length: Option<u64> = None;
     let mut priority: Option<Bytes> = None;
@@ -87,6 +89,7 @@ pub(crate) fn request(dec: &mut hpack::Decoder, block: &[u8]) -> Result<Head, He
                 b":scheme" => &mut scheme,
                 b":path" => &mut path,
                 b":authority" => &mut authority,
+                b":protocol" if extended_connect => &mut protocol,
                 _ => {
                     malformed = true;
                     return;
@@ -133,7 +136,10 @@ pub(crate) fn request(dec: &mut hpack::Decoder, block: &[u8]) -> Result<Head, He
     let Some(m) = method else { return Err(HeaderError::Malformed) };
     let method = Method::from_bytes(&buf[m.range()]).map_err(|_| HeaderError::Malformed)?;
     let authority = authority.or(host);
-    let (target, path, query) = if method == Method::CONNECT {
+    if protocol.is_some() && (method != Method::CONNECT || scheme.is_none() || path.is_none() || authority.is_none()) {
+        return Err(HeaderError::Malformed);
+    }
+    let (target, path, query) = if method == Method::CONNECT && protocol.is_none() {
         match (authority, scheme, path) {
             (Some(a), None, None) => (a, a, None),
             _ => return Err(HeaderError::Malformed),
@@ -162,6 +168,7 @@ pub(crate) fn request(dec: &mut hpack::Decoder, block: &[u8]) -> Result<Head, He
         authority,
         headers,
         version: Version::HTTP_2,
+        upgrade: protocol,
         ..Request::default()
     };
     Ok(Head { req, content_length, priority })
@@ -204,7 +211,7 @@ mod tests {
     }
 
     fn decode(fields: &[(&str, &str)]) -> Result<Head, HeaderError> {
-        request(&mut hpack::Decoder::default(), &block(fields))
+        request(&mut hpack::Decoder::default(), &block(fields), true)
     }
 
     const BASE: [(&str, &str); 3] = [(":method", "GET"), (":scheme", "http"), (":path", "/a/b?x=1")];
@@ -250,12 +257,31 @@ mod tests {
     }
 
     #[test]
+    fn extended_connect() {
+        let ws = [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":path", "/chat")];
+        let mut f = ws.to_vec();
+        f.push((":authority", "example.com"));
+        let h = decode(&f).unwrap();
+        assert_eq!((h.req.method(), h.req.upgrade(), h.req.path()), (&Method::CONNECT, Some("websocket"), "/chat"));
+        // Not advertised: `:protocol` is an unknown pseudo-header.
+        assert_eq!(request(&mut hpack::Decoder::default(), &block(&f), false).err(), Some(HeaderError::Malformed));
+        // `:protocol` needs CONNECT with :scheme, :path and :authority (RFC 8441 §4).
+        assert_eq!(decode(&ws).err(), Some(HeaderError::Malformed));
+        let get =
+            [(":method", "GET"), (":protocol", "websocket"), (":scheme", "https"), (":path", "/"), (":authority", "a")];
+        assert_eq!(decode(&get).err(), Some(HeaderError::Malformed));
+        // Plain CONNECT has no upgrade.
+        let plain = decode(&[(":method", "CONNECT"), (":authority", "example.com:443")]).unwrap();
+        assert_eq!(plain.req.upgrade(), None);
+    }
+
+    #[test]
     fn list_size_limit_is_not_a_compression_error() {
         let mut dec = hpack::Decoder::default();
         dec.set_max_header_list_size(100);
         let big = "x".repeat(200);
         let mut f = BASE.to_vec();
         f.push(("big", &big));
-        assert_eq!(request(&mut dec, &block(&f)).err(), Some(HeaderError::TooLarge));
+        assert_eq!(request(&mut dec, &block(&f), true).err(), Some(HeaderError::TooLarge));
     }
 }

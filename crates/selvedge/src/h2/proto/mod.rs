@@ -172,6 +172,9 @@ impl Proto {
         ];
         // No SETTINGS_ENABLE_PUSH: only clients use it (some client stacks reject it from a
         // server), and we never push.
+        if p.cfg.enable_connect_protocol {
+            values.push((Setting::ENABLE_CONNECT_PROTOCOL, 1));
+        }
         if p.cfg.max_frame_size != frame::DEFAULT_MAX_FRAME_SIZE {
             values.push((Setting::MAX_FRAME_SIZE, p.cfg.max_frame_size));
         }
@@ -601,7 +604,7 @@ impl Proto {
             self.skip_block(block)?;
             return self.reset(id, Reason::REFUSED_STREAM);
         }
-        let head = match headers::request(&mut self.hdec, block) {
+        let head = match headers::request(&mut self.hdec, block, self.cfg.enable_connect_protocol) {
             Ok(h) => Some(h),
             Err(HeaderError::Compression) => return Err(Reason::COMPRESSION_ERROR),
             Err(HeaderError::Malformed) => return self.reset(id, Reason::PROTOCOL_ERROR),
