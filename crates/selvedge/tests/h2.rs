@@ -419,3 +419,43 @@ fn head_with_a_stream_body_that_owns_the_request_body() {
     std::fs::remove_file(&up).unwrap();
     assert_eq!(out.len(), 100_000);
 }
+
+#[test]
+fn slow_upload_stream_is_reset_while_the_connection_serves_others() {
+    let mut cfg = settings();
+    cfg.body_timeout = Duration::from_secs(1);
+    cfg.min_body_rate = 1000;
+    let srv = start(cfg, reading_app);
+    let mut c = Client::connect(srv.addr, &[]);
+    let f = c.request_frame(1, "POST", "/upload", &[], false);
+    c.send(&f);
+    c.sock.set_read_timeout(Some(Duration::from_millis(250))).unwrap();
+    let t = Instant::now();
+    let mut reset = None;
+    // 10 bytes every 250 ms: 40 B/s against a minimum of 1,000 B/s.
+    while t.elapsed() < Duration::from_secs(5) && reset.is_none() {
+        c.send(&raw(kind::DATA, 0, 1, b"0123456789"));
+        while let Some(f) = c.next() {
+            if let Frame::RstStream(r) = f {
+                reset = Some((r.stream, r.reason, t.elapsed()));
+                break;
+            }
+        }
+    }
+    let (stream, reason, after) = reset.expect("the slow upload was reset");
+    assert_eq!((stream, reason), (1, Reason::CANCEL));
+    assert!(after >= Duration::from_millis(900) && after < Duration::from_secs(3), "{after:?}");
+    // The connection goes on: a new request is answered.
+    c.sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.get(3, "/");
+    let mut status = String::new();
+    while let Some(f) = c.next() {
+        if let Frame::Headers(h) = f {
+            if h.stream == 3 {
+                status = c.status(&h);
+                break;
+            }
+        }
+    }
+    assert_eq!(status, "200");
+}

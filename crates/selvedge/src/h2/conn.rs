@@ -30,7 +30,7 @@ use tokio::task::AbortHandle;
 
 use super::codec::{self, PrefaceMatch};
 use super::frame::Reason;
-use super::proto::{After, Event, Proto};
+use super::proto::{After, Event, Proto, Timeouts};
 use crate::app::App;
 use crate::body::Body;
 use crate::error::{Error, Kind};
@@ -54,6 +54,8 @@ pub(crate) struct Shared {
     /// When output got stuck behind flow control.
     blocked_since: Mutex<Option<u64>>,
     tasks: Mutex<HashMap<u32, AbortHandle>>,
+    /// Wakes the reaper: a stream or header-block deadline was armed.
+    timers: Notify,
 }
 
 impl Shared {
@@ -111,6 +113,13 @@ pub(crate) async fn serve<A: App>(
 ) {
     let h2cfg = cfg.h2.clone();
     let mut proto = Proto::new(h2cfg.clone(), cfg.server_name);
+    let ms = |d: std::time::Duration| d.as_millis() as u64;
+    proto.set_timeouts(Timeouts {
+        header: ms(cfg.header_timeout),
+        body: ms(cfg.body_timeout),
+        min_rate: cfg.min_body_rate,
+        stall: ms(h2cfg.stream_stall_timeout),
+    });
     let mut events = Vec::new();
     if let Some(req) = upgraded {
         proto.upgrade_stream(req, &mut events);
@@ -122,6 +131,7 @@ pub(crate) async fn serve<A: App>(
         writing: AtomicBool::new(false),
         blocked_since: Mutex::new(None),
         tasks: Mutex::new(HashMap::new()),
+        timers: Notify::new(),
     });
     let _guard = TaskGuard(shared.clone());
     timer.set_deadline(now_ms(), h2cfg.handshake_timeout);
@@ -166,19 +176,48 @@ pub(crate) async fn serve<A: App>(
     let th = timer.handle();
     let recv = receiver(&shared, &sock, &app, &cfg, &peer, &th, rbuf);
     let send = sender(&shared, &sock, &cfg, &th, wbuf);
-    tokio::pin!(recv, send);
+    let reap = reaper(&shared);
+    tokio::pin!(recv, send, reap);
     // The sender decides when the connection is over: if it finishes first (going away
     // and the last stream is answered) the receiver is dropped mid-read (cancel safe);
     // if the receiver finishes first (EOF, connection error) the sender still flushes.
     let failed = tokio::select! {
         f = &mut send => f,
         () = &mut recv => send.await,
+        () = &mut reap => None,
     };
     if let Some(reason) = failed {
         if reason != Reason::NO_ERROR {
             cfg.exception(&Error::new(Kind::BadRequest, "HTTP/2 connection error (GOAWAY sent)"));
         }
         linger(&sock, &cfg).await;
+    }
+}
+
+/// Sleeps until the earliest stream or header-block deadline, then acts on the expired
+/// ones (see `proto/timers.rs`). Idle while none is armed; never returns.
+async fn reaper(shared: &Shared) {
+    loop {
+        let changed = shared.timers.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let next = shared.lock().next_deadline();
+        match next {
+            None => changed.await,
+            Some(at) => {
+                let now = now_ms();
+                if at > now {
+                    tokio::select! {
+                        () = tokio::time::sleep(std::time::Duration::from_millis(at - now)) => {}
+                        () = changed => continue,
+                    }
+                }
+                shared.lock().expire(now_ms());
+                shared.wake.notify_one();
+                // The coarse clock may lag the sleep: do not spin while it catches up.
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
     }
 }
 
@@ -239,6 +278,9 @@ async fn receiver<A: App>(
                 }
             }
             p.take_events(&mut events);
+            if p.take_timers_changed() {
+                shared.timers.notify_one();
+            }
             arm(shared, &p, timer, cfg);
             p.is_done()
         };
@@ -283,7 +325,11 @@ async fn sender(
         let notified = shared.wake.notified();
         let (done, failed) = {
             let mut p = shared.lock();
+            p.set_now(now_ms());
             p.fill(&mut wbuf, batch);
+            if p.take_timers_changed() {
+                shared.timers.notify_one();
+            }
             (p.is_done() && !p.has_output(), p.failed())
         };
         if !wbuf.is_empty() {
@@ -442,7 +488,16 @@ impl fmt::Debug for BodyReader {
 
 impl BodyReader {
     pub(crate) async fn next_chunk(&mut self) -> Option<Result<Bytes, Error>> {
-        let r = poll_fn(|cx| self.shared.lock().poll_body(self.id, cx)).await;
+        let r = poll_fn(|cx| {
+            let mut p = self.shared.lock();
+            p.set_now(now_ms());
+            let r = p.poll_body(self.id, cx);
+            if p.take_timers_changed() {
+                self.shared.timers.notify_one();
+            }
+            r
+        })
+        .await;
         self.shared.wake.notify_one();
         r.map(|r| r.map_err(|_| Error::new(Kind::Body, "HTTP/2 stream reset or connection closed")))
     }

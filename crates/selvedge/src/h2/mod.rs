@@ -69,6 +69,12 @@ pub struct H2Settings {
     /// WebSockets and other tunnels with extended CONNECT (RFC 8441); see
     /// [`Request::upgrade`](crate::Request::upgrade).
     pub enable_connect_protocol: bool,
+    /// A stream whose response is held back by its own flow-control window (the client
+    /// does not read that stream) this long is reset with CANCEL, while its connection's
+    /// other streams go on: 60 s. (A connection that cannot send at all is closed after
+    /// `Settings::send_timeout`.) The body phase's deadline and rate are
+    /// `Settings::body_timeout` and `Settings::min_body_rate`, per stream.
+    pub stream_stall_timeout: Duration,
 }
 
 impl Default for H2Settings {
@@ -92,6 +98,7 @@ impl Default for H2Settings {
             write_batch: 64 * 1024,
             handshake_timeout: Duration::from_secs(10),
             enable_connect_protocol: true,
+            stream_stall_timeout: Duration::from_secs(60),
         }
     }
 }

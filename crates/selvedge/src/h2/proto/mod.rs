@@ -17,6 +17,9 @@ pub mod priority;
 mod send;
 pub(crate) use send::After;
 mod stream;
+mod timers;
+
+pub(crate) use timers::Timeouts;
 
 use std::collections::VecDeque;
 
@@ -49,6 +52,8 @@ struct Block {
     end_stream: bool,
     dependency: Option<frame::StreamDependency>,
     frames: u32,
+    /// When its first frame arrived.
+    since: u64,
 }
 
 /// Abuse counters over the current window (`H2Settings::abuse_window`).
@@ -130,6 +135,10 @@ pub(crate) struct Proto {
     /// Scratch for encoding header blocks.
     scratch: BytesMut,
     server_name: Option<&'static str>,
+    /// The time of the frame or fill being handled (see `timers.rs`).
+    now: u64,
+    timeouts: timers::Timeouts,
+    timers_changed: bool,
 }
 
 impl Proto {
@@ -163,6 +172,9 @@ impl Proto {
             events: Vec::new(),
             scratch: BytesMut::new(),
             server_name,
+            now: 0,
+            timeouts: timers::Timeouts { stall: cfg.stream_stall_timeout.as_millis() as u64, ..Default::default() },
+            timers_changed: false,
             cfg,
         };
         let mut values = vec![
@@ -264,6 +276,7 @@ impl Proto {
     /// # Errors
     /// A connection error's code: call [`Proto::go_away`] with it.
     pub(crate) fn recv(&mut self, f: Frame, now: u64) -> Result<(), Reason> {
+        self.now = now;
         if now.saturating_sub(self.budget.start) >= self.cfg.abuse_window.as_millis() as u64 {
             self.budget = Budget { start: now, ..Budget::default() };
         }
@@ -460,6 +473,7 @@ impl Proto {
             return self.reset(id, Reason::FLOW_CONTROL_ERROR);
         }
         s.recv_window -= flow;
+        let data_len = d.data.len();
         s.received += d.data.len() as u64;
         if s.content_length.is_some_and(|n| s.received > n || (d.end_stream && s.received != n)) {
             return self.reset(id, Reason::PROTOCOL_ERROR);
@@ -475,6 +489,7 @@ impl Proto {
             s.state = s.state.recv_end();
         }
         s.wake_reader();
+        self.body_progress(id, data_len, d.end_stream);
         if credit > 0 && !d.end_stream {
             self.grant(id, credit);
         }
@@ -511,8 +526,15 @@ impl Proto {
         }
         let mut buf = BytesMut::with_capacity(h.fragment.len() * 2);
         buf.extend_from_slice(&h.fragment);
-        self.block =
-            Some(Block { stream: h.stream, buf, end_stream: h.end_stream, dependency: h.dependency, frames: 1 });
+        self.block = Some(Block {
+            stream: h.stream,
+            buf,
+            end_stream: h.end_stream,
+            dependency: h.dependency,
+            frames: 1,
+            since: self.now,
+        });
+        self.timers_changed = true;
         Ok(())
     }
 

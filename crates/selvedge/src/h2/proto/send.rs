@@ -54,6 +54,7 @@ impl Proto {
         let Some(s) = self.streams.get_mut(&id) else { return };
         if s.win_blocked && s.send_window > 0 {
             s.win_blocked = false;
+            s.stall_since = None;
             self.win_blocked -= 1;
         }
         let sendable = match &s.send {
@@ -190,6 +191,7 @@ impl Proto {
             return Poll::Ready(None);
         }
         s.reader = Some(cx.waker().clone());
+        self.arm_body(id);
         Poll::Pending
     }
 
@@ -205,9 +207,12 @@ impl Proto {
         }
     }
 
-    /// Whether a response is held back by flow control (the zero-window slow-read case).
+    /// Whether the connection is stuck behind flow control (the zero-window slow-read
+    /// case): the connection window is closed, or streams wait for their own windows and
+    /// no other stream has anything to send. (One stream stalled while others go on is the
+    /// stream's deadline, see `timers.rs`.)
     pub(crate) fn flow_blocked(&self) -> bool {
-        !self.conn_blocked.is_empty() || self.win_blocked > 0
+        !self.conn_blocked.is_empty() || (self.win_blocked > 0 && self.queue.is_empty())
     }
 
     /// Whether [`Proto::fill`] would write something.
@@ -292,6 +297,8 @@ impl Proto {
                 }
             } else if !s.win_blocked {
                 s.win_blocked = true;
+                s.stall_since = Some(self.now);
+                self.timers_changed = true;
                 self.win_blocked += 1;
             }
             return None;
@@ -356,6 +363,8 @@ impl Proto {
         } else {
             if body.ready() > 0 && !s.win_blocked {
                 s.win_blocked = true;
+                s.stall_since = Some(self.now);
+                self.timers_changed = true;
                 self.win_blocked += 1;
             }
             None

@@ -18,6 +18,8 @@ struct Peer {
     rbuf: BytesMut,
     events: Vec<Event>,
     error: Option<Reason>,
+    /// The clock the frames arrive at (ms).
+    now: u64,
 }
 
 fn raw(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
@@ -36,6 +38,7 @@ impl Peer {
             rbuf: BytesMut::new(),
             events: Vec::new(),
             error: None,
+            now: 0,
         };
         // The server's SETTINGS come first.
         let out = p.output();
@@ -57,7 +60,7 @@ impl Peer {
                 }
                 match codec::decode_frame(&mut self.rbuf, self.proto.max_frame_size()) {
                     Ok(Some(f)) => {
-                        if let Err(r) = self.proto.recv(f, 0) {
+                        if let Err(r) = self.proto.recv(f, self.now) {
                             self.proto.go_away(r);
                             self.error = Some(r);
                         }
@@ -90,6 +93,7 @@ impl Peer {
     /// Decodes everything the connection wants to write.
     fn output(&mut self) -> Vec<Frame> {
         let mut out = Vec::new();
+        self.proto.set_now(self.now);
         self.proto.fill(&mut out, 1 << 20);
         let mut buf = BytesMut::from(&out[..]);
         let mut frames = Vec::new();
@@ -144,6 +148,7 @@ fn first_frame_must_be_settings() {
         rbuf: BytesMut::new(),
         events: Vec::new(),
         error: None,
+        now: 0,
     };
     p.send(&raw(kind::PING, 0, 0, &[0; 8]));
     assert_eq!(p.error, Some(Reason::PROTOCOL_ERROR));
@@ -396,6 +401,7 @@ fn upgrade_settings_are_applied_without_ack() {
         rbuf: BytesMut::new(),
         events: Vec::new(),
         error: None,
+        now: 0,
     };
     let out = peer.output();
     assert!(!out.iter().any(|f| matches!(f, Frame::Settings(s) if s.ack)));
@@ -429,4 +435,104 @@ fn no_rfc7540_priorities_setting_ignores_weights() {
     p.get(3);
     p.send(&raw(kind::PRIORITY, 0, 3, b"\0\0\0\0\xff"));
     assert_eq!(p.proto.queue.precedence(3).weight, super::priority::DEFAULT_WEIGHT);
+}
+
+fn timeouts() -> super::Timeouts {
+    super::Timeouts { header: 1_000, body: 2_000, min_rate: 100, stall: 3_000 }
+}
+
+#[test]
+fn slow_request_body_stream_is_reset_at_its_deadline() {
+    let mut p = Peer::new(H2Settings::default());
+    p.proto.set_timeouts(timeouts());
+    p.headers(1, &[(":method", "POST"), (":scheme", "http"), (":path", "/slow")], false);
+    p.headers(3, &[(":method", "POST"), (":scheme", "http"), (":path", "/fast")], false);
+    assert_eq!(p.proto.next_deadline(), None, "no deadline before the app waits");
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    assert!(p.proto.poll_body(1, &mut cx).is_pending());
+    assert!(p.proto.poll_body(3, &mut cx).is_pending());
+    assert!(p.proto.take_timers_changed());
+    assert_eq!(p.proto.next_deadline(), Some(2_000));
+    // Stream 3 keeps 100 B/s (200 bytes per 2 s: extended); stream 1 sends 10 bytes.
+    for t in [1_000u64, 1_900, 2_900, 3_800] {
+        p.now = t;
+        p.send(&raw(kind::DATA, 0, 3, &[b'x'; 200]));
+        while let std::task::Poll::Ready(Some(Ok(_))) = p.proto.poll_body(3, &mut cx) {}
+    }
+    p.now = 1_500;
+    p.send(&raw(kind::DATA, 0, 1, b"0123456789"));
+    assert!(matches!(p.proto.poll_body(1, &mut cx), std::task::Poll::Ready(Some(Ok(_)))));
+    assert!(p.proto.poll_body(1, &mut cx).is_pending());
+    p.proto.expire(1_999);
+    assert!(rst(&p.output()).is_empty(), "nothing is late yet");
+    p.proto.expire(2_000);
+    assert_eq!(rst(&p.output()), vec![(1, Reason::CANCEL)]);
+    assert!(matches!(p.proto.poll_body(1, &mut cx), std::task::Poll::Ready(Some(Err(_)))));
+    // Stream 3 is alive: its deadline moved with its data.
+    assert!(p.proto.next_deadline().is_some_and(|d| d > 4_000), "{:?}", p.proto.next_deadline());
+    p.now = 4_000;
+    p.send(&raw(kind::DATA, flag::END_STREAM, 3, b"end"));
+    assert_eq!(p.proto.next_deadline(), None, "the body ended: its deadline is gone");
+}
+
+#[test]
+fn app_not_reading_does_not_count_against_the_client() {
+    let mut p = Peer::new(H2Settings::default());
+    p.proto.set_timeouts(timeouts());
+    p.headers(1, &[(":method", "POST"), (":scheme", "http"), (":path", "/")], false);
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    assert!(p.proto.poll_body(1, &mut cx).is_pending());
+    p.now = 100;
+    p.send(&raw(kind::DATA, 0, 1, &[b'x'; 500]));
+    // The app does not read for a long time: unread data extends the deadline.
+    p.proto.expire(10_000);
+    assert!(rst(&p.output()).is_empty());
+    assert_eq!(p.proto.next_deadline(), Some(12_000));
+}
+
+#[test]
+fn stalled_stream_is_reset_while_others_go_on() {
+    let mut p = Peer::new(H2Settings::default());
+    p.proto.set_timeouts(timeouts());
+    // Stream windows of 1,000 bytes; the connection window is wide open.
+    p.send(&raw(kind::SETTINGS, 0, 0, b"\0\x04\0\0\x03\xe8"));
+    p.send(&raw(kind::WINDOW_UPDATE, 0, 0, &1_000_000u32.to_be_bytes()));
+    let _ = p.output();
+    p.get(1);
+    p.get(3);
+    // Stream 1's window closes after 1,000 bytes (the client does not read it).
+    let mut out = Vec::new();
+    p.proto.respond(1, Response::bytes(StatusCode::OK, vec![b'a'; 70_000]));
+    p.proto.respond(3, Response::bytes(StatusCode::OK, "small"));
+    p.now = 10;
+    p.proto.set_now(10);
+    p.proto.fill(&mut out, 1 << 20);
+    assert!(p.proto.take_timers_changed());
+    assert_eq!(p.proto.next_deadline(), Some(3_010));
+    // Nothing else has output now, so the connection counts as stuck too (its own send
+    // deadline); while other streams send, it would not.
+    assert!(p.proto.flow_blocked());
+    p.proto.expire(3_009);
+    assert!(rst(&p.output()).is_empty());
+    p.proto.expire(3_010);
+    assert_eq!(rst(&p.output()), vec![(1, Reason::CANCEL)]);
+    assert_eq!(p.proto.next_deadline(), None);
+}
+
+#[test]
+fn slow_header_block_gets_goaway() {
+    let mut p = Peer::new(H2Settings::default());
+    p.proto.set_timeouts(timeouts());
+    let mut block = BytesMut::new();
+    p.enc.encode([(&b":method"[..], &b"GET"[..]), (b":scheme", b"http"), (b":path", b"/")], &mut block);
+    p.now = 50;
+    // HEADERS without END_HEADERS: the rest never comes.
+    p.send(&raw(kind::HEADERS, flag::END_STREAM, 1, &block[..2]));
+    assert_eq!(p.proto.next_deadline(), Some(1_050));
+    p.proto.expire(1_049);
+    assert_eq!(goaway(&p.output()), None);
+    p.proto.expire(1_050);
+    assert_eq!(goaway(&p.output()), Some(Reason::ENHANCE_YOUR_CALM));
 }

@@ -1,0 +1,128 @@
+//! Per-stream and header-block deadlines, kept by the sans-IO [`Proto`] with times passed
+//! in (milliseconds of [`crate::time::timeout::now_ms`]); the connection driver sleeps
+//! until [`Proto::next_deadline`] and calls [`Proto::expire`].
+//!
+//! - **Header phase**: a header block spread over CONTINUATION frames must be complete
+//!   within `header` of its first frame, else GOAWAY(ENHANCE_YOUR_CALM).
+//! - **Body phase**: while the app waits for request body data, the client must keep
+//!   `min_rate` bytes per second on average; each stretch that does extends the deadline by
+//!   `body` (as for HTTP/1.1). A stream that falls behind is reset with CANCEL and the
+//!   app's read fails. Time the app spends not reading (flow control then stops the
+//!   client) does not count against the client.
+//! - **Send phase**: a stream whose response is held back by its own flow-control window
+//!   for `stall` is reset with CANCEL; the other streams go on. (A connection that cannot
+//!   send at all is the connection timer's business: `send_timeout`.)
+
+use super::frame::Reason;
+use super::Proto;
+
+/// The deadlines' lengths, in milliseconds (0: off), and the minimum body rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    pub(crate) header: u64,
+    pub(crate) body: u64,
+    /// Bytes per second.
+    pub(crate) min_rate: u64,
+    pub(crate) stall: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts { header: 10_000, body: 30_000, min_rate: 256, stall: 60_000 }
+    }
+}
+
+impl Proto {
+    /// Sets the deadlines' lengths.
+    pub(crate) fn set_timeouts(&mut self, t: Timeouts) {
+        self.timeouts = t;
+    }
+
+    /// The current time for what follows (the sender calls this before `fill`).
+    pub(crate) fn set_now(&mut self, now: u64) {
+        self.now = now;
+    }
+
+    /// Whether a deadline was armed since the last call (the driver then recomputes when
+    /// to wake).
+    pub(crate) fn take_timers_changed(&mut self) -> bool {
+        std::mem::take(&mut self.timers_changed)
+    }
+
+    /// The earliest armed deadline, if any.
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
+        let t = self.timeouts;
+        let mut next = self.block.as_ref().filter(|_| t.header > 0).map(|b| b.since + t.header);
+        for (_, s) in self.streams.iter() {
+            for d in [s.body_deadline, s.stall_since.filter(|_| t.stall > 0).map(|x| x + t.stall)].into_iter().flatten()
+            {
+                next = Some(next.map_or(d, |n| n.min(d)));
+            }
+        }
+        next
+    }
+
+    /// Acts on every deadline passed at `now`.
+    pub(crate) fn expire(&mut self, now: u64) {
+        self.now = now;
+        let t = self.timeouts;
+        if self.block.as_ref().is_some_and(|b| t.header > 0 && now >= b.since + t.header) {
+            self.go_away(Reason::ENHANCE_YOUR_CALM);
+            return;
+        }
+        let mut late = Vec::new();
+        for (id, s) in self.streams.iter_mut() {
+            if s.body_deadline.is_some_and(|d| now >= d) {
+                if s.inbox.is_empty() {
+                    late.push(*id);
+                    continue;
+                }
+                // The app has unread data: the client is not the slow one.
+                s.body_deadline = Some(now + t.body);
+                s.rate_mark = now;
+                s.rate_bytes = 0;
+            }
+            if s.stall_since.is_some_and(|x| t.stall > 0 && now >= x + t.stall) {
+                late.push(*id);
+            }
+        }
+        for id in late {
+            if let Some(s) = self.streams.get_mut(&id) {
+                s.recv_error = Some(Reason::CANCEL);
+            }
+            let _ = self.reset_quiet(id, Reason::CANCEL);
+        }
+    }
+
+    /// The app waits for body data on stream `id`: the body deadline starts, if it is not
+    /// running yet.
+    pub(crate) fn arm_body(&mut self, id: u32) {
+        let (now, body) = (self.now, self.timeouts.body);
+        let Some(s) = self.streams.get_mut(&id) else { return };
+        if body > 0 && s.body_deadline.is_none() && s.state.can_recv() {
+            s.body_deadline = Some(now + body);
+            s.rate_mark = now;
+            s.rate_bytes = 0;
+            self.timers_changed = true;
+        }
+    }
+
+    /// `n` body bytes arrived on stream `id` (`end`: the last): a stretch at the minimum
+    /// rate extends the deadline.
+    pub(crate) fn body_progress(&mut self, id: u32, n: usize, end: bool) {
+        let (now, t) = (self.now, self.timeouts);
+        let Some(s) = self.streams.get_mut(&id) else { return };
+        if end {
+            s.body_deadline = None;
+            return;
+        }
+        if s.body_deadline.is_some() {
+            s.rate_bytes += n as u64;
+            if s.rate_bytes * 1000 >= t.min_rate * now.saturating_sub(s.rate_mark) {
+                s.body_deadline = Some(now + t.body);
+                s.rate_mark = now;
+                s.rate_bytes = 0;
+            }
+        }
+    }
+}
