@@ -106,6 +106,11 @@ fn start(cgi_table: &str) -> (TempDir, Srv) {
         "#!/bin/sh\necho $$ > forever.pid\nprintf 'Content-Type: text/plain\\n\\n'\n\
          while :; do echo tick; sleep 0.1; done\n",
     );
+    script(
+        &d,
+        "cgi/marker.sh",
+        "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\nbody\\n'\nsleep 0.3\necho done > marker.txt\n",
+    );
     d.write("cgi/source.txt", "not executable\n");
     d.write("cgi/mapped.shx", "printf 'Content-Type: text/plain\\n\\nrun by /bin/sh\\n'\n");
     script(&d, "cgi/.hidden.sh", "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\nhidden\\n'\n");
@@ -565,5 +570,28 @@ fn https_is_on_over_tls() {
     assert_eq!(st, 200);
     assert_eq!((v["HTTPS"].as_str(), v["REQUEST_SCHEME"].as_str()), ("on", "https"));
     assert_eq!((v["SERVER_PROTOCOL"].as_str(), v["SERVER_PORT"].as_str()), ("HTTP/2.0", port.to_string().as_str()));
+    no_children_left(&s);
+}
+
+#[test]
+fn head_requests_and_the_process_limit() {
+    let (d, s) = start(&format!("{CGI}, max_processes = 1"));
+    // HEAD: no body sent, but the script is left to finish (not killed).
+    let r = request(s.addr, "HEAD /cgi/marker.sh HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    assert_eq!((r.status, r.body.len()), (200, 0));
+    eventually(5, "the script ran to its end", || d.path().join("cgi/marker.txt").exists());
+    no_children_left(&s);
+
+    // One script at a time: while one streams, another waits for the time limit, then 503.
+    let mut c = connect(s.addr);
+    c.write_all(b"GET /cgi/forever.sh HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut buf = [0u8; 1024];
+    assert!(c.read(&mut buf).unwrap() > 0);
+    let t = Instant::now();
+    assert_eq!(get(&s, "/cgi/answers.sh").status, 503);
+    assert!(t.elapsed() >= Duration::from_millis(1400), "{:?}", t.elapsed());
+    assert_eq!(get(&s, "/hello.txt").status, 200);
+    drop(c);
+    eventually(5, "a slot again", || get(&s, "/cgi/answers.sh").status == 200);
     no_children_left(&s);
 }

@@ -34,6 +34,7 @@ use bytes::{Bytes, BytesMut};
 use selvedge::http::{header, HeaderValue, Method, StatusCode};
 use selvedge::{Body, Request, Response};
 use serde::Deserialize;
+use tokio::sync::Semaphore;
 
 use self::process::{Fail, Run, Spawn};
 
@@ -53,6 +54,8 @@ pub struct RawCgi {
     pub max_buffered_input: Option<usize>,
     /// Local redirects followed per request: 5.
     pub max_local_redirects: Option<u32>,
+    /// Scripts of this route running at once: 64.
+    pub max_processes: Option<usize>,
     /// Programs running scripts by extension (`{ py = "/usr/bin/python3" }`): none.
     pub interpreters: Option<HashMap<String, String>>,
     /// `PATH` given to scripts.
@@ -81,6 +84,9 @@ pub struct CgiConfig {
     pub max_buffered_input: usize,
     /// Local redirects followed per request.
     pub max_local_redirects: u32,
+    /// Scripts of this route running at once (until reaped); a request waits up to
+    /// `timeout` for a slot, then gets 503.
+    pub max_processes: usize,
     /// Interpreters by file extension (without the dot).
     pub interpreters: HashMap<String, OsString>,
     /// `PATH` given to scripts.
@@ -140,6 +146,7 @@ impl CgiConfig {
             max_buffered_output: raw.max_buffered_output.unwrap_or(1 << 20),
             max_buffered_input: raw.max_buffered_input.unwrap_or(1 << 20),
             max_local_redirects: raw.max_local_redirects.unwrap_or(5),
+            max_processes: positive(raw.max_processes, "max_processes", 64)?,
             interpreters,
             path: raw.path.as_deref().unwrap_or("/usr/local/bin:/usr/bin:/bin").into(),
             env,
@@ -164,6 +171,8 @@ pub struct Cgi {
     /// The canonical directory.
     root: PathBuf,
     prefix: String,
+    /// `max_processes` slots.
+    slots: Arc<Semaphore>,
 }
 
 impl Cgi {
@@ -173,7 +182,8 @@ impl Cgi {
     /// The directory cannot be resolved.
     pub fn new(cfg: &CgiConfig, prefix: &str) -> std::io::Result<Cgi> {
         let root = cfg.dir.canonicalize()?;
-        Ok(Cgi { cfg: Arc::new(cfg.clone()), root, prefix: prefix.to_string() })
+        let slots = Arc::new(Semaphore::new(cfg.max_processes));
+        Ok(Cgi { cfg: Arc::new(cfg.clone()), root, prefix: prefix.to_string(), slots })
     }
 
     /// What the startup line shows.
@@ -208,8 +218,15 @@ impl Cgi {
                 Err(status) => return Outcome::Response(plain(status)),
             },
         };
-        let vars = env::meta_variables(&req, &script, length, &self.cfg, &self.root);
         let name: Arc<str> = String::from_utf8_lossy(&script.script_name).into();
+        let permit = match tokio::time::timeout(self.cfg.timeout, self.slots.clone().acquire_owned()).await {
+            Ok(Ok(p)) => p,
+            _ => {
+                eprintln!("selvedge: cgi {name}: {} scripts running, none ended in time", self.cfg.max_processes);
+                return Outcome::Response(plain(StatusCode::SERVICE_UNAVAILABLE));
+            }
+        };
+        let vars = env::meta_variables(&req, &script, length, &self.cfg, &self.root);
         let (program, args) = match &script.interpreter {
             Some(i) => (i.as_os_str(), vec![script.path.as_os_str()]),
             None => (script.path.as_os_str(), vec![]),
@@ -221,6 +238,7 @@ impl Cgi {
             dir: script.path.parent().unwrap_or(&self.root),
             name: name.clone(),
             timeout: self.cfg.timeout,
+            permit,
         };
         let mut run = match Run::spawn(spawn, body) {
             Ok(r) => r,
@@ -261,7 +279,16 @@ impl Cgi {
                 Err(f) => return Outcome::Response(self.failed(run, &f, "before the end of its Content-Length")),
             },
             declared => {
-                let mut res = Response::stream(status, move |w| run.stream(w, declared));
+                let mut unstarted = Unstarted(Some(run));
+                let mut res = Response::stream(status, move |w| {
+                    let run = unstarted.0.take();
+                    async move {
+                        match run {
+                            Some(run) => run.stream(w, declared).await,
+                            None => Ok(()),
+                        }
+                    }
+                });
                 if let Some(n) = declared {
                     // Kept on HTTP/2; HTTP/1.1 streams are always chunked by the engine.
                     res = res.header(header::CONTENT_LENGTH, n);
@@ -289,6 +316,19 @@ impl Cgi {
                 plain(StatusCode::BAD_GATEWAY)
             }
             Fail::Head(_) | Fail::Io(_) => plain(StatusCode::BAD_GATEWAY),
+        }
+    }
+}
+
+/// A run whose output is not streamed yet. Should the engine drop the stream unstarted
+/// (HEAD, 204, 304), the script is finished normally, not killed; once started, dropping
+/// the stream (the client went away) kills it.
+struct Unstarted(Option<Run>);
+
+impl Drop for Unstarted {
+    fn drop(&mut self) {
+        if let Some(run) = self.0.take() {
+            run.finish();
         }
     }
 }

@@ -27,6 +27,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use selvedge::{Body, BodyWriter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::head::{self, Head, HeadError};
@@ -79,6 +80,8 @@ pub struct Spawn<'a> {
     pub name: Arc<str>,
     /// The progress time limit.
     pub timeout: Duration,
+    /// The route's process slot, held until the script is reaped.
+    pub permit: OwnedSemaphorePermit,
 }
 
 /// A running script.
@@ -118,7 +121,7 @@ impl Run {
         let empty = body.content_length() == Some(0);
         let feed = Feed { body: (!empty).then_some(body), stdin: (!empty).then_some(stdin), pending: Bytes::new() };
         Ok(Run {
-            proc: Proc { child: Some(child), name: s.name },
+            proc: Proc { child: Some(child), name: s.name, permit: Some(s.permit) },
             stdout,
             feed,
             buf: BytesMut::new(),
@@ -209,9 +212,10 @@ impl Run {
 
     /// The normal end: stops feeding stdin and reading stdout; the script has `timeout` to
     /// exit before its group is killed; it is reaped in the background.
-    pub fn finish(mut self) {
-        if let Some(child) = self.proc.child.take() {
-            tokio::spawn(reap(child, self.timeout, self.proc.name.clone()));
+    pub fn finish(self) {
+        // Without a runtime (never while serving), dropping `proc` kills the group.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(reap(self.proc, self.timeout));
         }
     }
 
@@ -327,11 +331,13 @@ impl Feed {
     }
 }
 
-/// The child process; dropping it kills the process group.
+/// The child process; dropping it before it was reaped kills the process group.
 #[derive(Debug)]
 struct Proc {
+    /// `None` once reaped.
     child: Option<Child>,
     name: Arc<str>,
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Drop for Proc {
@@ -341,10 +347,12 @@ impl Drop for Proc {
         // group's id) cannot be reused: the group killed is the script's.
         kill_group(&child);
         let _ = child.start_kill();
+        let permit = self.permit.take();
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn(async move {
                     let _ = child.wait().await;
+                    drop(permit);
                 });
             }
             // No runtime (shutting down): tokio's orphan queue reaps it.
@@ -361,15 +369,19 @@ fn kill_group(child: &Child) {
 }
 
 /// Waits for a finished script's exit (killing its group after `grace`), logging failures.
-async fn reap(mut child: Child, grace: Duration, name: Arc<str>) {
+/// If this task is dropped first (the server stops), dropping `proc` kills the group.
+async fn reap(mut proc: Proc, grace: Duration) {
+    let Some(child) = proc.child.as_mut() else { return };
+    let name = &proc.name;
     let status = match tokio::time::timeout(grace, child.wait()).await {
         Ok(s) => s,
         Err(_) => {
             eprintln!("selvedge: cgi {name}: still running {grace:?} after its output ended: killed");
-            kill_group(&child);
+            kill_group(child);
             child.wait().await
         }
     };
+    proc.child = None;
     match status {
         Ok(s) if !s.success() => eprintln!("selvedge: cgi {name}: {s}"),
         Ok(_) => {}
