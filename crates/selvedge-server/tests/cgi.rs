@@ -595,3 +595,27 @@ fn head_requests_and_the_process_limit() {
     eventually(5, "a slot again", || get(&s, "/cgi/answers.sh").status == 200);
     no_children_left(&s);
 }
+
+#[test]
+fn bad_cgi_settings_are_refused_with_their_line() {
+    let d = TempDir::new("cgi-badcfg");
+    std::fs::create_dir_all(d.path().join("cgi")).unwrap();
+    for (i, table) in [
+        "dir = \"nope\"",
+        "dir = \"cgi\", timeout = 0",
+        "dir = \"cgi\", max_output_head = 0",
+        "dir = \"cgi\", typo = 1",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let f = d.write(
+            &format!("bad{i}.toml"),
+            format!("[[vhost]]\n[[vhost.route]]\npath = \"/cgi\"\ncgi = {{ {table} }}\n"),
+        );
+        let out = Command::new(common::BIN).args(["--config", f.to_str().unwrap(), "--check"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{table}: {err}");
+        assert!(err.contains(&format!("{}:4:", f.display())), "{table}: {err}");
+    }
+}

@@ -374,3 +374,41 @@ fn plain(status: StatusCode) -> Response {
     Response::bytes(status, format!("{} {reason}\n", status.as_u16()))
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(text: &str) -> Result<CgiConfig, String> {
+        let raw: RawCgi = toml::from_str(text).map_err(|e| e.to_string())?;
+        CgiConfig::from_raw(&raw, &|p| std::env::temp_dir().join(p))
+    }
+
+    #[test]
+    fn config_defaults_and_errors() {
+        let c = cfg("dir = \".\"").unwrap();
+        assert_eq!((c.timeout, c.max_output_head, c.max_buffered_output), (Duration::from_secs(30), 65536, 1 << 20));
+        assert_eq!((c.max_buffered_input, c.max_local_redirects, c.max_processes), (1 << 20, 5, 64));
+        assert_eq!((c.path.to_str(), c.pass_authorization), (Some("/usr/local/bin:/usr/bin:/bin"), false));
+        let c = cfg(
+            "dir = \".\"\ntimeout = 0.5\ninterpreters = { \".py\" = \"/bin/sh\" }\nenv = [\"A=b=c\", \"SELVEDGE_SURELY_UNSET\"]",
+        )
+        .unwrap();
+        assert_eq!(c.timeout, Duration::from_millis(500));
+        assert_eq!(c.interpreters.get("py").and_then(|p| p.to_str()), Some("/bin/sh"));
+        assert_eq!(c.env, vec![("A".to_string(), OsString::from("b=c"))]);
+        for bad in [
+            "dir = \"/no/such/dir\"",
+            "dir = \".\"\ntimeout = 0",
+            "dir = \".\"\ntimeout = -1",
+            "dir = \".\"\nmax_output_head = 0",
+            "dir = \".\"\nmax_processes = 0",
+            "dir = \".\"\ninterpreters = { py = \"/no/such/python\" }",
+            "dir = \".\"\ninterpreters = { \"\" = \"/bin/sh\" }",
+            "dir = \".\"\nenv = [\"=x\"]",
+            "dir = \".\"\ntimeuot = 1",
+        ] {
+            assert!(cfg(bad).is_err(), "{bad}");
+        }
+    }
+}
