@@ -401,7 +401,7 @@ fn status_location_and_local_redirects() {
     // A loop stops after max_local_redirects (3).
     let r = get(&s, "/cgi/answers.sh?loop");
     assert_eq!(r.status, 500);
-    assert!(log_has(&s, "more than 3 local redirects"));
+    eventually(5, "the loop logged", || log_has(&s, "more than 3 local redirects"));
     no_children_left(&s);
 }
 
@@ -411,13 +411,13 @@ fn failing_scripts_give_502() {
     let t = Instant::now();
     let r = get(&s, "/cgi/fail.sh");
     assert_eq!(r.status, 502);
-    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_millis(1400), "not the time limit: {:?}", t.elapsed());
     eventually(5, "stderr logged with the script's name", || log_has(&s, "selvedge: cgi /cgi/fail.sh: oops, failing"));
     eventually(5, "exit status logged", || log_has(&s, "cgi /cgi/fail.sh: exit status: 3"));
     for (q, why) in [("bad", "a line without ':'"), ("big", "over the limit"), ("short", "output ended early")] {
         let r = get(&s, &format!("/cgi/answers.sh?{q}"));
         assert_eq!(r.status, 502, "{q}");
-        assert!(log_has(&s, why), "{q}: {why} not logged");
+        eventually(5, &format!("{q}: {why} logged"), || log_has(&s, why));
     }
     no_children_left(&s);
 }
@@ -466,7 +466,8 @@ fn slow_output_is_streamed_chunked() {
     assert!(text.contains("\r\n7\r\ntick 0\n\r\n") && text.ends_with("7\r\ntick 4\n\r\n0\r\n\r\n"), "{text}");
     // The first line arrived long before the script ended (5 lines, 0.3 s apart).
     let first = first_tick.expect("tick 0");
-    assert!(first < Duration::from_millis(700) && total >= Duration::from_millis(1200), "{first:?} {total:?}");
+    assert!(first < Duration::from_millis(1000) && total >= Duration::from_millis(1200), "{first:?} {total:?}");
+    assert!(total - first >= Duration::from_millis(900), "{first:?} {total:?}");
     no_children_left(&s);
 }
 
@@ -514,7 +515,7 @@ fn client_leaving_mid_stream_kills_the_script() {
         eventually(3, "the script's process group gone", || group_alive(pid).is_empty());
         no_children_left(&s);
         if !h2 {
-            assert!(log_has(&s, "cgi /cgi/forever.sh: client gone"));
+            eventually(5, "the client's leaving logged", || log_has(&s, "cgi /cgi/forever.sh: client gone"));
         }
     }
     // The server is fine afterwards.
