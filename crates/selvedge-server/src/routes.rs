@@ -137,13 +137,23 @@ impl Site {
         self.default.and_then(|i| self.vhosts.get(i))
     }
 
-    /// Serves one request.
-    pub async fn handle(&self, req: Request) -> Response {
-        let Some(route) = self.vhost(&req).and_then(|v| v.route(req.path())) else {
-            return Response::bytes(StatusCode::NOT_FOUND, "404 Not Found\n")
-                .header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
-        };
-        route.app.handle(req).await
+    /// Serves one request (routed again after a CGI script's local redirect).
+    pub async fn handle(&self, mut req: Request) -> Response {
+        let mut redirects = 0;
+        loop {
+            let Some(route) = self.vhost(&req).and_then(|v| v.route(req.path())) else {
+                return Response::bytes(StatusCode::NOT_FOUND, "404 Not Found\n")
+                    .header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
+            };
+            if let RouteApp::Cgi(c) = &route.app {
+                match c.run(req, redirects).await {
+                    crate::cgi::Outcome::Response(res) => return res,
+                    crate::cgi::Outcome::Redirect(next) => (req, redirects) = (next, redirects + 1),
+                }
+                continue;
+            }
+            return route.app.handle(req).await;
+        }
     }
 
     /// The roots served, for the startup line.

@@ -155,6 +155,13 @@ impl Request {
         &self.peer
     }
 
+    /// Sets the peer's address and whether the connection is TLS: for a request an app
+    /// builds on behalf of another (an internal redirect), which keeps the client's.
+    pub fn set_origin(&mut self, peer: PeerAddr, secure: bool) {
+        self.peer = peer;
+        self.secure = secure;
+    }
+
     /// The request body.
     pub fn body_mut(&mut self) -> &mut Body {
         &mut self.body
