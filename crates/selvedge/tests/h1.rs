@@ -274,3 +274,51 @@ fn curl_get_post_and_keepalive() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hellopart0;part1;part2;part3;part4;");
     assert!(String::from_utf8_lossy(&out.stderr).contains("Re-using existing connection"));
 }
+
+#[test]
+fn stream_with_a_declared_length_is_not_chunked() {
+    use selvedge::http::{header, StatusCode};
+    use selvedge::{Request, Response};
+    let srv = start(settings(), |req: Request| async move {
+        let (declared, sent): (u64, &'static [u8]) = match req.path() {
+            "/exact" => (10, b"0123456789"),
+            "/short" => (10, b"01234"),
+            _ => (4, b"0123456789"),
+        };
+        Response::stream(StatusCode::OK, move |mut w| async move {
+            w.write(&sent[..sent.len().min(5)]).await?;
+            if sent.len() > 5 {
+                w.write(&sent[5..]).await?;
+            }
+            Ok(())
+        })
+        .header(header::CONTENT_LENGTH, declared)
+    });
+    // Exact: Content-Length framing, and the connection stays open.
+    let mut s = connect(srv.addr);
+    for _ in 0..2 {
+        s.write_all(b"GET /exact HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let r = read_responses(&mut s, 1).remove(0);
+        assert_eq!((r.status, &r.body[..]), (200, &b"0123456789"[..]));
+        let h = &r.headers;
+        assert!(h.iter().any(|(n, v)| n.eq_ignore_ascii_case("content-length") && v == "10"), "{h:?}");
+        assert!(!h.iter().any(|(n, _)| n.eq_ignore_ascii_case("transfer-encoding")), "{h:?}");
+    }
+    // HEAD: the declared length, no body.
+    s.write_all(b"HEAD /exact HTTP/1.1\r\nHost: x\r\n\r\nGET /exact HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"0123456789") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    assert_eq!(text.matches("content-length: 10\r\n").count(), 2, "{text}");
+    // Short of its length: the connection closes after what was sent.
+    let (out, closed) = exchange(srv.addr, b"GET /short HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(closed && out.ends_with("\r\n\r\n01234"), "{out:?}");
+    // Longer than its length: only the declared bytes go out, then the close.
+    let (out, closed) = exchange(srv.addr, b"GET /long HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(closed && out.ends_with("\r\n\r\n"), "{out:?}");
+}

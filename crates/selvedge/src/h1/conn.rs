@@ -401,10 +401,30 @@ impl Conn {
                 }
             }
             ResponseBody::Stream(s) => {
+                // A stream whose length the app declared goes out with that length.
+                let declared = declared_length(&headers);
                 if is_head || bodiless {
-                    let framing = if bodiless { Out::None } else { Out::Chunked };
+                    let framing = match (bodiless, declared) {
+                        (true, _) => Out::None,
+                        (false, Some(n)) => Out::Length(n),
+                        (false, None) => Out::Chunked,
+                    };
                     compose(&mut self.wbuf, status, &headers, framing, conn(keep_alive), server);
                     return Ok(true);
+                }
+                if let Some(n) = declared {
+                    compose(&mut self.wbuf, status, &headers, Out::Length(n), conn(keep_alive), server);
+                    self.flush().await?;
+                    let left = Arc::new(std::sync::atomic::AtomicU64::new(n));
+                    let writer = BodyWriter::h1_sized(
+                        self.sock.clone(),
+                        left.clone(),
+                        self.timer.handle(),
+                        self.cfg.send_timeout,
+                    );
+                    (s.0)(writer).await?;
+                    // Short of the declared length: only closing tells the client.
+                    return Ok(left.load(Ordering::Acquire) == 0);
                 }
                 let chunked = minor == Minor::One;
                 let keep = keep_alive && chunked;
@@ -516,6 +536,22 @@ fn not_http(buf: &[u8]) -> bool {
         }
         _ => false,
     }
+}
+
+/// The one valid `Content-Length` of a response's headers (none if absent, invalid or
+/// repeated).
+fn declared_length(headers: &[(http::HeaderName, http::HeaderValue)]) -> Option<u64> {
+    let mut found = None;
+    for (n, v) in headers {
+        if n == http::header::CONTENT_LENGTH {
+            let len = std::str::from_utf8(v.as_bytes()).ok()?.parse::<u64>().ok()?;
+            if found.is_some_and(|f| f != len) {
+                return None;
+            }
+            found = Some(len);
+        }
+    }
+    found
 }
 
 /// The app asked to close with `Connection: close`.

@@ -1,6 +1,7 @@
 //! The writer a streaming response's app writes its body to.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +59,8 @@ enum Inner {
     H1 {
         sock: Arc<Socket>,
         chunked: bool,
+        /// Bytes still due of a declared `Content-Length` (shared with the connection).
+        left: Option<Arc<AtomicU64>>,
         timer: TimerHandle,
         send_timeout: Duration,
         scratch: Vec<u8>,
@@ -70,7 +73,22 @@ enum Inner {
 impl BodyWriter {
     pub(crate) fn h1(sock: Arc<Socket>, chunked: bool, timer: TimerHandle, send_timeout: Duration) -> BodyWriter {
         BodyWriter {
-            inner: Inner::H1 { sock, chunked, timer, send_timeout, scratch: Vec::with_capacity(24) },
+            inner: Inner::H1 { sock, chunked, left: None, timer, send_timeout, scratch: Vec::with_capacity(24) },
+            written: 0,
+            #[cfg(feature = "compress")]
+            home: None,
+        }
+    }
+
+    /// A writer for a body of a declared length: writing past it fails.
+    pub(crate) fn h1_sized(
+        sock: Arc<Socket>,
+        left: Arc<AtomicU64>,
+        timer: TimerHandle,
+        send_timeout: Duration,
+    ) -> BodyWriter {
+        BodyWriter {
+            inner: Inner::H1 { sock, chunked: false, left: Some(left), timer, send_timeout, scratch: Vec::new() },
             written: 0,
             #[cfg(feature = "compress")]
             home: None,
@@ -108,7 +126,14 @@ impl BodyWriter {
             return Ok(());
         }
         match &mut self.inner {
-            Inner::H1 { sock, chunked, timer, send_timeout, scratch } => {
+            Inner::H1 { sock, chunked, left, timer, send_timeout, scratch } => {
+                if let Some(left) = left {
+                    let l = left.load(Ordering::Acquire);
+                    if data.len() as u64 > l {
+                        return Err(io::Error::new(io::ErrorKind::InvalidInput, "body longer than its Content-Length"));
+                    }
+                    left.store(l - data.len() as u64, Ordering::Release);
+                }
                 timer.tickle(*send_timeout);
                 let r = if *chunked {
                     scratch.clear();
