@@ -13,14 +13,6 @@
 //! reloads the configuration file and reopens the access log, keeping the listeners and
 //! every connection.
 
-mod access_log;
-mod cgi;
-mod config;
-mod mime;
-mod proxy;
-mod routes;
-mod static_files;
-
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,9 +22,9 @@ use arc_swap::ArcSwap;
 use selvedge::{AppExt, Server};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::access_log::AccessLog;
-use crate::config::{Config, LogConfig, LogTarget};
-use crate::routes::{Front, Site};
+use selvedge_server::access_log::AccessLog;
+use selvedge_server::config::{self, Config, LogConfig, LogTarget};
+use selvedge_server::routes::{self, Front, Site};
 
 const USAGE: &str = "usage: selvedge serve [DIR] [--host H] [--port P] [--workers N] [--log FILE|stdout] \
                      [--pid-file F]\n       selvedge --config FILE [--check]";

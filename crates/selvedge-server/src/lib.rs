@@ -1,0 +1,11 @@
+//! The `selvedge` web server's parts, as a library so tests and fuzz targets can reach
+//! them: configuration, routes (static files, CGI, reverse proxy), access log. The binary
+//! (`src/main.rs`) wires them to the engine and handles signals.
+
+pub mod access_log;
+pub mod cgi;
+pub mod config;
+pub mod mime;
+pub mod proxy;
+pub mod routes;
+pub mod static_files;
