@@ -522,6 +522,21 @@ struct RawRoute {
     error_pages: Option<HashMap<String, String>>,
 }
 
+/// The config fuzz target's entry point (also replayed over the committed corpus by the
+/// tests): any bytes, as a config file, must give a `Config` or a positioned error, never
+/// a panic.
+pub fn fuzz(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    match Config::parse(Path::new("/nonexistent/fuzz.toml"), &text) {
+        Ok(c) => {
+            let _ = c.vhosts.len();
+        }
+        Err(e) => {
+            let _ = e.to_string();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -570,17 +585,3 @@ mod tests {
     }
 }
 
-/// The config fuzz target's entry point (also replayed over the committed corpus by the
-/// tests): any bytes, as a config file, must give a `Config` or a positioned error, never
-/// a panic.
-pub fn fuzz(data: &[u8]) {
-    let text = String::from_utf8_lossy(data);
-    match Config::parse(Path::new("/nonexistent/fuzz.toml"), &text) {
-        Ok(c) => {
-            let _ = c.vhosts.len();
-        }
-        Err(e) => {
-            let _ = e.to_string();
-        }
-    }
-}
