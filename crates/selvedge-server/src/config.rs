@@ -584,4 +584,3 @@ mod tests {
         assert!(parse("").is_err());
     }
 }
-

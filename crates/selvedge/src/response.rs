@@ -178,6 +178,10 @@ impl Response {
     /// Adds a header (appends; duplicates are allowed). Invalid values are dropped.
     pub fn header(mut self, name: HeaderName, value: impl IntoHeaderValue) -> Response {
         if let Some(v) = value.into_header_value() {
+            if self.headers.capacity() == 0 {
+                // Most responses carry a few headers: one allocation for them.
+                self.headers.reserve_exact(4);
+            }
             self.headers.push((name, v));
         }
         self

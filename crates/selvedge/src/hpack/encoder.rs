@@ -179,6 +179,8 @@ struct EncTable {
     /// Number of entries ever inserted; entry `i` (0 = newest) has absolute
     /// number `inserted - 1 - i`.
     inserted: u64,
+    /// Bumped on every change of the table (insertion, emptying, resize).
+    changes: u64,
     by_field: IdMap,
     by_name: IdMap,
 }
@@ -190,6 +192,7 @@ impl EncTable {
             size: 0,
             max_size,
             inserted: 0,
+            changes: 0,
             by_field: IdMap::default(),
             by_name: IdMap::default(),
         }
@@ -217,11 +220,13 @@ impl EncTable {
     }
 
     fn set_max_size(&mut self, max_size: usize) {
+        self.changes += 1;
         self.max_size = max_size;
         self.evict_to(max_size);
     }
 
     fn insert(&mut self, token: Option<Token>, name: &[u8], value: &[u8], name_hash: u64) {
+        self.changes += 1;
         let size = name.len() + value.len() + ENTRY_OVERHEAD;
         if size > self.max_size {
             // RFC 7541 §4.4: the table is emptied and nothing is inserted.
@@ -306,6 +311,15 @@ impl Encoder {
         let smallest = self.pending_update.map_or(max_size, |p| p.min(max_size));
         self.pending_update = Some(smallest);
         self.table.set_max_size(max_size);
+    }
+
+    /// The encoder's state, for reusing encoded blocks: two blocks encoded from the same
+    /// fields in the same state are the same bytes, and a block whose encoding left the
+    /// state unchanged (only indexed hits and literals without indexing) may be sent again
+    /// verbatim while the state stays the same. `None` while a size update is pending (the
+    /// next block starts with it).
+    pub fn state(&self) -> Option<u64> {
+        self.pending_update.is_none().then_some(self.table.changes)
     }
 
     /// The dynamic table's maximum size.

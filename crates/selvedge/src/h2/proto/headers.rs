@@ -11,6 +11,9 @@ use crate::h1::parse::{HeaderSpan, Span};
 use crate::hpack::{self, DecodeError, Token};
 use crate::Request;
 
+/// Bytes of decoded fields the arena allocates at a time.
+const ARENA: usize = 16 * 1024;
+
 /// Why a header block gives no request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HeaderError {
@@ -31,9 +34,31 @@ pub(crate) struct Head {
     pub(crate) priority: Option<Bytes>,
 }
 
+/// Lower-case token characters (RFC 9110 §5.6.2; HTTP/2 names are lower case).
+static TOKEN: [bool; 256] = {
+    let mut t = [false; 256];
+    let extra = b"!#$%&'*+-.^_`|~";
+    let mut i = 0;
+    while i < extra.len() {
+        t[extra[i] as usize] = true;
+        i += 1;
+    }
+    let mut c = b'a';
+    while c <= b'z' {
+        t[c as usize] = true;
+        c += 1;
+    }
+    let mut d = b'0';
+    while d <= b'9' {
+        t[d as usize] = true;
+        d += 1;
+    }
+    t
+};
+
 #[inline]
 fn token_char(b: u8) -> bool {
-    matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
+    TOKEN[b as usize]
 }
 
 fn valid_value(v: &[u8]) -> bool {
@@ -59,8 +84,21 @@ fn decode_err(e: DecodeError) -> HeaderError {
 
 /// Decodes and checks a request's header block. `extended_connect`: `:protocol` is allowed
 /// on CONNECT (we advertised SETTINGS_ENABLE_CONNECT_PROTOCOL, RFC 8441 §4).
-pub(crate) fn request(dec: &mut hpack::Decoder, block: &[u8], extended_connect: bool) -> Result<Head, HeaderError> {
-    let mut buf = BytesMut::with_capacity(block.len() * 2 + 64);
+///
+/// The fields are copied into `arena` (one allocation serves many requests; each request's
+/// bytes are split off and shared).
+pub(crate) fn request(
+    dec: &mut hpack::Decoder,
+    block: &[u8],
+    extended_connect: bool,
+    arena: &mut BytesMut,
+) -> Result<Head, HeaderError> {
+    let need = block.len() * 2 + 64;
+    let mut buf = std::mem::take(arena);
+    buf.clear();
+    if buf.capacity() < need {
+        buf.reserve(need.max(ARENA));
+    }
     let mut put = |b: &[u8]| {
         let start = buf.len();
         buf.extend_from_slice(b);
@@ -79,7 +117,8 @@ pub(crate) fn request(dec: &mut hpack::Decoder, block: &[u8], extended_connect: 
         }
         let name = f.name.as_bytes();
         let value = f.value.as_bytes();
-        if !valid_value(value) || name.is_empty() {
+        // Static-table values are known good.
+        if name.is_empty() || (!matches!(f.value, hpack::FieldBytes::Static(_)) && !valid_value(value)) {
             malformed = true;
             return;
         }
@@ -103,7 +142,8 @@ pub(crate) fn request(dec: &mut hpack::Decoder, block: &[u8], extended_connect: 
             return;
         }
         regular_seen = true;
-        if !name.iter().all(|&b| token_char(b)) || connection_specific(f.token, name) {
+        // A name that is a known token is a valid lower-case token.
+        if (f.token.is_none() && !name.iter().all(|&b| token_char(b))) || connection_specific(f.token, name) {
             malformed = true;
             return;
         }
@@ -119,7 +159,7 @@ pub(crate) fn request(dec: &mut hpack::Decoder, block: &[u8], extended_connect: 
             }
             _ => {}
         }
-        if name == b"priority" {
+        if f.token == Some(Token::Priority) {
             priority = Some(Bytes::copy_from_slice(value));
         }
         let n = put(name);
@@ -159,8 +199,11 @@ pub(crate) fn request(dec: &mut hpack::Decoder, block: &[u8], extended_connect: 
             None => (p, p, None),
         }
     };
+    // This request's bytes; the spare room stays in the arena for the next one.
+    let fields = buf.split();
+    *arena = buf;
     let req = Request {
-        buf: buf.freeze(),
+        buf: fields.freeze(),
         method,
         target,
         path,
@@ -211,7 +254,7 @@ mod tests {
     }
 
     fn decode(fields: &[(&str, &str)]) -> Result<Head, HeaderError> {
-        request(&mut hpack::Decoder::default(), &block(fields), true)
+        request(&mut hpack::Decoder::default(), &block(fields), true, &mut BytesMut::new())
     }
 
     const BASE: [(&str, &str); 3] = [(":method", "GET"), (":scheme", "http"), (":path", "/a/b?x=1")];
@@ -264,7 +307,10 @@ mod tests {
         let h = decode(&f).unwrap();
         assert_eq!((h.req.method(), h.req.upgrade(), h.req.path()), (&Method::CONNECT, Some("websocket"), "/chat"));
         // Not advertised: `:protocol` is an unknown pseudo-header.
-        assert_eq!(request(&mut hpack::Decoder::default(), &block(&f), false).err(), Some(HeaderError::Malformed));
+        assert_eq!(
+            request(&mut hpack::Decoder::default(), &block(&f), false, &mut BytesMut::new()).err(),
+            Some(HeaderError::Malformed)
+        );
         // `:protocol` needs CONNECT with :scheme, :path and :authority (RFC 8441 §4).
         assert_eq!(decode(&ws).err(), Some(HeaderError::Malformed));
         let get =
@@ -282,6 +328,6 @@ mod tests {
         let big = "x".repeat(200);
         let mut f = BASE.to_vec();
         f.push(("big", &big));
-        assert_eq!(request(&mut dec, &block(&f), true).err(), Some(HeaderError::TooLarge));
+        assert_eq!(request(&mut dec, &block(&f), true, &mut BytesMut::new()).err(), Some(HeaderError::TooLarge));
     }
 }

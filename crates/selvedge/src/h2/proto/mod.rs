@@ -45,6 +45,17 @@ pub(crate) enum Event {
     Cancel(u32),
 }
 
+/// An encoded response head that can be sent again verbatim: its fields (`key`, as
+/// `name\0value\0`...) and the encoder state it is valid in.
+#[derive(Default)]
+struct HeadCache {
+    state: Option<u64>,
+    key: Vec<u8>,
+    block: Vec<u8>,
+    /// Scratch for the next head's key.
+    key_next: Vec<u8>,
+}
+
 /// A header block being received across CONTINUATION frames.
 struct Block {
     stream: u32,
@@ -134,6 +145,10 @@ pub(crate) struct Proto {
     events: Vec<Event>,
     /// Scratch for encoding header blocks.
     scratch: BytesMut,
+    /// Where decoded request fields are copied (see `headers::request`).
+    arena: BytesMut,
+    /// The last response head that encoded without changing the HPACK table.
+    head_cache: HeadCache,
     server_name: Option<&'static str>,
     /// The time of the frame or fill being handled (see `timers.rs`).
     now: u64,
@@ -171,6 +186,8 @@ impl Proto {
             budget: Budget::default(),
             events: Vec::new(),
             scratch: BytesMut::new(),
+            head_cache: HeadCache::default(),
+            arena: BytesMut::new(),
             server_name,
             now: 0,
             timeouts: timers::Timeouts { stall: cfg.stream_stall_timeout.as_millis() as u64, ..Default::default() },
@@ -626,7 +643,7 @@ impl Proto {
             self.skip_block(block)?;
             return self.reset(id, Reason::REFUSED_STREAM);
         }
-        let head = match headers::request(&mut self.hdec, block, self.cfg.enable_connect_protocol) {
+        let head = match headers::request(&mut self.hdec, block, self.cfg.enable_connect_protocol, &mut self.arena) {
             Ok(h) => Some(h),
             Err(HeaderError::Compression) => return Err(Reason::COMPRESSION_ERROR),
             Err(HeaderError::Malformed) => return self.reset(id, Reason::PROTOCOL_ERROR),

@@ -268,8 +268,32 @@ impl Proto {
                         .filter(|(n, _)| !connection_specific(n))
                         .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
                 );
-            self.henc.encode(fields, &mut self.scratch);
-            frame::Headers::encode(id, &self.scratch, end, max_frame, out);
+            // The seed's "header composer by memcpy", made safe for HPACK: a head equal to
+            // the last one, encoded in an unchanged table state, is the same bytes.
+            let cache = &mut self.head_cache;
+            cache.key_next.clear();
+            for (n, v) in fields.clone() {
+                cache.key_next.extend_from_slice(n);
+                cache.key_next.push(0);
+                cache.key_next.extend_from_slice(v);
+                cache.key_next.push(0);
+            }
+            let state = self.henc.state();
+            if state.is_some() && state == cache.state && cache.key == cache.key_next {
+                frame::Headers::encode(id, &cache.block, end, max_frame, out);
+            } else {
+                self.henc.encode(fields, &mut self.scratch);
+                frame::Headers::encode(id, &self.scratch, end, max_frame, out);
+                let cache = &mut self.head_cache;
+                if state.is_some() && self.henc.state() == state {
+                    std::mem::swap(&mut cache.key, &mut cache.key_next);
+                    cache.block.clear();
+                    cache.block.extend_from_slice(&self.scratch);
+                    cache.state = state;
+                } else {
+                    cache.state = None;
+                }
+            }
             let s = self.streams.get_mut(&id)?;
             if end {
                 s.send = Send::Done;

@@ -536,3 +536,28 @@ fn slow_header_block_gets_goaway() {
     p.proto.expire(1_050);
     assert_eq!(goaway(&p.output()), Some(Reason::ENHANCE_YOUR_CALM));
 }
+
+#[test]
+fn repeated_heads_are_reused_and_decode_the_same() {
+    let mut p = Peer::new(H2Settings::default());
+    let mut blocks = Vec::new();
+    for (i, id) in [1u32, 3, 5, 7].into_iter().enumerate() {
+        p.get(id);
+        let ct = if i == 3 { "text/plain" } else { "text/html" };
+        p.proto.respond(id, Response::bytes(StatusCode::OK, "hello").header(http::header::CONTENT_TYPE, ct));
+        let out = p.output();
+        let Some(Frame::Headers(h)) = out.into_iter().find(|f| matches!(f, Frame::Headers(_))) else {
+            panic!("no HEADERS")
+        };
+        let mut fields = Vec::new();
+        p.dec.decode(&h.fragment, |f| fields.push((f.name.as_bytes().to_vec(), f.value.as_bytes().to_vec()))).unwrap();
+        let has = |n: &str, v: &str| fields.iter().any(|(a, b)| a == n.as_bytes() && b == v.as_bytes());
+        assert!(has(":status", "200") && has("content-type", ct) && has("content-length", "5"), "{fields:?}");
+        blocks.push(h.fragment.to_vec());
+    }
+    // The second head indexes what the first inserted; the third is the cached copy of the
+    // second; the fourth differs and is encoded afresh.
+    assert_ne!(blocks[0], blocks[1]);
+    assert!(blocks[1] == blocks[2] || blocks[2].len() <= blocks[1].len());
+    assert_ne!(blocks[2], blocks[3]);
+}
