@@ -340,6 +340,24 @@ fn keepalive_connections_are_reused() {
 }
 
 #[test]
+fn reused_connection_closed_unanswered_is_retried_only_when_idempotent() {
+    let d = TempDir::new("px-retry");
+    let up = Py::start(&d, "0");
+    let px = proxy(&d, &route("/", &format!("upstream = \"{}\"", up.url())));
+    // Each GET goes out on the pooled connection, which the upstream closes unanswered;
+    // selvedge sends it again on a new connection.
+    for _ in 0..3 {
+        let r = px.get("/once");
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    // A POST is not sent twice.
+    let r = post(px.addr, "/once", b"x");
+    assert_eq!(r.status, 502, "{r:?}");
+    let conns: u32 = px.get("/stats").text().parse().unwrap();
+    assert_eq!(conns, 4, "one new connection per request (the retried GETs and the /stats one)");
+}
+
+#[test]
 fn refused_upstream_is_502() {
     let d = TempDir::new("px-502");
     let dead = free_port();

@@ -19,6 +19,8 @@ appended to CAPTURE_FILE. The path picks the behaviour:
   /te-cl        Transfer-Encoding and Content-Length
   /fold         an obs-folded field
   /close        a body delimited by closing the connection
+  /once         answered on a new connection; on a reused one, the connection is closed
+                without an answer (an upstream whose keep-alive timeout just ran out)
   anything else 200, body = the request body (echo), X-Conn = connection number
 """
 
@@ -109,10 +111,14 @@ class Handler(socketserver.BaseRequestHandler):
             n = CONNS[0]
         sock = self.request
         c = Conn(sock)
+        served = 0
         try:
             while True:
                 raw, method, target, fields = c.head()
                 path = target.split("?")[0]
+                if path == "/once" and served > 0:
+                    return
+                served += 1
                 head_only = method == "HEAD"
                 if path == "/early":
                     sock.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 5\r\nConnection: close\r\n\r\nearly")

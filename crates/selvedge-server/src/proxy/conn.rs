@@ -14,6 +14,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
+use selvedge::h1::parse::HeaderSpan;
+use tokio::io::Interest;
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
@@ -42,10 +44,30 @@ enum Io {
 }
 
 impl Io {
+    /// A read that also clears the socket's readiness when it drains the socket (a short
+    /// read): the next read then waits for epoll instead of paying for an `EAGAIN` first
+    /// (tokio clears readiness only on `WouldBlock`, so the read reports one to it).
     fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
-        match self {
-            Io::Tcp(s) => s.try_read_buf(buf),
-            Io::Unix(s) => s.try_read_buf(buf),
+        let spare = buf.capacity() - buf.len();
+        let mut got = 0;
+        let mut read = || {
+            let n = match self {
+                Io::Tcp(s) => s.try_read_buf(buf)?,
+                Io::Unix(s) => s.try_read_buf(buf)?,
+            };
+            got = n;
+            if n > 0 && n < spare {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        };
+        let r = match self {
+            Io::Tcp(s) => s.try_io(Interest::READABLE, &mut read),
+            Io::Unix(s) => s.try_io(Interest::READABLE, &mut read),
+        };
+        match r {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => Ok(got),
+            r => r,
         }
     }
 
@@ -105,6 +127,8 @@ pub(crate) struct Conn {
     pub rbuf: BytesMut,
     /// The request head being sent (kept across requests for its capacity).
     pub wbuf: Vec<u8>,
+    /// The fields of the last response head parsed (kept for its capacity).
+    pub fields: Vec<HeaderSpan>,
     timer: Pin<Box<Sleep>>,
     /// The connection must not be reused: the upstream closed its side, or the last
     /// request was not sent whole.
@@ -156,7 +180,15 @@ impl Conn {
                 Io::Tcp(s)
             }
         };
-        Ok(Conn { io, rbuf: BytesMut::new(), wbuf: Vec::new(), timer, closing: false, _permit: permit })
+        Ok(Conn {
+            io,
+            rbuf: BytesMut::new(),
+            wbuf: Vec::new(),
+            fields: Vec::new(),
+            timer,
+            closing: false,
+            _permit: permit,
+        })
     }
 
     /// Whether an idle connection can no longer be used: the upstream closed it or sent
@@ -280,7 +312,7 @@ impl Conn {
             }
         }
         loop {
-            match head::parse(&self.rbuf, limits) {
+            match head::parse(&self.rbuf, limits, &mut self.fields) {
                 Ok(None) => return false,
                 Ok(Some(h)) if h.status < 200 && h.status != 101 => self.rbuf.advance(h.len),
                 Ok(Some(_)) | Err(_) => return true,

@@ -323,9 +323,22 @@ pub(crate) fn put_u64(dst: &mut Vec<u8>, mut n: u64) {
     dst.extend_from_slice(&tmp[i..]);
 }
 
+/// Appends `ip` as text (IPv4 without the formatting machinery).
 fn put_ip(dst: &mut Vec<u8>, ip: IpAddr) {
-    use std::io::Write;
-    let _ = write!(dst, "{ip}");
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    dst.push(b'.');
+                }
+                put_u64(dst, o as u64);
+            }
+        }
+        IpAddr::V6(v6) => {
+            use std::io::Write;
+            let _ = write!(dst, "{v6}");
+        }
+    }
 }
 
 /// RFC 7239 §4: a value is a token or a quoted-string.

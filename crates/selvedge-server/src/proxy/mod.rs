@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use selvedge::h1::body::{BodyLimits, Decoded, Decoder};
+use selvedge::h1::parse::HeaderSpan;
 use selvedge::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use selvedge::http::{HeaderName, HeaderValue, Method, StatusCode};
 use selvedge::{Body, BodyWriter, Request, Response};
@@ -110,7 +111,7 @@ pub struct ProxyConfig {
     pub first_byte_timeout: Duration,
     /// Time any later read or write on the upstream may wait: 60 s.
     pub idle_timeout: Duration,
-    /// Pool: 32 idle connections per upstream per worker, each kept 15 s; at most 1024
+    /// Pool: 64 idle connections per upstream per worker, each kept 15 s; at most 1024
     /// connections per upstream per worker.
     pub pool: PoolLimits,
     /// Response heads: 32 KiB and 100 fields at most (else 502).
@@ -151,7 +152,7 @@ impl ProxyConfig {
             first_byte_timeout: secs("first_byte_timeout", raw.first_byte_timeout, 60)?,
             idle_timeout: secs("idle_timeout", raw.idle_timeout, 60)?,
             pool: PoolLimits {
-                max_idle: raw.max_idle.unwrap_or(32),
+                max_idle: raw.max_idle.unwrap_or(64),
                 keepalive: secs("keepalive_timeout", raw.keepalive_timeout, 15)?,
                 max_connections: raw.max_connections.unwrap_or(1024),
             },
@@ -212,6 +213,8 @@ pub struct Proxy {
 struct Route {
     cfg: ProxyConfig,
     rw: Rewrite,
+    /// This upstream's pool slot in every worker.
+    slot: usize,
 }
 
 /// Why an exchange failed.
@@ -268,7 +271,8 @@ impl Proxy {
             upstream_host: cfg.upstream_host.clone(),
             trust_forwarded: cfg.trust_forwarded,
         };
-        Ok(Proxy { route: Arc::new(Route { cfg: cfg.clone(), rw }) })
+        let slot = pool::slot_of(&cfg.upstream);
+        Ok(Proxy { route: Arc::new(Route { cfg: cfg.clone(), rw, slot }) })
     }
 
     /// What the startup line shows.
@@ -286,9 +290,15 @@ impl Proxy {
         let mut head: Vec<u8> = Vec::new();
         let mut retried = false;
         let (conn, resp) = loop {
-            let (mut conn, reused) = match route.connection(retried).await {
-                Ok(c) => c,
-                Err(f) => return f.response(),
+            let pooled = if retried { None } else { pool::checkout(route.slot, &route.cfg.pool) };
+            let reused = pooled.is_some();
+            let mut conn = match pooled {
+                Some(c) => c,
+                // Boxed: connecting is rare once the pool is warm, and its state is large.
+                None => match Box::pin(route.connect()).await {
+                    Ok(c) => c,
+                    Err(f) => return f.response(),
+                },
             };
             if head.is_empty() {
                 std::mem::swap(&mut head, &mut conn.wbuf);
@@ -313,21 +323,12 @@ impl Proxy {
 }
 
 impl Route {
-    fn key(&self) -> &str {
-        &self.cfg.upstream
-    }
-
-    /// A pooled connection (unless `fresh`), else a new one; `true` when reused.
-    async fn connection(&self, fresh: bool) -> Result<(Conn, bool), Fail> {
+    /// A new connection, within `max_connections` and `connect_timeout`.
+    async fn connect(&self) -> Result<Conn, Fail> {
         let cfg = &self.cfg;
-        if !fresh {
-            if let Some(c) = pool::checkout(self.key(), &cfg.pool) {
-                return Ok((c, true));
-            }
-        }
-        let permit = pool::permit(self.key(), &cfg.pool, cfg.connect_timeout).await.map_err(|_| Fail::AtLimit)?;
+        let permit = pool::permit(self.slot, &cfg.pool, cfg.connect_timeout).await.map_err(|_| Fail::AtLimit)?;
         match Conn::connect(&cfg.addr, cfg.connect_timeout, permit).await {
-            Ok(c) => Ok((c, false)),
+            Ok(c) => Ok(c),
             Err(Wait::Timeout) => Err(Fail::Timeout),
             Err(Wait::Io(_)) => Err(Fail::Connect),
         }
@@ -344,7 +345,8 @@ impl Route {
         let cfg = &self.cfg;
         let sent = match framing {
             Framing::None => conn.write_all(&mut [head], cfg.idle_timeout, None).await,
-            _ => self.send_body(conn, head, body, framing).await?,
+            // Boxed: only requests with a body pay for the body loop's state.
+            _ => Box::pin(self.send_body(conn, head, body, framing)).await?,
         };
         match sent {
             Ok(Written::All) => {}
@@ -415,7 +417,7 @@ impl Route {
         let mut got_any = !conn.rbuf.is_empty();
         loop {
             if !conn.rbuf.is_empty() {
-                match head::parse(&conn.rbuf, &cfg.head) {
+                match head::parse(&conn.rbuf, &cfg.head, &mut conn.fields) {
                     Ok(Some(h)) if h.status == 101 => return Err(Fail::Bad),
                     Ok(Some(h)) if h.status < 200 => {
                         conn.rbuf.advance(h.len);
@@ -471,28 +473,30 @@ impl Route {
             }
             let msg = Bytes::copy_from_slice(&conn.rbuf[..h.len + n]);
             conn.rbuf.advance(h.len + n);
-            if keep_alive {
-                pool::checkin(self.key(), &cfg.pool, conn);
-            }
             let mut res = match kind {
                 BodyKind::None => head_response(status, is_head.then_some(h.content_length).flatten()),
                 _ => Response::bytes(status, msg.slice(h.len..)),
             };
-            relay_fields(&mut res, &msg, &h, false);
+            relay_fields(res.headers_mut(), &msg, &h, &conn.fields, false);
+            if keep_alive {
+                pool::checkin(self.slot, &cfg.pool, conn);
+            }
             return res;
         }
 
         let head_bytes = Bytes::copy_from_slice(&conn.rbuf[..h.len]);
         conn.rbuf.advance(h.len);
+        let mut fields = Vec::new();
+        relay_fields(&mut fields, &head_bytes, &h, &conn.fields, true);
         let route = self.clone();
         let mut res = Response::stream(status, move |mut w| async move {
             let done = route.relay(&mut conn, &mut w, kind).await?;
             if done && keep_alive && conn.rbuf.is_empty() {
-                pool::checkin(route.key(), &route.cfg.pool, conn);
+                pool::checkin(route.slot, &route.cfg.pool, conn);
             }
             Ok(())
         });
-        relay_fields(&mut res, &head_bytes, &h, true);
+        *res.headers_mut() = fields;
         res
     }
 
@@ -546,17 +550,22 @@ fn head_response(status: StatusCode, len: Option<u64>) -> Response {
     }
 }
 
-/// Adds the upstream's end-to-end fields to `res` (values share `head`'s bytes).
+/// Adds the upstream's end-to-end fields to `out` (values share `head`'s bytes).
 /// `Content-Length` is kept only for streams (HTTP/2 announces it; HTTP/1.1 chunks).
-fn relay_fields(res: &mut Response, head: &Bytes, h: &ResponseHead, keep_length: bool) {
+fn relay_fields(
+    out: &mut Vec<(HeaderName, HeaderValue)>,
+    head: &Bytes,
+    h: &ResponseHead,
+    fields: &[HeaderSpan],
+    keep_length: bool,
+) {
     let tokens = if h.conn_names_fields {
-        forward::connection_tokens(h.headers.iter().map(|f| (&head[f.name.range()], &head[f.value.range()])))
+        forward::connection_tokens(fields.iter().map(|f| (&head[f.name.range()], &head[f.value.range()])))
     } else {
         Vec::new()
     };
-    let out = res.headers_mut();
-    out.reserve(h.headers.len());
-    for f in &h.headers {
+    out.reserve(fields.len());
+    for f in fields {
         let name = &head[f.name.range()];
         if forward::dropped_response_field(name) || tokens.iter().any(|t| t.eq_ignore_ascii_case(name)) {
             continue;
