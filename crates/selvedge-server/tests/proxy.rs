@@ -375,13 +375,29 @@ fn refused_upstream_is_502() {
 fn stalled_upstream_is_504_within_the_timeout() {
     let d = TempDir::new("px-504");
     let up = Py::start(&d, "0");
-    let px = proxy(&d, &route("/", &format!("upstream = \"{}\", first_byte_timeout = 0.5", up.url())));
+    let px =
+        proxy(&d, &route("/", &format!("upstream = \"{}\", first_byte_timeout = 0.5, idle_timeout = 0.5", up.url())));
     let t = Instant::now();
     let r = px.get("/stall");
     let took = t.elapsed();
     assert_eq!(r.status, 504, "{r:?}");
     assert!(took >= Duration::from_millis(450) && took < Duration::from_secs(3), "took {took:?}");
     // The stalled connection is not reused: the next request works.
+    assert_eq!(px.get("/ok").status, 200);
+
+    // Stalled mid-body: the answer has begun, so the client sees it cut off (no final
+    // chunk) once the idle timeout passes, and the proxy goes on.
+    let t = Instant::now();
+    let resp = raw(px.addr, b"GET /stall-body HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let took = t.elapsed();
+    assert!(resp.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&resp));
+    let end = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(
+        dechunk(&resp[end..]).is_none() && contains(&resp[end..], "0123456789"),
+        "{:?}",
+        String::from_utf8_lossy(&resp)
+    );
+    assert!(took >= Duration::from_millis(450) && took < Duration::from_secs(3), "took {took:?}");
     assert_eq!(px.get("/ok").status, 200);
 }
 

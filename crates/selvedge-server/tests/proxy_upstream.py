@@ -10,6 +10,7 @@ appended to CAPTURE_FILE. The path picks the behaviour:
   /stats        200, body = number of connections accepted so far
   /slow         200 after 0.3 s
   /stall        never answers
+  /stall-body   a head announcing 1 MB and 10 bytes of body, then nothing
   /die          a head announcing 10 MB, 100 KB of body, then the process kills itself
   /chunked      a chunked body (with a trailer)
   /big          3 MB with Content-Length
@@ -132,6 +133,10 @@ class Handler(socketserver.BaseRequestHandler):
                 elif path == "/slow":
                     time.sleep(0.3)
                     respond(sock, b"200 OK", b"slow")
+                elif path == "/stall-body":
+                    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n0123456789")
+                    time.sleep(30)
+                    return
                 elif path == "/stall":
                     time.sleep(30)
                     return

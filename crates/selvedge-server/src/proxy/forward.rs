@@ -179,6 +179,10 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     }
     dst.extend_from_slice(b" HTTP/1.1\r\nhost: ");
     let client_host = req.authority().filter(|a| !a.is_empty());
+    if h2 && client_host.is_some_and(|a| !a.bytes().all(|b| (0x21..=0x7e).contains(&b))) {
+        dst.truncate(start);
+        return Err(ComposeError::Unrepresentable);
+    }
     match (&rw.host, client_host) {
         (HostMode::Preserve, Some(h)) => dst.extend_from_slice(h.as_bytes()),
         (HostMode::Fixed(h), _) => dst.extend_from_slice(h.as_bytes()),
