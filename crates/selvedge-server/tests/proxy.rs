@@ -337,6 +337,10 @@ fn keepalive_connections_are_reused() {
     assert_eq!(body_of(&resp), b"until-close");
     let conns_after: u32 = px.get("/stats").text().parse().unwrap();
     assert_eq!(conns_after, conns + 1, "a new connection after the closed one");
+    // Shutting down with pooled connections is clean.
+    let stderr = px.stderr.clone();
+    assert_eq!(px.stop(), Some(0));
+    assert!(!stderr.lock().unwrap().iter().any(|l| l.contains("panic")), "{:?}", stderr.lock().unwrap());
 }
 
 #[test]
