@@ -425,6 +425,49 @@ mod tests {
         }
     }
 
+    /// Mutated valid heads and random bytes: never a panic, and a complete head always
+    /// lies within the buffer with its fields inside it.
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let seeds: [&[u8]; 3] = [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX: y\r\n\r\nhello",
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 204 No\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"HTTP/1.1 301 Moved\r\nLocation: /x\r\nConnection: close, a\r\n\r\n",
+        ];
+        let alphabet = b"HTP/1.0 9\r\n:\t,;\x00\x7f\xffchunkedContent-LengthTransfer-Encoding";
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut fields = Vec::new();
+        for i in 0..20_000 {
+            let mut buf = seeds[i % seeds.len()].to_vec();
+            for _ in 0..(rnd() % 4 + 1) {
+                let at = rnd() as usize % (buf.len() + 1);
+                let b = alphabet[rnd() as usize % alphabet.len()];
+                match rnd() % 3 {
+                    0 if at < buf.len() => buf[at] = b,
+                    1 if at < buf.len() => {
+                        buf.remove(at);
+                    }
+                    _ => buf.insert(at, b),
+                }
+            }
+            if i % 7 == 0 {
+                buf = (0..rnd() % 64).map(|_| rnd() as u8).collect();
+            }
+            if let Ok(Some(h)) = parse(&buf, &LIMITS, &mut fields) {
+                assert!(h.len <= buf.len());
+                for f in &fields {
+                    assert!(f.name.range().end <= h.len && f.value.range().end <= h.len);
+                }
+            }
+        }
+    }
+
     #[test]
     fn size_limit() {
         let mut raw = b"HTTP/1.1 200 OK\r\nA: ".to_vec();

@@ -25,6 +25,8 @@
 //! Errors: a refused, reset or invalid upstream is 502, a timeout 504, the connection limit
 //! reached for `connect_timeout` is 503.
 
+#![forbid(unsafe_code)]
+
 mod conn;
 mod forward;
 mod head;
