@@ -24,6 +24,12 @@
 //!
 //! Errors: a refused, reset or invalid upstream is 502, a timeout 504, the connection limit
 //! reached for `connect_timeout` is 503.
+//!
+//! Limits of this design: an upstream that answers before the upload ends stops the upload
+//! (right for early 413/401, not for full-duplex streaming); a streamed body goes out chunked
+//! on HTTP/1.1 even when its length is known (the engine frames streams itself; HTTP/2
+//! clients get the `content-length`); the upstream's `Date` and `Server` are replaced by the
+//! engine's, as nginx does by default; `Upgrade` is not forwarded (no WebSocket yet).
 
 #![forbid(unsafe_code)]
 
