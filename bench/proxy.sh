@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Reverse proxy: server CPU µs per request for selvedge as a proxy (a `proxy = { upstream }`
+# route) and nginx as a proxy (`proxy_pass` to an `upstream` block with `keepalive`), both in
+# front of the same upstream serving the 612-byte page, in the same run, interleaved.
+#
+# Pinning (2 cores): the proxy under test alone on $SERVER_CPU (1); wrk AND the upstream
+# share $CLIENT_CPU (0) (UPSTREAM_CPU to change). Only the proxy's process tree is measured,
+# so the upstream's CPU is not counted; sharing the client's core means the proxy is
+# usually not saturated (the report flags runs under 80% CPU), which costs both proxies
+# alike (less batching per epoll_wait).
+#
+# Both proxies do the same work per request: HTTP/1.1 keep-alive to the client and to the
+# upstream, Host preserved, X-Forwarded-For/-Proto/-Host and Forwarded added, hop-by-hop
+# fields removed, one worker, no access log.
+#
+# See bench/README.md. Env: SERVERS ("selvedge nginx") UPSTREAM (selvedge|nginx) ROUNDS
+# CONNS DURATION THREADS WARMUP SELVEDGE_BIN SELVEDGE_BUILD SERVER_CPU CLIENT_CPU
+# UPSTREAM_CPU KEEP_TMP.
+set -euo pipefail
+
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+SERVERS=${SERVERS:-selvedge nginx}
+UPSTREAM=${UPSTREAM:-selvedge}
+UPSTREAM_CPU=${UPSTREAM_CPU:-$CLIENT_CPU}
+SELVEDGE_BIN=${SELVEDGE_BIN:-${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/selvedge}
+need wrk
+
+bench_init proxy
+
+if [[ ! -x $SELVEDGE_BIN || ${SELVEDGE_BUILD:-0} == 1 ]]; then
+    log "building selvedge: cargo build --release -p selvedge-server"
+    (cd "$REPO_DIR" && cargo build --release -p selvedge-server) >&2 || die "cargo build failed"
+fi
+SELVEDGE_CMD="$SELVEDGE_BIN --config <dir>/selvedge.toml"
+
+# ---------------------------------------------------------------- the upstream, once per run
+UP_DIR=$WORK/upstream
+mkdir -p "$UP_DIR"
+UP_PORT=$(free_port)
+case $UPSTREAM in
+    selvedge) UP_CMD=("$SELVEDGE_BIN" serve "$SITE_DIR" --host 127.0.0.1 --port "$UP_PORT" --workers 1) ;;
+    nginx)
+        srv_nginx "$UP_DIR" "$UP_PORT" h1
+        UP_CMD=("${SRV_CMD[@]}")
+        ;;
+    *) die "UPSTREAM must be selvedge or nginx" ;;
+esac
+(cd "$UP_DIR" && exec taskset -c "$UPSTREAM_CPU" "${UP_CMD[@]}") >"$UP_DIR/stdout.log" 2>&1 </dev/null &
+UP_PID=$!
+_STARTED_PIDS+=("$UP_PID")
+wait_port "$UP_PID" "$UP_PORT" 10 || die "upstream $UPSTREAM did not start: $(tail -n 5 "$UP_DIR/stdout.log")"
+log "upstream: $UPSTREAM on 127.0.0.1:$UP_PORT (pid $UP_PID, CPU $UPSTREAM_CPU)"
+
+# ---------------------------------------------------------------- the proxies
+
+# selvedge: the server binary with one proxy route (defaults: Host preserved, forwarding
+# fields added, pool of 64 idle connections).
+srv_selvedge() {
+    local dir=$1 port=$2
+    cat >"$dir/selvedge.toml" <<EOF
+[server]
+workers = 1
+[[listen]]
+host = "127.0.0.1"
+port = $port
+[timeouts]
+idle = 300
+[[vhost]]
+[[vhost.route]]
+path = "/"
+proxy = { upstream = "http://127.0.0.1:$UP_PORT" }
+EOF
+    SRV_CMD=("$SELVEDGE_BIN" --config "$dir/selvedge.toml")
+    SRV_LOG=$dir/stdout.log
+}
+
+# nginx: proxy_pass with an upstream keepalive pool of 64 idle connections (selvedge's
+# default max_idle), sending the same fields as selvedge.
+srv_nginx() {
+    local dir=$1 port=$2
+    need nginx
+    mkdir -p "$dir/tmp"
+    cat >"$dir/nginx.conf" <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    keepalive_timeout 300s;
+    client_body_temp_path $dir/tmp/client_body;
+    proxy_temp_path $dir/tmp/proxy;
+    fastcgi_temp_path $dir/tmp/fastcgi;
+    uwsgi_temp_path $dir/tmp/uwsgi;
+    scgi_temp_path $dir/tmp/scgi;
+    upstream backend {
+        server 127.0.0.1:$UP_PORT;
+        keepalive 64;
+        keepalive_requests 1000000;
+    }
+    server {
+        listen 127.0.0.1:$port;
+        location / {
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$http_host;
+            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto \$scheme;
+            proxy_set_header X-Forwarded-Host \$http_host;
+            proxy_set_header Forwarded "for=\$remote_addr;host=\"\$http_host\";proto=\$scheme";
+        }
+    }
+}
+EOF
+    SRV_LOG=$dir/error.log
+    SRV_CMD=(nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf")
+}
+
+log "proxy: servers: $SERVERS; wrk -t$THREADS -c$CONNS -d$DURATION (warm-up $WARMUP); $ROUNDS rounds; upstream $UPSTREAM"
+bench_run h1 load_wrk
+up_ticks=$(cpu_ticks "$UP_PID")
+bench_report "selvedge reverse-proxy benchmark" proxy \
+    "wrk -t$THREADS -c$CONNS -d$DURATION over HTTP/1.1 keep-alive to the proxy (after a $WARMUP warm-up run); upstream: $UPSTREAM (one worker, keep-alive) pinned to CPU $UPSTREAM_CPU with the client; upstream CPU not counted ($up_ticks ticks over the whole run)"

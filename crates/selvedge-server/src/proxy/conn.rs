@@ -1,0 +1,357 @@
+//! One upstream connection: a TCP or Unix socket, its receive buffer, a send buffer kept
+//! across requests, and one deadline timer reused for every wait on it.
+//!
+//! Reads and writes first try the system call; only when it would block does the
+//! connection arm its timer and wait for readiness. The timer is a single tokio `Sleep`
+//! per connection, reset for each wait: pushing a deadline later is one atomic update in
+//! tokio's timer wheel, so a request costs no timer allocation.
+
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use selvedge::h1::parse::HeaderSpan;
+use tokio::io::Interest;
+use tokio::net::{TcpStream, UnixStream};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{Instant, Sleep};
+
+use super::head::{self, HeadLimits};
+
+/// Spare receive-buffer room below which a read first grows the buffer.
+const MIN_READ: usize = 2048;
+/// How much a read makes room for.
+const READ_SIZE: usize = 16 * 1024;
+
+/// Where an upstream is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Addr {
+    /// TCP, tried in order.
+    Tcp(Vec<SocketAddr>),
+    /// A Unix-domain socket.
+    Unix(PathBuf),
+}
+
+/// The socket.
+#[derive(Debug)]
+enum Io {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Io {
+    /// A read that also clears the socket's readiness when it drains the socket (a short
+    /// read): the next read then waits for epoll instead of paying for an `EAGAIN` first
+    /// (tokio clears readiness only on `WouldBlock`, so the read reports one to it).
+    fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        let spare = buf.capacity() - buf.len();
+        let mut got = 0;
+        let mut read = || {
+            let n = match self {
+                Io::Tcp(s) => s.try_read_buf(buf)?,
+                Io::Unix(s) => s.try_read_buf(buf)?,
+            };
+            got = n;
+            if n > 0 && n < spare {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        };
+        let r = match self {
+            Io::Tcp(s) => s.try_io(Interest::READABLE, &mut read),
+            Io::Unix(s) => s.try_io(Interest::READABLE, &mut read),
+        };
+        match r {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => Ok(got),
+            r => r,
+        }
+    }
+
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Io::Tcp(s) => s.try_read(buf),
+            Io::Unix(s) => s.try_read(buf),
+        }
+    }
+
+    /// `send` for one buffer (cheaper in the kernel than `writev`), else `writev`.
+    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match (self, bufs) {
+            (Io::Tcp(s), [one]) => s.try_write(one),
+            (Io::Unix(s), [one]) => s.try_write(one),
+            (Io::Tcp(s), _) => s.try_write_vectored(bufs),
+            (Io::Unix(s), _) => s.try_write_vectored(bufs),
+        }
+    }
+
+    async fn readable(&self) -> io::Result<()> {
+        match self {
+            Io::Tcp(s) => s.readable().await,
+            Io::Unix(s) => s.readable().await,
+        }
+    }
+
+    async fn writable(&self) -> io::Result<()> {
+        match self {
+            Io::Tcp(s) => s.writable().await,
+            Io::Unix(s) => s.writable().await,
+        }
+    }
+}
+
+/// Why a wait on the upstream ended without its result.
+#[derive(Debug)]
+pub(crate) enum Wait {
+    /// The deadline passed.
+    Timeout,
+    /// The socket failed.
+    Io(io::Error),
+}
+
+/// How a write ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// Everything was written.
+    All,
+    /// The upstream answered (a final response head is buffered, or it closed, or it sent
+    /// something invalid) before everything was written.
+    Answered,
+}
+
+/// An upstream connection.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    io: Io,
+    /// Bytes received and not yet consumed.
+    pub rbuf: BytesMut,
+    /// The request head being sent (kept across requests for its capacity).
+    pub wbuf: Vec<u8>,
+    /// The fields of the last response head parsed (kept for its capacity).
+    pub fields: Vec<HeaderSpan>,
+    timer: Pin<Box<Sleep>>,
+    /// The connection must not be reused: the upstream closed its side, or the last
+    /// request was not sent whole.
+    pub closing: bool,
+    /// Holds the connection's place under the pool's connection limit.
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+/// `fut`, but at most `limit`.
+async fn timed<T>(
+    timer: &mut Pin<Box<Sleep>>,
+    limit: Duration,
+    fut: impl Future<Output = io::Result<T>>,
+) -> Result<T, Wait> {
+    timer.as_mut().reset(Instant::now() + limit);
+    tokio::select! {
+        biased;
+        r = fut => r.map_err(Wait::Io),
+        () = timer.as_mut() => Err(Wait::Timeout),
+    }
+}
+
+impl Conn {
+    /// Connects to `addr` within `limit`.
+    pub(crate) async fn connect(
+        addr: &Addr,
+        limit: Duration,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<Conn, Wait> {
+        let mut timer = Box::pin(tokio::time::sleep(limit));
+        let io = match addr {
+            Addr::Unix(p) => Io::Unix(timed(&mut timer, limit, UnixStream::connect(p)).await?),
+            Addr::Tcp(addrs) => {
+                let deadline = Instant::now() + limit;
+                let mut last = Wait::Io(io::Error::new(io::ErrorKind::InvalidInput, "no address"));
+                let mut found = None;
+                for a in addrs {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match timed(&mut timer, left, TcpStream::connect(a)).await {
+                        Ok(s) => {
+                            found = Some(s);
+                            break;
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                let s = found.ok_or(last)?;
+                let _ = s.set_nodelay(true);
+                Io::Tcp(s)
+            }
+        };
+        Ok(Conn {
+            io,
+            rbuf: BytesMut::new(),
+            wbuf: Vec::new(),
+            fields: Vec::new(),
+            timer,
+            closing: false,
+            _permit: permit,
+        })
+    }
+
+    /// Whether an idle connection can no longer be used: the upstream closed it or sent
+    /// something unasked. Costs no system call when the socket saw no event.
+    pub(crate) fn is_stale(&self) -> bool {
+        if !self.rbuf.is_empty() || self.closing {
+            return true;
+        }
+        let mut probe = [0u8; 1];
+        !matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// Drops buffers grown past `keep` bytes (before the connection goes idle).
+    pub(crate) fn trim(&mut self, keep: usize) {
+        if self.rbuf.capacity() > keep {
+            self.rbuf = BytesMut::new();
+        }
+        if self.wbuf.capacity() > keep {
+            self.wbuf = Vec::new();
+        }
+    }
+
+    /// Reads more into the receive buffer, waiting at most `limit` for the socket.
+    /// `Ok(0)`: the upstream closed.
+    pub(crate) async fn read(&mut self, limit: Duration, room: usize) -> Result<usize, Wait> {
+        if self.rbuf.capacity() - self.rbuf.len() < MIN_READ {
+            self.rbuf.reserve(room.max(READ_SIZE));
+        }
+        loop {
+            match self.io.try_read_buf(&mut self.rbuf) {
+                Ok(n) => {
+                    self.closing |= n == 0;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(Wait::Io(e)),
+            }
+            timed(&mut self.timer, limit, self.io.readable()).await?;
+        }
+    }
+
+    /// Writes all of `parts`, waiting at most `limit` each time the socket is full. With
+    /// `watch`, a full socket is also watched for the upstream answering early: interim
+    /// (1xx) responses are consumed and the write goes on; a final response, invalid bytes
+    /// or the upstream closing end it with [`Written::Answered`].
+    pub(crate) async fn write_all(
+        &mut self,
+        parts: &mut [&[u8]],
+        limit: Duration,
+        watch: Option<&HeadLimits>,
+    ) -> Result<Written, Wait> {
+        let mut parts = &mut parts[..];
+        loop {
+            while parts.first().is_some_and(|p| p.is_empty()) {
+                parts = &mut parts[1..];
+            }
+            if parts.is_empty() {
+                return Ok(Written::All);
+            }
+            let mut iov = [IoSlice::new(&[]); 4];
+            let mut n = 0;
+            for p in parts.iter().filter(|p| !p.is_empty()).take(iov.len()) {
+                iov[n] = IoSlice::new(p);
+                n += 1;
+            }
+            match self.io.try_write_vectored(&iov[..n]) {
+                Ok(written) => advance(&mut parts, written),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let Some(limits) = watch else {
+                        timed(&mut self.timer, limit, self.io.writable()).await?;
+                        continue;
+                    };
+                    let readable = {
+                        let io = &self.io;
+                        let both = async {
+                            tokio::select! {
+                                biased;
+                                r = io.readable() => r.map(|()| true),
+                                r = io.writable() => r.map(|()| false),
+                            }
+                        };
+                        timed(&mut self.timer, limit, both).await?
+                    };
+                    if readable && self.answered(limits) {
+                        return Ok(Written::Answered);
+                    }
+                }
+                Err(e) => return Err(Wait::Io(e)),
+            }
+        }
+    }
+
+    /// Resolves once the upstream has answered for good (see [`Conn::answered`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: what was read stays in the receive buffer.
+    pub(crate) async fn wait_answer(&mut self, limits: &HeadLimits) {
+        loop {
+            if self.io.readable().await.is_err() || self.answered(limits) {
+                return;
+            }
+        }
+    }
+
+    /// Reads what the upstream sent unasked, drops complete interim responses, and says
+    /// whether it has answered for good: a final head (or the start of invalid bytes) is
+    /// buffered, or it closed.
+    pub(crate) fn answered(&mut self, limits: &HeadLimits) -> bool {
+        if self.rbuf.capacity() - self.rbuf.len() < MIN_READ {
+            self.rbuf.reserve(READ_SIZE);
+        }
+        match self.io.try_read_buf(&mut self.rbuf) {
+            Ok(0) => {
+                self.closing = true;
+                return true;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(_) => {
+                self.closing = true;
+                return true;
+            }
+        }
+        loop {
+            match head::parse(&self.rbuf, limits, &mut self.fields) {
+                Ok(None) => return false,
+                Ok(Some(h)) if h.status < 200 && h.status != 101 => self.rbuf.advance(h.len),
+                Ok(Some(_)) | Err(_) => return true,
+            }
+        }
+    }
+}
+
+/// Consumes `n` written bytes from the front of `parts`.
+fn advance(parts: &mut &mut [&[u8]], mut n: usize) {
+    while n > 0 {
+        let Some(first) = parts.first_mut() else { return };
+        if n < first.len() {
+            *first = &first[n..];
+            return;
+        }
+        n -= first.len();
+        let rest = std::mem::take(parts);
+        *parts = &mut rest[1..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advance;
+
+    #[test]
+    fn advance_over_parts() {
+        let (a, b, c) = (b"abc".as_slice(), b"de".as_slice(), b"f".as_slice());
+        let mut arr = [a, b, c];
+        let mut parts = &mut arr[..];
+        advance(&mut parts, 4);
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0], b"e");
+        advance(&mut parts, 2);
+        assert!(parts.is_empty());
+    }
+}
