@@ -255,11 +255,17 @@ impl Proto {
             let mut date = [0u8; crate::time::date::DATE_LEN];
             crate::time::date::current(&mut date);
             let status = status.as_str().as_bytes();
-            let server = self.server_name.map(|n| (SERVER.as_str().as_bytes(), n.as_bytes()));
+            // The app's own Date or Server replaces ours (as on HTTP/1.1).
+            let (own_date, own_server) =
+                headers.iter().fold((false, false), |(d, s), (n, _)| (d || n == DATE, s || n == SERVER));
+            let server =
+                self.server_name.filter(|_| !own_server).map(|n| (SERVER.as_str().as_bytes(), n.as_bytes()));
+            let date = (!own_date).then_some((DATE.as_str().as_bytes(), &date[..]));
             let mut digits = [0u8; 20];
             let length = length.map(|n| (CONTENT_LENGTH.as_str().as_bytes(), decimal(n, &mut digits)));
-            let fields = [(&b":status"[..], status), (DATE.as_str().as_bytes(), &date[..])]
+            let fields = [(&b":status"[..], status)]
                 .into_iter()
+                .chain(date)
                 .chain(server)
                 .chain(length)
                 .chain(

@@ -561,3 +561,20 @@ fn repeated_heads_are_reused_and_decode_the_same() {
     assert!(blocks[1] == blocks[2] || blocks[2].len() <= blocks[1].len());
     assert_ne!(blocks[2], blocks[3]);
 }
+
+#[test]
+fn app_date_and_server_replace_ours() {
+    let mut p = Peer::new(H2Settings::default());
+    p.get(1);
+    let res = Response::bytes(StatusCode::OK, "x")
+        .header(http::header::DATE, "Sun, 06 Nov 1994 08:49:37 GMT")
+        .header(http::header::SERVER, "upstream/1.0");
+    p.proto.respond(1, res);
+    let out = p.output();
+    let Some(Frame::Headers(h)) = out.into_iter().find(|f| matches!(f, Frame::Headers(_))) else { panic!() };
+    let mut fields = Vec::new();
+    p.dec.decode(&h.fragment, |f| fields.push((f.name.as_bytes().to_vec(), f.value.as_bytes().to_vec()))).unwrap();
+    let count = |n: &[u8]| fields.iter().filter(|(a, _)| a == n).count();
+    assert_eq!((count(b"date"), count(b"server")), (1, 1), "{fields:?}");
+    assert!(fields.iter().any(|(a, b)| a == b"server" && b == b"upstream/1.0"));
+}
