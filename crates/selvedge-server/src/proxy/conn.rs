@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use selvedge::h1::parse::HeaderSpan;
-use tokio::io::Interest;
+use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
@@ -140,6 +140,16 @@ pub(crate) struct Conn {
     _permit: Option<OwnedSemaphorePermit>,
 }
 
+/// An upstream connection turned into a byte tunnel (see [`Conn::into_tunnel`]).
+pub(crate) struct Tunnel {
+    pub rd: Box<dyn AsyncRead + Send + Unpin>,
+    pub wr: Box<dyn AsyncWrite + Send + Unpin>,
+    /// Bytes of the new protocol that came with the 101.
+    pub early: BytesMut,
+    /// Held while the tunnel lives.
+    pub permit: Option<OwnedSemaphorePermit>,
+}
+
 /// `fut`, but at most `limit`.
 async fn timed<T>(
     timer: &mut Pin<Box<Sleep>>,
@@ -192,6 +202,23 @@ impl Conn {
             closing: false,
             _permit: permit,
         })
+    }
+
+    /// After a protocol switch: the socket's read and write halves (to run both directions
+    /// at once), the bytes already received after the 101, and the connection's place under
+    /// the limit (held while the tunnel lives).
+    pub(crate) fn into_tunnel(self) -> Tunnel {
+        let (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, Box<dyn AsyncWrite + Send + Unpin>) = match self.io {
+            Io::Tcp(s) => {
+                let (r, w) = s.into_split();
+                (Box::new(r), Box::new(w))
+            }
+            Io::Unix(s) => {
+                let (r, w) = s.into_split();
+                (Box::new(r), Box::new(w))
+            }
+        };
+        Tunnel { rd, wr, early: self.rbuf, permit: self._permit }
     }
 
     /// Whether an idle connection can no longer be used: the upstream closed it or sent

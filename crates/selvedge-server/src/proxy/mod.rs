@@ -25,11 +25,12 @@
 //! Errors: a refused, reset or invalid upstream is 502, a timeout 504, the connection limit
 //! reached for `connect_timeout` is 503.
 //!
+//! Upgrade requests (WebSocket over HTTP/1.1, or HTTP/2 extended CONNECT) are tunnelled on
+//! a connection of their own: see [`tunnel`].
+//!
 //! Limits of this design: an upstream that answers before the upload ends stops the upload
-//! (right for early 413/401, not for full-duplex streaming); a streamed body goes out chunked
-//! on HTTP/1.1 even when its length is known (the engine frames streams itself; HTTP/2
-//! clients get the `content-length`); the upstream's `Date` and `Server` are replaced by the
-//! engine's, as nginx does by default; `Upgrade` is not forwarded (no WebSocket yet).
+//! (right for early 413/401, not for full-duplex streaming; tunnels are full duplex); the
+//! upstream's `Date` and `Server` are replaced by the engine's, as nginx does by default.
 
 #![forbid(unsafe_code)]
 
@@ -37,11 +38,11 @@ mod conn;
 mod forward;
 mod head;
 mod pool;
+mod tunnel;
 
-use std::fs::File;
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
@@ -89,6 +90,8 @@ pub struct RawProxy {
     pub max_idle: Option<usize>,
     /// Connections per upstream per worker (0: no limit).
     pub max_connections: Option<usize>,
+    /// Seconds a WebSocket (or other upgraded) tunnel may stay silent both ways.
+    pub tunnel_idle_timeout: Option<f64>,
     /// Bytes.
     pub max_response_head: Option<usize>,
     /// Fields.
@@ -124,6 +127,9 @@ pub struct ProxyConfig {
     pub pool: PoolLimits,
     /// Response heads: 32 KiB and 100 fields at most (else 502).
     pub head: HeadLimits,
+    /// A WebSocket (or other `Upgrade`) tunnel with no bytes either way for this long is
+    /// closed: 300 s.
+    pub tunnel_idle_timeout: Duration,
 }
 
 impl ProxyConfig {
@@ -165,6 +171,7 @@ impl ProxyConfig {
                 max_connections: raw.max_connections.unwrap_or(1024),
             },
             head: HeadLimits { max_head, max_headers: raw.max_response_headers.unwrap_or(100).max(1) },
+            tunnel_idle_timeout: secs("tunnel_idle_timeout", raw.tunnel_idle_timeout, 300)?,
         })
     }
 }
@@ -291,6 +298,9 @@ impl Proxy {
     /// Serves one request.
     pub async fn handle(&self, mut req: Request) -> Response {
         let route = &self.route;
+        if req.upgrade().is_some() {
+            return Box::pin(route.clone().tunnel(req)).await;
+        }
         let mut body = req.take_body();
         let framing = forward::framing(&req, body.content_length());
         let retry_ok = forward::retryable(&req, framing);
@@ -363,7 +373,7 @@ impl Route {
             Ok(Written::Answered) | Err(Wait::Io(_)) => conn.closing = true,
             Err(Wait::Timeout) => return Err(Fail::Timeout),
         }
-        self.read_head(conn).await
+        self.read_head(conn, false).await
     }
 
     /// Streams the body after the head. `Err` only for the client's side; the upstream's
@@ -420,12 +430,14 @@ impl Route {
     }
 
     /// Reads until a final response head is buffered; interim responses are dropped.
-    async fn read_head(&self, conn: &mut Conn) -> Result<ResponseHead, Fail> {
+    /// `switching`: a 101 is the answer (to an upgrade request), else it is invalid.
+    async fn read_head(&self, conn: &mut Conn, switching: bool) -> Result<ResponseHead, Fail> {
         let cfg = &self.cfg;
         let mut got_any = !conn.rbuf.is_empty();
         loop {
             if !conn.rbuf.is_empty() {
                 match head::parse(&conn.rbuf, &cfg.head, &mut conn.fields) {
+                    Ok(Some(h)) if h.status == 101 && switching => return Ok(h),
                     Ok(Some(h)) if h.status == 101 => return Err(Fail::Bad),
                     Ok(Some(h)) if h.status < 200 => {
                         conn.rbuf.advance(h.len);
@@ -547,19 +559,18 @@ impl Route {
 /// extensions and trailers within the engine's request defaults (trailers are dropped).
 const BODY_LIMITS: BodyLimits = BodyLimits { max_body: u64::MAX, max_chunk_ext: 1024, max_trailers: 16 * 1024 };
 
-/// A bodiless response; for HEAD with a `Content-Length`, that length is announced: the
-/// body is a zero-byte read of `/dev/null` declared `n` long, which the engine sends as
-/// `Content-Length: n` and never reads for HEAD.
+/// A bodiless response; for HEAD with a `Content-Length`, that length is announced (an
+/// empty stream of a declared length, which the engine never runs for HEAD).
 fn head_response(status: StatusCode, len: Option<u64>) -> Response {
-    static DEV_NULL: OnceLock<Option<Arc<File>>> = OnceLock::new();
-    match (len, DEV_NULL.get_or_init(|| File::open("/dev/null").ok().map(Arc::new))) {
-        (Some(n), Some(f)) => Response::file_range(status, f.clone(), 0, n),
-        _ => Response::new(status),
+    match len {
+        Some(n) => Response::stream(status, |_w| async { Ok(()) }).header(CONTENT_LENGTH, n),
+        None => Response::new(status),
     }
 }
 
 /// Adds the upstream's end-to-end fields to `out` (values share `head`'s bytes).
-/// `Content-Length` is kept only for streams (HTTP/2 announces it; HTTP/1.1 chunks).
+/// `Content-Length` is kept only for streams (the engine then sends the body with that
+/// length on HTTP/1.1 as on HTTP/2).
 fn relay_fields(
     out: &mut Vec<(HeaderName, HeaderValue)>,
     head: &Bytes,
@@ -620,6 +631,7 @@ mod tests {
             max_connections: None,
             max_response_head: None,
             max_response_headers: None,
+            tunnel_idle_timeout: None,
         }
     }
 

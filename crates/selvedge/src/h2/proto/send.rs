@@ -258,22 +258,16 @@ impl Proto {
             // The app's own Date or Server replaces ours (as on HTTP/1.1).
             let (own_date, own_server) =
                 headers.iter().fold((false, false), |(d, s), (n, _)| (d || n == DATE, s || n == SERVER));
-            let server =
-                self.server_name.filter(|_| !own_server).map(|n| (SERVER.as_str().as_bytes(), n.as_bytes()));
+            let server = self.server_name.filter(|_| !own_server).map(|n| (SERVER.as_str().as_bytes(), n.as_bytes()));
             let date = (!own_date).then_some((DATE.as_str().as_bytes(), &date[..]));
             let mut digits = [0u8; 20];
             let length = length.map(|n| (CONTENT_LENGTH.as_str().as_bytes(), decimal(n, &mut digits)));
-            let fields = [(&b":status"[..], status)]
-                .into_iter()
-                .chain(date)
-                .chain(server)
-                .chain(length)
-                .chain(
-                    headers
-                        .iter()
-                        .filter(|(n, _)| !connection_specific(n))
-                        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
-                );
+            let fields = [(&b":status"[..], status)].into_iter().chain(date).chain(server).chain(length).chain(
+                headers
+                    .iter()
+                    .filter(|(n, _)| !connection_specific(n))
+                    .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+            );
             // The seed's "header composer by memcpy", made safe for HPACK: a head equal to
             // the last one, encoded in an unchanged table state, is the same bytes.
             let cache = &mut self.head_cache;
