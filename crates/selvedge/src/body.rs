@@ -2,6 +2,8 @@
 //! receive buffer.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
@@ -12,6 +14,9 @@ use crate::error::{Error, Kind};
 #[derive(Default)]
 pub struct Body {
     inner: Inner,
+    /// A size limit set with [`Body::limit`]: bytes allowed, bytes read so far, and the flag
+    /// raised when a read goes past it.
+    limit: Option<(u64, u64, Arc<AtomicBool>)>,
 }
 
 #[derive(Default)]
@@ -36,20 +41,20 @@ impl fmt::Debug for Body {
 impl Body {
     /// An empty body.
     pub fn empty() -> Body {
-        Body { inner: Inner::Empty }
+        Body { inner: Inner::Empty, limit: None }
     }
 
     /// A body held in memory.
     pub fn from_bytes(b: impl Into<Bytes>) -> Body {
-        Body { inner: Inner::Full(b.into()) }
+        Body { inner: Inner::Full(b.into()), limit: None }
     }
 
     pub(crate) fn h1(reader: crate::h1::reader::Reader) -> Body {
-        Body { inner: Inner::H1(Box::new(reader)) }
+        Body { inner: Inner::H1(Box::new(reader)), limit: None }
     }
 
     pub(crate) fn h2(reader: crate::h2::conn::BodyReader) -> Body {
-        Body { inner: Inner::H2(Box::new(reader)) }
+        Body { inner: Inner::H2(Box::new(reader)), limit: None }
     }
 
     /// The body's length when the request declared it (`Content-Length`).
@@ -71,6 +76,24 @@ impl Body {
     /// # Cancel safety
     /// Cancel safe: no data is lost if the future is dropped.
     pub async fn chunk(&mut self) -> Option<Result<Bytes, Error>> {
+        let piece = self.next_piece().await;
+        if let (Some(Ok(b)), Some((max, seen, hit))) = (&piece, &mut self.limit) {
+            *seen += b.len() as u64;
+            if *seen > *max {
+                hit.store(true, Ordering::Release);
+                return Some(Err(Error::new(Kind::Body, "body over the limit").with_status(413)));
+            }
+        }
+        piece
+    }
+
+    /// Caps the body at `max` bytes: a read that goes past it fails with status 413 and
+    /// raises `hit` (see [`crate::middleware::BodyLimit`]).
+    pub fn limit(&mut self, max: u64, hit: Arc<AtomicBool>) {
+        self.limit = Some((max, 0, hit));
+    }
+
+    async fn next_piece(&mut self) -> Option<Result<Bytes, Error>> {
         match &mut self.inner {
             Inner::Empty => None,
             Inner::Full(b) => {

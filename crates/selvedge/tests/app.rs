@@ -83,3 +83,53 @@ async fn request_from_http_and_app_called_directly() {
     let h = res.into_http();
     assert_eq!(h.status(), StatusCode::OK);
 }
+
+#[test]
+fn body_limit_and_request_log_compose() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    let calls = Arc::new(AtomicUsize::new(0));
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (c, l) = (calls.clone(), lines.clone());
+    let app = move |mut req: Request| {
+        let c = c.clone();
+        async move {
+            c.fetch_add(1, Ordering::SeqCst);
+            match req.take_body().to_bytes(1 << 20).await {
+                Ok(b) => Response::bytes(StatusCode::OK, b),
+                Err(e) => Response::bytes(e.status().unwrap_or(StatusCode::BAD_REQUEST), "body error"),
+            }
+        }
+    };
+    let app = app
+        .with(middleware::BodyLimit::new(10))
+        .with(middleware::RequestLog::new(move |r: &middleware::Record| l.lock().unwrap().push(r.to_string())));
+    let srv = start(settings(), app);
+    // Under the limit: the app echoes it.
+    let (out, _) = exchange(
+        srv.addr,
+        b"POST /echo?x=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+    );
+    assert!(out.starts_with("HTTP/1.1 200") && out.ends_with("hello"), "{out}");
+    // Declared over the limit: 413 and the app never runs.
+    let before = calls.load(Ordering::SeqCst);
+    let (out, _) = exchange(
+        srv.addr,
+        b"POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\nConnection: close\r\n\r\nhello world",
+    );
+    assert!(out.starts_with("HTTP/1.1 413"), "{out}");
+    assert_eq!(calls.load(Ordering::SeqCst), before);
+    // Chunked past the limit: the app's read fails and the answer is 413.
+    let (out, _) = exchange(
+        srv.addr,
+        b"POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+          6\r\nhello \r\n6\r\nworld!\r\n0\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 413"), "{out}");
+    assert_eq!(calls.load(Ordering::SeqCst), before + 1);
+    let lines = lines.lock().unwrap();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[0].starts_with("127.0.0.1 \"POST /echo?x=1 HTTP/1.1\" 200 5 "), "{}", lines[0]);
+    assert!(lines[1].contains("\"POST /big HTTP/1.1\" 413 "), "{}", lines[1]);
+    assert!(lines[2].contains("\"POST /chunked HTTP/1.1\" 413 "), "{}", lines[2]);
+}

@@ -1,8 +1,15 @@
-//! Middleware building blocks. Compression and logging middleware live in their own modules
-//! as they land; these two make any "around" behaviour a closure.
+//! Middleware: an app wrapping an app. [`from_fn`] makes any "around" behaviour a closure;
+//! [`Compress`] (gzip/brotli responses), [`RequestLog`] and [`BodyLimit`] are ready-made.
+//! Compose with `app.with(a).with(b)` (see [`crate::AppExt`]): the last one added runs
+//! first.
 
 #[cfg(feature = "compress")]
 pub mod compress;
+pub mod limit;
+pub mod log;
+
+pub use limit::{BodyLimit, BodyLimitApp};
+pub use log::{Record, RequestLog, RequestLogApp};
 
 use std::future::Future;
 use std::sync::Arc;
