@@ -13,8 +13,8 @@
 //!    redirect: the routing runs again for a GET of that path (at most
 //!    `max_local_redirects` times, then 500); another `Location` is a 302 unless `Status`
 //!    says otherwise. A `Content-Length` up to `max_buffered_output` is read in full and
-//!    sent with that length; otherwise the output is streamed (chunked on HTTP/1.1, DATA
-//!    frames on HTTP/2) as it comes.
+//!    sent with that length in one piece; a larger one is streamed with that length; output
+//!    without one is streamed chunked (HTTP/1.1) or as DATA frames (HTTP/2) as it comes.
 //! 5. The script is killed (its whole process group) when the client goes away, when it
 //!    makes no progress for `timeout`, or `timeout` after its output ended; it is always
 //!    reaped. Its stderr goes to the server's stderr, each line prefixed with its name.
@@ -290,7 +290,7 @@ impl Cgi {
                     }
                 });
                 if let Some(n) = declared {
-                    // Kept on HTTP/2; HTTP/1.1 streams are always chunked by the engine.
+                    // The engine sends the stream with this length (HTTP/1.1 and HTTP/2).
                     res = res.header(header::CONTENT_LENGTH, n);
                 }
                 res
