@@ -98,15 +98,13 @@ pub fn h2_conn(data: &[u8]) {
     let mut now = 0u64;
     for _ in 0..10_000 {
         now += 1;
-        let max = p.max_frame_size();
-        let step = match crate::h2::codec::decode_frame(&mut buf, max) {
-            Ok(Some(f)) => p.recv(f, now),
-            Ok(None) => break,
-            Err(e) => p.recv_error(e),
-        };
-        if let Err(r) = step {
-            p.go_away(r);
-            break;
+        match p.recv_next(&mut buf, now) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(r) => {
+                p.go_away(r);
+                break;
+            }
         }
         p.take_events(&mut events);
         for ev in events.drain(..) {

@@ -258,22 +258,14 @@ async fn receiver<A: App>(
     loop {
         let done = {
             let mut p = shared.lock();
-            let max = p.max_frame_size();
+            let now = now_ms();
             loop {
-                match codec::decode_frame(&mut rbuf, max) {
-                    Ok(Some(f)) => {
-                        if let Err(r) = p.recv(f, now_ms()) {
-                            p.go_away(r);
-                            break;
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        if let Err(r) = p.recv_error(e) {
-                            p.go_away(r);
-                            break;
-                        }
-                        // A stream error: the frame is already cut off the buffer.
+                match p.recv_next(&mut rbuf, now) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(r) => {
+                        p.go_away(r);
+                        break;
                     }
                 }
             }

@@ -19,7 +19,7 @@
 
 use bytes::{BufMut, Bytes};
 
-use super::{flag, kind, strip_padding, Error, Head, Reason, StreamDependency};
+use super::{flag, kind, strip_padding_ref, Error, Head, Reason, StreamDependency};
 
 /// A HEADERS frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,24 +36,55 @@ pub struct Headers {
     pub end_headers: bool,
 }
 
+/// A HEADERS frame borrowed from the receive buffer (decoded in place, with no shared
+/// [`Bytes`] made for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadersRef<'a> {
+    /// The stream.
+    pub stream: u32,
+    /// RFC 7540 priority fields, if the PRIORITY flag was set.
+    pub dependency: Option<StreamDependency>,
+    /// The field block fragment.
+    pub fragment: &'a [u8],
+    /// END_STREAM.
+    pub end_stream: bool,
+    /// END_HEADERS.
+    pub end_headers: bool,
+}
+
 impl Headers {
-    pub(super) fn parse(head: Head, mut payload: Bytes) -> Result<Headers, Error> {
+    pub(super) fn parse(head: Head, payload: Bytes) -> Result<Headers, Error> {
+        let r = Headers::parse_ref(head, &payload)?;
+        Ok(Headers {
+            stream: r.stream,
+            dependency: r.dependency,
+            fragment: payload.slice_ref(r.fragment),
+            end_stream: r.end_stream,
+            end_headers: r.end_headers,
+        })
+    }
+
+    /// Parses a HEADERS frame's `payload` in place.
+    ///
+    /// # Errors
+    /// Stream 0, bad padding or a short priority block: connection errors.
+    pub fn parse_ref(head: Head, payload: &[u8]) -> Result<HeadersRef<'_>, Error> {
         if head.stream == 0 {
             return Err(Error::Connection(Reason::PROTOCOL_ERROR));
         }
         let prio = head.has(flag::PRIORITY);
-        strip_padding(&head, &mut payload, if prio { 5 } else { 0 })?;
+        let mut payload = strip_padding_ref(&head, payload, if prio { 5 } else { 0 })?;
         let dependency = if prio {
             if payload.len() < 5 {
                 return Err(Error::Connection(Reason::FRAME_SIZE_ERROR));
             }
             let d = StreamDependency::parse(&payload[..5]);
-            payload = payload.slice(5..);
+            payload = &payload[5..];
             Some(d)
         } else {
             None
         };
-        Ok(Headers {
+        Ok(HeadersRef {
             stream: head.stream,
             dependency,
             fragment: payload,

@@ -30,7 +30,7 @@ mod window_update;
 
 pub use data::Data;
 pub use goaway::GoAway;
-pub use headers::{Continuation, Headers};
+pub use headers::{Continuation, Headers, HeadersRef};
 pub use ping::Ping;
 pub use priority::{Priority, StreamDependency};
 pub use priority_update::PriorityUpdate;
@@ -265,6 +265,19 @@ impl Frame {
 
 /// Strips padding (RFC 9113 §6.1): `Pad Length (8)` first, padding last. Padding that
 /// covers the whole payload is a connection PROTOCOL_ERROR.
+/// [`strip_padding`] on a borrowed payload.
+fn strip_padding_ref<'a>(head: &Head, payload: &'a [u8], extra: usize) -> Result<&'a [u8], Error> {
+    if !head.has(flag::PADDED) {
+        return Ok(payload);
+    }
+    let Some(&pad) = payload.first() else { return Err(Error::Connection(Reason::FRAME_SIZE_ERROR)) };
+    let pad = pad as usize;
+    if pad + 1 + extra > payload.len() {
+        return Err(Error::Connection(Reason::PROTOCOL_ERROR));
+    }
+    Ok(&payload[1..payload.len() - pad])
+}
+
 fn strip_padding(head: &Head, payload: &mut Bytes, extra: usize) -> Result<(), Error> {
     if !head.has(flag::PADDED) {
         return Ok(());

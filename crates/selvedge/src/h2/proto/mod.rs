@@ -287,6 +287,47 @@ impl Proto {
             .encode(&mut self.control);
     }
 
+    /// Handles the next whole frame at the start of `buf`, if there is one (`Ok(true)`: a
+    /// frame was consumed). HEADERS frames are decoded in place; other frames are cut off
+    /// the buffer (DATA payloads are shared, not copied). A frame error that is only a
+    /// stream's has been dealt with (RST_STREAM queued) when this returns `Ok`.
+    ///
+    /// # Errors
+    /// A connection error's code: call [`Proto::go_away`] with it.
+    pub(crate) fn recv_next(&mut self, buf: &mut BytesMut, now: u64) -> Result<bool, Reason> {
+        let max = self.max_frame_size();
+        if buf.len() >= frame::HEADER_LEN {
+            let head = frame::Head::parse(buf[..frame::HEADER_LEN].try_into().expect("nine bytes"));
+            let total = frame::HEADER_LEN + head.len as usize;
+            if head.kind == frame::kind::HEADERS && head.len <= max && buf.len() >= total {
+                let r = match frame::Headers::parse_ref(head, &buf[frame::HEADER_LEN..total]) {
+                    Ok(h) => self.recv_headers_ref(h, now),
+                    Err(e) => self.recv_error(e),
+                };
+                bytes::Buf::advance(buf, total);
+                return r.map(|()| true);
+            }
+        }
+        match super::codec::decode_frame(buf, max) {
+            Ok(Some(f)) => self.recv(f, now).map(|()| true),
+            Ok(None) => Ok(false),
+            // The frame is already cut off the buffer.
+            Err(e) => self.recv_error(e).map(|()| true),
+        }
+    }
+
+    /// [`Proto::recv`] for a HEADERS frame borrowed from the receive buffer.
+    fn recv_headers_ref(&mut self, h: frame::HeadersRef<'_>, now: u64) -> Result<(), Reason> {
+        self.now = now;
+        if now.saturating_sub(self.budget.start) >= self.cfg.abuse_window.as_millis() as u64 {
+            self.budget = Budget { start: now, ..Budget::default() };
+        }
+        if !self.got_settings || self.block.is_some() {
+            return Err(Reason::PROTOCOL_ERROR);
+        }
+        self.recv_headers(h.stream, h.fragment, h.end_stream, h.end_headers, h.dependency)
+    }
+
     /// Handles one frame. `now` is [`crate::time::timeout::now_ms`]: it only dates the abuse
     /// counters.
     ///
@@ -311,7 +352,7 @@ impl Proto {
         }
         match f {
             Frame::Data(d) => self.recv_data(d),
-            Frame::Headers(h) => self.recv_headers(h),
+            Frame::Headers(h) => self.recv_headers(h.stream, &h.fragment, h.end_stream, h.end_headers, h.dependency),
             Frame::Continuation(c) => self.recv_continuation(c),
             Frame::Priority(p) => {
                 self.count_control()?;
@@ -531,26 +572,26 @@ impl Proto {
         }
     }
 
-    fn recv_headers(&mut self, h: frame::Headers) -> Result<(), Reason> {
-        if h.fragment.is_empty() && !h.end_headers {
+    fn recv_headers(
+        &mut self,
+        stream: u32,
+        fragment: &[u8],
+        end_stream: bool,
+        end_headers: bool,
+        dependency: Option<frame::StreamDependency>,
+    ) -> Result<(), Reason> {
+        if fragment.is_empty() && !end_headers {
             self.count_empty()?;
         }
-        if h.end_headers {
-            return self.headers_complete(h.stream, &h.fragment, h.end_stream, h.dependency);
+        if end_headers {
+            return self.headers_complete(stream, fragment, end_stream, dependency);
         }
-        if h.fragment.len() > self.max_block() {
+        if fragment.len() > self.max_block() {
             return Err(Reason::ENHANCE_YOUR_CALM);
         }
-        let mut buf = BytesMut::with_capacity(h.fragment.len() * 2);
-        buf.extend_from_slice(&h.fragment);
-        self.block = Some(Block {
-            stream: h.stream,
-            buf,
-            end_stream: h.end_stream,
-            dependency: h.dependency,
-            frames: 1,
-            since: self.now,
-        });
+        let mut buf = BytesMut::with_capacity(fragment.len() * 2);
+        buf.extend_from_slice(fragment);
+        self.block = Some(Block { stream, buf, end_stream, dependency, frames: 1, since: self.now });
         self.timers_changed = true;
         Ok(())
     }

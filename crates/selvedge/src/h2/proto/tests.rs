@@ -58,19 +58,12 @@ impl Peer {
                 if self.error.is_some() {
                     return;
                 }
-                match codec::decode_frame(&mut self.rbuf, self.proto.max_frame_size()) {
-                    Ok(Some(f)) => {
-                        if let Err(r) = self.proto.recv(f, self.now) {
-                            self.proto.go_away(r);
-                            self.error = Some(r);
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        if let Err(r) = self.proto.recv_error(e) {
-                            self.proto.go_away(r);
-                            self.error = Some(r);
-                        }
+                match self.proto.recv_next(&mut self.rbuf, self.now) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(r) => {
+                        self.proto.go_away(r);
+                        self.error = Some(r);
                     }
                 }
             }
@@ -577,4 +570,16 @@ fn app_date_and_server_replace_ours() {
     let count = |n: &[u8]| fields.iter().filter(|(a, _)| a == n).count();
     assert_eq!((count(b"date"), count(b"server")), (1, 1), "{fields:?}");
     assert!(fields.iter().any(|(a, b)| a == b"server" && b == b"upstream/1.0"));
+}
+
+#[test]
+fn print_sizes() {
+    eprintln!(
+        "Request {} Stream {} Event {} Send {} Response {}",
+        std::mem::size_of::<crate::Request>(),
+        std::mem::size_of::<super::stream::Stream>(),
+        std::mem::size_of::<Event>(),
+        std::mem::size_of::<super::stream::Send>(),
+        std::mem::size_of::<Response>()
+    );
 }
