@@ -181,9 +181,14 @@ pub(crate) async fn serve<A: App>(
     // The sender decides when the connection is over: if it finishes first (going away
     // and the last stream is answered) the receiver is dropped mid-read (cancel safe);
     // if the receiver finishes first (EOF, connection error) the sender still flushes.
+    // Biased, receiver first: the sender then runs in the same poll, right after the
+    // receiver queued responses, while their streams are still in the cache (an unbiased
+    // select polls them in random order, and half the time the sender's turn would come a
+    // whole scheduler round later).
     let failed = tokio::select! {
-        f = &mut send => f,
+        biased;
         () = &mut recv => send.await,
+        f = &mut send => f,
         () = &mut reap => None,
     };
     if let Some(reason) = failed {

@@ -243,7 +243,12 @@ impl Proto {
 
     /// Takes the events produced so far.
     pub(crate) fn take_events(&mut self, out: &mut Vec<Event>) {
-        out.append(&mut self.events);
+        if out.is_empty() {
+            // The usual case: hand over the vector instead of moving each event.
+            std::mem::swap(out, &mut self.events);
+        } else {
+            out.append(&mut self.events);
+        }
     }
 
     /// Whether the connection has nothing left to do: failed, or going away with no stream
