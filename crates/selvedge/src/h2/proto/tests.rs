@@ -571,15 +571,3 @@ fn app_date_and_server_replace_ours() {
     assert_eq!((count(b"date"), count(b"server")), (1, 1), "{fields:?}");
     assert!(fields.iter().any(|(a, b)| a == b"server" && b == b"upstream/1.0"));
 }
-
-#[test]
-fn print_sizes() {
-    eprintln!(
-        "Request {} Stream {} Event {} Send {} Response {}",
-        std::mem::size_of::<crate::Request>(),
-        std::mem::size_of::<super::stream::Stream>(),
-        std::mem::size_of::<Event>(),
-        std::mem::size_of::<super::stream::Send>(),
-        std::mem::size_of::<Response>()
-    );
-}
