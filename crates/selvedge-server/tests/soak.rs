@@ -69,7 +69,7 @@ fn ten_thousand_idle_keep_alive_connections_over_rounds() {
     let fd0 = srv.fd_count();
     let rss0 = rss_kib(pid);
     let mut peaks = Vec::new();
-    for round in 0..3 {
+    for round in 0..4 {
         let mut conns = Vec::with_capacity(n);
         for _ in 0..n {
             let mut s = TcpStream::connect(srv.addr).unwrap();
@@ -95,8 +95,11 @@ fn ten_thousand_idle_keep_alive_connections_over_rounds() {
     }
     let per_conn = (peaks[0] - rss0) as f64 * 1024.0 / n as f64;
     assert!(per_conn < 4096.0, "{per_conn:.0} bytes per idle connection");
-    // No growth across rounds beyond allocator noise (2%).
-    assert!(peaks[2] <= peaks[0] + peaks[0] / 50, "RSS grew across rounds: {peaks:?}");
+    // No growth across rounds beyond allocator noise. Round 0 warms the allocator and the
+    // reactor's slabs; from round 1 to round 3 a leak of 150 bytes per connection per round
+    // adds 3 MB on 10,000 connections, over the 6% (about 2.2 MB) allowed for glibc's
+    // fragmentation, which was seen to move one round's peak by up to 5% under CI load.
+    assert!(peaks[3] <= peaks[1] + peaks[1] * 6 / 100, "RSS grew across rounds: {peaks:?}");
 }
 
 #[test]
