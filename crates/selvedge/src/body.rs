@@ -16,7 +16,7 @@ pub struct Body {
     inner: Inner,
     /// A size limit set with [`Body::limit`]: bytes allowed, bytes read so far, and the flag
     /// raised when a read goes past it.
-    limit: Option<(u64, u64, Arc<AtomicBool>)>,
+    limit: Option<Box<(u64, u64, Arc<AtomicBool>)>>,
 }
 
 #[derive(Default)]
@@ -77,7 +77,8 @@ impl Body {
     /// Cancel safe: no data is lost if the future is dropped.
     pub async fn chunk(&mut self) -> Option<Result<Bytes, Error>> {
         let piece = self.next_piece().await;
-        if let (Some(Ok(b)), Some((max, seen, hit))) = (&piece, &mut self.limit) {
+        if let (Some(Ok(b)), Some(l)) = (&piece, &mut self.limit) {
+            let (max, seen, hit) = &mut **l;
             *seen += b.len() as u64;
             if *seen > *max {
                 hit.store(true, Ordering::Release);
@@ -90,7 +91,7 @@ impl Body {
     /// Caps the body at `max` bytes: a read that goes past it fails with status 413 and
     /// raises `hit` (see [`crate::middleware::BodyLimit`]).
     pub fn limit(&mut self, max: u64, hit: Arc<AtomicBool>) {
-        self.limit = Some((max, 0, hit));
+        self.limit = Some(Box::new((max, 0, hit)));
     }
 
     async fn next_piece(&mut self) -> Option<Result<Bytes, Error>> {

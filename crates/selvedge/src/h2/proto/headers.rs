@@ -94,7 +94,7 @@ pub(crate) fn request(
     arena: &mut BytesMut,
 ) -> Result<Head, HeaderError> {
     let need = block.len() * 2 + 64;
-    let mut buf = std::mem::take(arena);
+    let buf = arena;
     buf.clear();
     if buf.capacity() < need {
         buf.reserve(need.max(ARENA));
@@ -201,7 +201,6 @@ pub(crate) fn request(
     };
     // This request's bytes; the spare room stays in the arena for the next one.
     let fields = buf.split();
-    *arena = buf;
     let req = Request {
         buf: fields.freeze(),
         method,
