@@ -57,3 +57,31 @@ pub(crate) fn put_write(mut b: Vec<u8>) {
         }
     });
 }
+
+thread_local! {
+    static SPANS: RefCell<Vec<Vec<crate::h1::parse::HeaderSpan>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Header spans recycled from requests this thread dropped (HTTP/1 and HTTP/2 requests
+/// each need one such vector; reusing them saves an allocation and a free per request).
+const SPANS_CAP: usize = 16;
+
+/// An empty vector for a request's header spans.
+pub(crate) fn take_spans() -> Vec<crate::h1::parse::HeaderSpan> {
+    SPANS.with(|p| p.borrow_mut().pop()).unwrap_or_else(|| Vec::with_capacity(SPANS_CAP))
+}
+
+/// Gives a request's header spans back (kept if of the usual size).
+pub(crate) fn put_spans(mut v: Vec<crate::h1::parse::HeaderSpan>) {
+    if (SPANS_CAP..=4 * SPANS_CAP).contains(&v.capacity()) {
+        v.clear();
+        // `try_with`: a request dropped while the thread exits finds no pool.
+        let _ = SPANS.try_with(|p| {
+            if let Ok(mut p) = p.try_borrow_mut() {
+                if p.len() < 4 * KEEP {
+                    p.push(v);
+                }
+            }
+        });
+    }
+}

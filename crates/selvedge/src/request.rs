@@ -49,6 +49,12 @@ impl Default for Request {
     }
 }
 
+impl Drop for Request {
+    fn drop(&mut self) {
+        crate::pool::put_spans(std::mem::take(&mut self.headers));
+    }
+}
+
 impl fmt::Debug for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Request")
@@ -174,7 +180,7 @@ impl Request {
 
     /// Converts into an [`http::Request`]. Header values share the request's bytes; only
     /// non-standard header names are copied.
-    pub fn into_http(self) -> http::Request<Body> {
+    pub fn into_http(mut self) -> http::Request<Body> {
         let mut b = http::Request::builder().method(self.method.clone()).version(self.version);
         let uri = match self.authority() {
             Some(a) if !a.is_empty() && self.path().starts_with('/') => {
@@ -195,7 +201,7 @@ impl Request {
             };
             map.append(name, value);
         }
-        *req.body_mut() = self.body;
+        *req.body_mut() = std::mem::take(&mut self.body);
         req
     }
 }
@@ -306,11 +312,9 @@ mod tests {
 
     #[test]
     fn segments_decode_lazily() {
-        let req = Request {
-            buf: Bytes::from_static(b"/a/b%20c//d%2Fe/%zz"),
-            path: Span { start: 0, len: 19 },
-            ..Request::default()
-        };
+        let mut req = Request::default();
+        req.buf = Bytes::from_static(b"/a/b%20c//d%2Fe/%zz");
+        req.path = Span { start: 0, len: 19 };
         let segs: Vec<_> = req.segments().collect();
         assert_eq!(segs.len(), 5);
         assert!(matches!(segs[0], Cow::Borrowed(b"a")));

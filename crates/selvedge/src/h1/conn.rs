@@ -257,7 +257,9 @@ impl Conn {
             if self.flush().await.is_err() {
                 return Next::Close { linger: false };
             }
-            self.h2 = Some(Some(Request { version: Version::HTTP_2, ..req }));
+            let mut req = req;
+            req.version = Version::HTTP_2;
+            self.h2 = Some(Some(req));
             return Next::Upgrade;
         }
 

@@ -382,7 +382,7 @@ fn parse_inner(buf: &[u8], limits: &Limits) -> Result<Status> {
     let (form, path, query, mut authority) = split_target(method_bytes, &buf[target.range()], target.start as usize)?;
 
     // field lines
-    let mut headers = Vec::with_capacity(16);
+    let mut headers = crate::pool::take_spans();
     let mut content_length: Option<u64> = None;
     let mut te_seen = false;
     let mut te_chunked_last = false;

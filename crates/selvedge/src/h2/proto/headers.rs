@@ -108,7 +108,7 @@ pub(crate) fn request(
     let mut regular_seen = false;
     let (mut method, mut scheme, mut path, mut authority, mut host) = (None, None, None, None, None);
     let mut protocol = None;
-    let mut headers = Vec::with_capacity(16);
+    let mut headers = crate::pool::take_spans();
     let mut content_length: Option<u64> = None;
     let mut priority: Option<Bytes> = None;
     let r = dec.decode(block, |f| {
@@ -210,8 +210,10 @@ pub(crate) fn request(
         authority,
         headers,
         version: Version::HTTP_2,
+        peer: crate::sys::PeerAddr::Unix,
+        body: crate::body::Body::empty(),
+        secure: false,
         upgrade: protocol,
-        ..Request::default()
     };
     Ok(Head { req, content_length, priority })
 }
