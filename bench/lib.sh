@@ -328,6 +328,13 @@ srv_selvedge-mt() {
     SRV_ENV+=("SELVEDGE_MODE=multi")
 }
 
+# selvedge-alt: another selvedge build ($SELVEDGE_ALT_CMD, same conventions as
+# SELVEDGE_CMD), for A/B comparisons of two commits in one interleaved run.
+srv_selvedge-alt() {
+    [[ -n ${SELVEDGE_ALT_CMD:-} ]] || { SRV_WHY="SELVEDGE_ALT_CMD is not set"; return 1; }
+    SELVEDGE_CMD=$SELVEDGE_ALT_CMD srv_selvedge "$@"
+}
+
 # Build the default selvedge example if it is missing (or always, with SELVEDGE_BUILD=1).
 # Only for the default SELVEDGE_CMD; a custom command is used as given.
 selvedge_prepare() {
@@ -356,6 +363,7 @@ server_version() {
             v=$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo "?")
             [[ -n $(git -C "$REPO_DIR" status --porcelain --untracked-files=no 2>/dev/null) ]] && v="$v+dirty"
             echo "selvedge git $v (SELVEDGE_CMD=$SELVEDGE_CMD)" ;;
+        selvedge-alt) echo "selvedge-alt (SELVEDGE_ALT_CMD=${SELVEDGE_ALT_CMD:-})" ;;
         nginx) echo "nginx $(pkg_version nginx || true)$(pkg_version nginx-core || true)" ;;
         *) echo "$1 $(pkg_version "$1" || true)" ;;
     esac

@@ -58,6 +58,12 @@ EOF
     SRV_LOG=$dir/stdout.log
 }
 
+# selvedge-alt: the same config with another build ($SELVEDGE_ALT_BIN), for A/B runs.
+srv_selvedge-alt() {
+    [[ -n ${SELVEDGE_ALT_BIN:-} ]] || { SRV_WHY="SELVEDGE_ALT_BIN is not set"; return 1; }
+    SELVEDGE_BIN=$SELVEDGE_ALT_BIN srv_selvedge "$@"
+}
+
 # selvedge-sendfile: the same, but small files are sent with send(MSG_MORE) + sendfile
 # instead of from memory (memory_max = 0): the measurement behind the default.
 srv_selvedge-sendfile() {

@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use selvedge::{AppExt, Server};
+use selvedge::Server;
 use tokio::signal::unix::{signal, SignalKind};
 
 use selvedge_server::access_log::AccessLog;
@@ -157,6 +157,7 @@ fn main() -> ExitCode {
         site: Arc::new(ArcSwap::from_pointee(site)),
         log: Arc::new(ArcSwap::from_pointee(log)),
         pages: Arc::new(ArcSwap::from_pointee(routes::engine_pages(&cfg))),
+        hsts: cfg.hsts.as_deref().and_then(|v| selvedge::http::HeaderValue::from_str(v).ok()),
     };
     let mut settings = cfg.settings.clone();
     settings.error_response = Some(routes::error_hook(front.pages.clone()));
@@ -198,20 +199,7 @@ fn main() -> ExitCode {
             }
         }
     };
-    let hsts = cfg.hsts.clone();
-    let app = front.clone().with(selvedge::middleware::from_fn(
-        move |req: selvedge::Request, next: selvedge::middleware::Next<Front>| {
-            let hsts = if req.is_secure() { hsts.clone() } else { None };
-            async move {
-                let res = next.run(req).await;
-                match hsts {
-                    Some(v) => res.header(selvedge::http::header::STRICT_TRANSPORT_SECURITY, v),
-                    None => res,
-                }
-            }
-        },
-    ));
-    let handle = match server.start(app) {
+    let handle = match server.start(front.clone()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("selvedge: cannot listen on {:?}: {e}", cfg.listen);

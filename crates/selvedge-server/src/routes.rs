@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use selvedge::file::{CacheConfig, FileCache};
-use selvedge::http::{header, StatusCode};
+use selvedge::http::{header, HeaderValue, StatusCode};
 use selvedge::{App, Request, Response};
 
 use crate::access_log::AccessLog;
@@ -36,11 +36,16 @@ enum RouteApp {
 }
 
 impl RouteApp {
+    /// Serves a CGI or proxy route. Their futures are large (kilobytes of state across
+    /// their awaits), so they are boxed: a static file's request, the common case, is
+    /// answered without them (see [`Site::respond_now`]) and its future stays small (the
+    /// engine allocates each request's future, and a small one comes from malloc's
+    /// per-thread cache).
     async fn handle(&self, req: Request) -> Response {
         match self {
-            RouteApp::Static(s) => s.handle(req).await,
-            RouteApp::Cgi(c) => c.handle(req).await,
-            RouteApp::Proxy(p) => p.handle(req).await,
+            RouteApp::Static(s) => s.respond(&req),
+            RouteApp::Cgi(c) => Box::pin(c.handle(req)).await,
+            RouteApp::Proxy(p) => Box::pin(p.handle(req)).await,
         }
     }
 
@@ -137,16 +142,32 @@ impl Site {
         self.default.and_then(|i| self.vhosts.get(i))
     }
 
+    /// Answers at once what needs no waiting: static files and unrouted paths. `None`: the
+    /// route is CGI or a proxy (use [`Site::handle`]).
+    pub fn respond_now(&self, req: &Request) -> Option<Response> {
+        match self.vhost(req).and_then(|v| v.route(req.path())) {
+            None => Some(not_found()),
+            Some(Route { app: RouteApp::Static(s), .. }) => Some(s.respond(req)),
+            Some(_) => None,
+        }
+    }
+
     /// Serves one request (routed again after a CGI script's local redirect).
-    pub async fn handle(&self, mut req: Request) -> Response {
+    pub async fn handle(&self, req: Request) -> Response {
+        match self.respond_now(&req) {
+            Some(res) => res,
+            None => Box::pin(self.handle_waiting(req)).await,
+        }
+    }
+
+    async fn handle_waiting(&self, mut req: Request) -> Response {
         let mut redirects = 0;
         loop {
             let Some(route) = self.vhost(&req).and_then(|v| v.route(req.path())) else {
-                return Response::bytes(StatusCode::NOT_FOUND, "404 Not Found\n")
-                    .header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
+                return not_found();
             };
             if let RouteApp::Cgi(c) = &route.app {
-                match c.run(req, redirects).await {
+                match Box::pin(c.run(req, redirects)).await {
                     crate::cgi::Outcome::Response(res) => return res,
                     crate::cgi::Outcome::Redirect(next) => (req, redirects) = (next, redirects + 1),
                 }
@@ -160,6 +181,10 @@ impl Site {
     pub fn roots(&self) -> Vec<String> {
         self.vhosts.iter().flat_map(|v| v.routes.iter().map(|r| r.app.describe())).collect()
     }
+}
+
+fn not_found() -> Response {
+    Response::bytes(StatusCode::NOT_FOUND, "404 Not Found\n").header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
 }
 
 /// Error pages of the default host's routes, in memory, for the answers the engine gives
@@ -193,7 +218,7 @@ pub fn error_hook(pages: EnginePages) -> selvedge::ErrorResponseHook {
     })
 }
 
-/// The app the engine runs: the current site, plus the access log.
+/// The app the engine runs: the current site, plus the access log and HSTS.
 #[derive(Debug, Clone)]
 pub struct Front {
     /// The site, swapped on reload.
@@ -202,21 +227,31 @@ pub struct Front {
     pub log: Arc<ArcSwap<Option<AccessLog>>>,
     /// Error pages for the engine's own answers.
     pub pages: EnginePages,
+    /// `Strict-Transport-Security` added to responses over TLS, if set.
+    pub hsts: Option<HeaderValue>,
 }
 
 impl App for Front {
     async fn handle(&self, req: Request) -> Response {
-        let site = self.site.load_full();
         let log: Option<AccessLog> = Option::clone(&self.log.load());
-        match log {
-            None => site.handle(req).await,
-            Some(log) => {
-                let pending = log.begin(&req);
-                let res = site.handle(req).await;
-                log.finish(pending, &res);
-                res
+        let pending = log.as_ref().map(|l| l.begin(&req));
+        let hsts = if req.is_secure() { self.hsts.clone() } else { None };
+        // Static files are answered right here; only CGI and proxy routes wait (boxed).
+        let now = self.site.load().respond_now(&req);
+        let mut res = match now {
+            Some(res) => res,
+            None => {
+                let site = self.site.load_full();
+                Box::pin(async move { site.handle_waiting(req).await }).await
             }
+        };
+        if let (Some(log), Some(p)) = (&log, pending) {
+            log.finish(p, &res);
         }
+        if let Some(v) = hsts {
+            res = res.header(header::STRICT_TRANSPORT_SECURITY, v);
+        }
+        res
     }
 }
 

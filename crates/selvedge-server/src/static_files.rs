@@ -137,11 +137,17 @@ impl StaticFiles {
 
     /// Handles a request routed here.
     pub async fn handle(&self, req: Request) -> Response {
+        self.respond(&req)
+    }
+
+    /// Answers a request routed here: nothing waits, so the server calls this directly
+    /// (no future of its own per request).
+    pub fn respond(&self, req: &Request) -> Response {
         let get = req.method() == Method::GET;
         if !get && req.method() != Method::HEAD {
             return self.error(StatusCode::METHOD_NOT_ALLOWED).header(header::ALLOW, "GET, HEAD");
         }
-        let mut path = match self.resolve(&req) {
+        let mut path = match self.resolve(req) {
             Ok(p) => p,
             Err(Refused::Bad) => return self.error(StatusCode::BAD_REQUEST),
             Err(Refused::Hidden) => return self.error(StatusCode::NOT_FOUND),

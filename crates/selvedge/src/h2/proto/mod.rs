@@ -15,6 +15,7 @@
 mod headers;
 pub mod priority;
 mod send;
+mod store;
 pub(crate) use send::After;
 mod stream;
 mod timers;
@@ -31,7 +32,7 @@ use super::H2Settings;
 use crate::hpack;
 use crate::Request;
 use headers::HeaderError;
-use priority::{IdMap, Precedence, Queue};
+use priority::{Precedence, Queue};
 
 /// What the connection driver must act on. Not boxed: events live in a reused vector, and
 /// a box per request would be one more allocation on the hot path.
@@ -108,7 +109,7 @@ const CLOSED_MEMORY: usize = 64;
 /// One HTTP/2 connection's protocol state (server side).
 pub(crate) struct Proto {
     cfg: H2Settings,
-    pub(crate) streams: IdMap<Stream>,
+    pub(crate) streams: store::Store<Stream>,
     /// Recently closed streams, and whether we reset them (frames for those are ignored).
     closed: VecDeque<(u32, bool)>,
     /// Highest client stream id seen.
@@ -162,7 +163,7 @@ impl Proto {
         let mut hdec = hpack::Decoder::new(cfg.header_table_size as usize);
         hdec.set_max_header_list_size(cfg.max_header_list_size as usize);
         let mut p = Proto {
-            streams: IdMap::default(),
+            streams: store::Store::default(),
             closed: VecDeque::with_capacity(CLOSED_MEMORY),
             last_id: 0,
             hdec,
