@@ -125,6 +125,7 @@ fn tls12_session_resumption() {
         .stdin(std::process::Stdio::null())
         .output();
     let Ok(out) = out else {
+        assert!(std::env::var_os("CI").is_none(), "openssl is not installed (CI must install it)");
         eprintln!("openssl not installed; skipping");
         return;
     };
