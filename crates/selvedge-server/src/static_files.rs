@@ -102,7 +102,8 @@ impl StaticFiles {
     }
 
     fn resolve(&self, req: &Request) -> Result<PathBuf, Refused> {
-        let mut path = self.root.clone();
+        let mut path = PathBuf::with_capacity(self.root.as_os_str().len() + req.path().len() + 16);
+        path.push(&self.root);
         for seg in req.segments().skip(self.skip) {
             if seg.is_empty() {
                 continue;
@@ -270,10 +271,13 @@ impl StaticFiles {
 /// A response carrying `len` bytes of `f` from `offset`: from memory if the cache holds
 /// the bytes, else from the open file (`sendfile`).
 fn body_of(status: StatusCode, f: &FileInfo, offset: u64, len: u64) -> Response {
-    match &f.bytes {
+    let mut res = match &f.bytes {
         Some(b) => Response::bytes(status, b.slice(offset as usize..(offset + len) as usize)),
         None => Response::file_range(status, f.file.clone(), offset, len),
-    }
+    };
+    // Room for the fields every file response gets (one allocation, no regrowth).
+    res.headers_mut().reserve_exact(6);
+    res
 }
 
 fn plain(status: StatusCode) -> Response {

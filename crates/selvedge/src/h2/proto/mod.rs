@@ -490,9 +490,12 @@ impl Proto {
     }
 
     fn close(&mut self, id: u32) {
-        if self.take_stream(id).is_some() {
-            self.forget(id, false);
+        let Some(s) = self.streams.get(&id) else { return };
+        if s.win_blocked {
+            self.win_blocked -= 1;
         }
+        self.streams.delete(&id);
+        self.forget(id, false);
     }
 
     /// How a frame for `id`, which is not an open stream, is treated: `None` for an idle
@@ -697,12 +700,11 @@ impl Proto {
             Err(HeaderError::TooLarge) => None,
         };
         let state = if end_stream { State::HalfClosedRemote } else { State::Open };
-        let mut s = Stream::new(state, self.peer_initial_window, self.cfg.initial_window_size as i64);
         let mut prec = self.queue.precedence(id);
         if let Some(d) = dep.filter(|_| !self.no_rfc7540) {
             prec.weight = d.weight;
         }
-        match head {
+        let (content_length, is_head, answer) = match head {
             Some(h) => {
                 if end_stream && h.content_length.is_some_and(|n| n != 0) {
                     return self.reset(id, Reason::PROTOCOL_ERROR);
@@ -711,22 +713,33 @@ impl Proto {
                     prec.incremental = false;
                     prec.apply_field(p);
                 }
-                s.content_length = h.content_length;
-                s.is_head = h.req.method == http::Method::HEAD;
+                let (cl, is_head) = (h.content_length, h.req.method == http::Method::HEAD);
                 self.events.push(Event::Request(id, h.req, !end_stream));
+                (cl, is_head, None)
             }
             None => {
                 // The header list is over our limit: 431, without running the app.
-                s.body_dropped = true;
                 let res = crate::h1::conn::default_error_response(http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
-                s.send = Send::Head { status: res.status, headers: res.headers, length: None, body: OutBody::Empty };
                 self.queue.push(id, 0);
+                (
+                    None,
+                    false,
+                    Some(Send::Head { status: res.status, headers: res.headers, length: None, body: OutBody::Empty }),
+                )
             }
-        }
+        };
         if prec != self.queue.precedence(id) {
             self.queue.set_precedence(id, prec);
         }
-        self.streams.insert(id, s);
+        // Built in its slot (a stream is a few hundred bytes: no moves).
+        let (send_window, recv_window) = (self.peer_initial_window, self.cfg.initial_window_size as i64);
+        let s = self.streams.insert_new(id, || Stream::new(state, send_window, recv_window));
+        s.content_length = content_length;
+        s.is_head = is_head;
+        if let Some(send) = answer {
+            s.body_dropped = true;
+            s.send = send;
+        }
         self.requests += 1;
         if self.requests >= self.cfg.max_requests || id == MAX_WINDOW {
             // No more streams on this connection (the limit, or client ids exhausted).

@@ -71,6 +71,32 @@ impl<V> Store<V> {
         None
     }
 
+    /// Adds a new stream `id` (which must not be present) built by `make` right in its
+    /// slot, and returns it.
+    #[inline]
+    pub(crate) fn insert_new(&mut self, id: u32, make: impl FnOnce() -> V) -> &mut V {
+        debug_assert!(!self.index.contains_key(&id));
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.index.insert(id, slot);
+        let (_, v) = self.slots[slot as usize].insert((id, make()));
+        v
+    }
+
+    /// Drops the stream `id` where it lies (no move); returns whether it was there.
+    #[inline]
+    pub(crate) fn delete(&mut self, id: &u32) -> bool {
+        let Some(slot) = self.index.remove(id) else { return false };
+        self.slots[slot as usize] = None;
+        self.free.push(slot);
+        true
+    }
+
     /// Takes the stream `id` out; its slot is the next one reused.
     pub(crate) fn remove(&mut self, id: &u32) -> Option<V> {
         let slot = self.index.remove(id)?;
@@ -118,6 +144,12 @@ mod tests {
         }
         assert_eq!(s.get(&5).map(String::as_str), Some("d."));
         assert_eq!(s.get(&7), None);
+        *s.insert_new(7, || "e".into()) += "f";
+        assert_eq!(s.get(&7).map(String::as_str), Some("ef"));
+        assert!(s.delete(&7));
+        assert!(!s.delete(&7));
+        assert_eq!(s.insert_new(9, || "g".into()), "g");
+        assert_eq!(s.len(), 3);
     }
 
     #[test]
