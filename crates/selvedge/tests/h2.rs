@@ -40,8 +40,11 @@ fn curl_prior_knowledge_bytes_stream_body_and_errors() {
         curl(&["--http2-prior-knowledge", "--data-binary", &format!("@{}", up.display()), &format!("{url}echo")]);
     std::fs::remove_file(&up).unwrap();
     assert_eq!(out.len(), 300_000);
-    let (out, _) = curl(&["--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_code}", &format!("{url}panic")]);
-    assert_eq!(out, "500");
+    for path in ["panic", "panic-later"] {
+        let (out, _) =
+            curl(&["--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_code}", &format!("{url}{path}")]);
+        assert_eq!(out, "500", "{path}");
+    }
     let (out, _) = curl(&["--http2-prior-knowledge", "-I", &format!("{url}hello")]);
     assert!(out.starts_with("HTTP/2 200") && out.contains("content-length: 5"), "{out}");
 }

@@ -573,10 +573,19 @@ pub(crate) async fn call_catching_panics<A: App>(app: &A, req: Request) -> Optio
     // Boxed: the app's future lives only while the request runs, so an idle connection's
     // task does not carry the app's (possibly large) state.
     let mut fut = Box::pin(app.handle(req));
-    poll_fn(|cx| match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+    poll_fn(|cx| poll_catching(fut.as_mut(), cx)).await
+}
+
+/// Polls an app's future, turning a panic into `Ready(None)` (the future must not be
+/// polled again after that).
+#[inline]
+pub(crate) fn poll_catching<F: Future<Output = Response>>(
+    fut: std::pin::Pin<&mut F>,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<Option<Response>> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
         Ok(Poll::Ready(r)) => Poll::Ready(Some(r)),
         Ok(Poll::Pending) => Poll::Pending,
         Err(_) => Poll::Ready(None),
-    })
-    .await
+    }
 }

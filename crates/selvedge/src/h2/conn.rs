@@ -34,7 +34,7 @@ use super::proto::{After, Event, Proto, Timeouts};
 use crate::app::App;
 use crate::body::Body;
 use crate::error::{Error, Kind};
-use crate::h1::conn::{call_catching_panics, default_error_response};
+use crate::h1::conn::{default_error_response, poll_catching};
 use crate::response::{BodyWriter, Response, StreamBody};
 use crate::settings::Settings;
 use crate::socket::Socket;
@@ -381,11 +381,14 @@ fn spawn_streams<A: App>(
                 if has_body {
                     req.body = Body::h2(BodyReader { shared: shared.clone(), id });
                 }
+                // One allocation per request: the app's future, boxed so that it can move
+                // into a task of its own if it is not ready at the first poll.
                 let app = app.clone();
-                let mut fut = Box::pin(async move { call_catching_panics(&*app, req).await });
-                match fut.as_mut().poll(&mut cx) {
+                let mut fut = Box::pin(async move { app.handle(req).await });
+                match poll_catching(fut.as_mut(), &mut cx) {
                     Poll::Ready(res) => ready.push((id, res)),
                     Poll::Pending => {
+                        let fut = poll_fn(move |cx| poll_catching(fut.as_mut(), cx));
                         let task = tokio::spawn(stream_task(shared.clone(), id, cfg.clone(), fut));
                         let mut tasks = shared.tasks.lock().unwrap_or_else(|e| e.into_inner());
                         if !task.is_finished() {

@@ -64,6 +64,11 @@ pub async fn app(mut req: Request) -> Response {
             .header(header::CONTENT_TYPE, "text/plain")
         }
         "/panic" => panic!("the app panicked on purpose"),
+        "/panic-later" => {
+            // Not ready at the first poll: on HTTP/2 this runs in a task of its own.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            panic!("the app panicked on purpose, after waiting")
+        }
         "/slow" => {
             tokio::time::sleep(Duration::from_millis(300)).await;
             Response::bytes(StatusCode::OK, "slow done")
