@@ -364,6 +364,7 @@ server_version() {
             [[ -n $(git -C "$REPO_DIR" status --porcelain --untracked-files=no 2>/dev/null) ]] && v="$v+dirty"
             echo "selvedge git $v (SELVEDGE_CMD=$SELVEDGE_CMD)" ;;
         selvedge-alt) echo "selvedge-alt (SELVEDGE_ALT_CMD=${SELVEDGE_ALT_CMD:-})" ;;
+        selvedge-mt) echo "selvedge-mt (the same command with SELVEDGE_MODE=multi)" ;;
         nginx) echo "nginx $(pkg_version nginx || true)$(pkg_version nginx-core || true)" ;;
         *) echo "$1 $(pkg_version "$1" || true)" ;;
     esac

@@ -102,7 +102,7 @@ impl StaticFiles {
     }
 
     fn resolve(&self, req: &Request) -> Result<PathBuf, Refused> {
-        let mut path = PathBuf::with_capacity(self.root.as_os_str().len() + req.path().len() + 16);
+        let mut path = PathBuf::with_capacity(self.root.as_os_str().len() + 64);
         path.push(&self.root);
         for seg in req.segments().skip(self.skip) {
             if seg.is_empty() {
