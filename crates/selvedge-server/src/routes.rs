@@ -90,7 +90,11 @@ impl Site {
     /// # Errors
     /// A route's root is not a directory.
     pub fn build(cfg: &Config) -> io::Result<Site> {
-        let cache = FileCache::new(CacheConfig { siblings: &["br", "gz"], ..cfg.cache });
+        let cache = FileCache::new(CacheConfig {
+            siblings: &["br", "gz"],
+            content_type: Some(crate::mime::for_path),
+            ..cfg.cache
+        });
         let mut vhosts = Vec::new();
         let mut by_host = HashMap::new();
         let mut default = None;

@@ -16,8 +16,7 @@
 //!    the file, several as `multipart/byteranges`) or 416; else 200.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,6 +32,9 @@ use crate::mime;
 /// Multipart bodies are built in memory up to this size; a larger request is answered with
 /// the whole file instead (RFC 9110 lets a server ignore `Range`).
 const MULTIPART_MAX: u64 = 8 << 20;
+
+/// `Accept-Ranges: bytes`, checked at compile time rather than per response.
+static BYTES: HeaderValue = HeaderValue::from_static("bytes");
 
 /// Options of one static route.
 #[derive(Debug, Clone)]
@@ -102,8 +104,10 @@ impl StaticFiles {
     }
 
     fn resolve(&self, req: &Request) -> Result<PathBuf, Refused> {
-        let mut path = PathBuf::with_capacity(self.root.as_os_str().len() + 64);
-        path.push(&self.root);
+        // Bytes appended by hand: `PathBuf::push` re-examines separators on every call.
+        let root = self.root.as_os_str().as_bytes();
+        let mut path = Vec::with_capacity(root.len() + 64);
+        path.extend_from_slice(root);
         for seg in req.segments().skip(self.skip) {
             if seg.is_empty() {
                 continue;
@@ -114,9 +118,12 @@ impl StaticFiles {
             if seg[0] == b'.' && !self.opts.dotfiles {
                 return Err(Refused::Hidden);
             }
-            path.push(OsStr::from_bytes(&seg));
+            if path.last() != Some(&b'/') {
+                path.push(b'/');
+            }
+            path.extend_from_slice(&seg);
         }
-        Ok(path)
+        Ok(PathBuf::from(std::ffi::OsString::from_vec(path)))
     }
 
     /// Whether `real` (a canonical path) is the root or under it: a byte comparison
@@ -186,13 +193,16 @@ impl StaticFiles {
         if !self.opts.symlinks_outside && !self.inside(&f.real) {
             return self.error(StatusCode::NOT_FOUND);
         }
-        let content_type = mime::for_path(&path);
+        // The main file's type (a precompressed sibling goes out with it), looked up once
+        // when the file was cached (the same table, see `routes.rs`).
+        let ct = f.content_type.clone().unwrap_or_else(|| HeaderValue::from_static(mime::for_path(&path)));
+        let content_type = || ct.to_str().unwrap_or(mime::DEFAULT);
 
         // Precompressed siblings (found and validated with the file by the cache).
         let mut encoding = None;
         let mut vary = false;
         let mut f = f;
-        if self.opts.precompressed && !entry.siblings.is_empty() && mime::compressible(content_type) {
+        if self.opts.precompressed && !entry.siblings.is_empty() && mime::compressible(content_type()) {
             let accept = req.header("accept-encoding").unwrap_or(b"");
             let inside = |s: &&Sibling| self.opts.symlinks_outside || self.inside(&s.info.real);
             vary = entry.siblings.iter().any(|s| inside(&s));
@@ -230,7 +240,7 @@ impl StaticFiles {
             Precondition::Failed => return common(self.error(StatusCode::PRECONDITION_FAILED)),
         }
         let typed = |res: Response| {
-            let res = common(res).header(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+            let res = common(res).header(header::CONTENT_TYPE, ct.clone());
             match encoding {
                 Some(c) => res.header(header::CONTENT_ENCODING, HeaderValue::from_static(c)),
                 None => res,
@@ -245,7 +255,7 @@ impl StaticFiles {
             _ => Ranges::Ignore,
         };
         match ranges {
-            Ranges::Ignore => typed(body_of(StatusCode::OK, f, 0, f.size)).header(header::ACCEPT_RANGES, "bytes"),
+            Ranges::Ignore => typed(body_of(StatusCode::OK, f, 0, f.size)).header(header::ACCEPT_RANGES, BYTES.clone()),
             Ranges::Unsatisfiable => common(self.error(StatusCode::RANGE_NOT_SATISFIABLE))
                 .header(header::CONTENT_RANGE, format!("bytes */{}", f.size)),
             Ranges::Satisfiable(rs) if rs.len() == 1 => {
@@ -253,7 +263,7 @@ impl StaticFiles {
                 typed(body_of(StatusCode::PARTIAL_CONTENT, f, r.start, r.len))
                     .header(header::CONTENT_RANGE, range::content_range(r, f.size))
             }
-            Ranges::Satisfiable(rs) => match multipart(f, &rs, content_type) {
+            Ranges::Satisfiable(rs) => match multipart(f, &rs, content_type()) {
                 Some((boundary, body)) => {
                     let mut res = common(Response::bytes(StatusCode::PARTIAL_CONTENT, body))
                         .header(header::CONTENT_TYPE, format!("multipart/byteranges; boundary={boundary}"));
@@ -262,7 +272,7 @@ impl StaticFiles {
                     }
                     res
                 }
-                None => typed(body_of(StatusCode::OK, f, 0, f.size)).header(header::ACCEPT_RANGES, "bytes"),
+                None => typed(body_of(StatusCode::OK, f, 0, f.size)).header(header::ACCEPT_RANGES, BYTES.clone()),
             },
         }
     }

@@ -54,6 +54,10 @@ pub struct CacheConfig {
     /// precompressed variants: `name.EXT`. Default: none; the `selvedge` server uses
     /// `["br", "gz"]`.
     pub siblings: &'static [&'static str],
+    /// Gives a file's `Content-Type` from its path, once, when the file is loaded (kept in
+    /// [`FileInfo::content_type`], so a request does not look it up again). Default: none;
+    /// the `selvedge` server uses its MIME table.
+    pub content_type: Option<fn(&Path) -> &'static str>,
 }
 
 impl Default for CacheConfig {
@@ -64,6 +68,7 @@ impl Default for CacheConfig {
             max_entries: 10_000,
             memory_max: 16 * 1024,
             siblings: &[],
+            content_type: None,
         }
     }
 }
@@ -103,6 +108,9 @@ pub struct FileInfo {
     pub bytes: Option<Bytes>,
     /// The canonical path (symlinks resolved), to check against a root.
     pub real: PathBuf,
+    /// The `Content-Type` [`CacheConfig::content_type`] gave for the path, if set, as a
+    /// header value made once (cloning it per response costs nothing).
+    pub content_type: Option<HeaderValue>,
 }
 
 impl fmt::Debug for FileInfo {
@@ -182,7 +190,7 @@ impl Entry {
         if !meta.is_file() {
             return Entry::new(Kind::Missing, None);
         }
-        let (info, stamp) = match Self::open(path, cfg.memory_max) {
+        let (info, stamp) = match Self::open(path, cfg) {
             Ok(x) => x,
             Err(e) if transient(&e) => return Entry::new(Kind::Unavailable, None),
             Err(_) => return Entry::new(Kind::Missing, None),
@@ -191,7 +199,7 @@ impl Entry {
         for &ext in cfg.siblings {
             let p = sibling_path(path, ext);
             let found = match std::fs::metadata(&p) {
-                Ok(m) if m.is_file() => Self::open(&p, cfg.memory_max).ok(),
+                Ok(m) if m.is_file() => Self::open(&p, cfg).ok(),
                 _ => None,
             };
             match found {
@@ -205,7 +213,7 @@ impl Entry {
         e
     }
 
-    fn open(path: &Path, memory_max: u64) -> io::Result<(FileInfo, Stamp)> {
+    fn open(path: &Path, cfg: &CacheConfig) -> io::Result<(FileInfo, Stamp)> {
         let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
         let meta = file.metadata()?;
         if !meta.is_file() {
@@ -219,9 +227,10 @@ impl Entry {
         let mut lm = [0u8; date::DATE_LEN];
         date::render(mtime, &mut lm);
         let last_modified = HeaderValue::from_bytes(&lm).expect("a date is a valid header");
-        let bytes = if size <= memory_max { read_all(&file, size) } else { None };
+        let bytes = if size <= cfg.memory_max { read_all(&file, size) } else { None };
         let real = path.canonicalize()?;
-        Ok((FileInfo { file: Arc::new(file), size, mtime, etag, last_modified, bytes, real }, stamp))
+        let content_type = cfg.content_type.map(|f| HeaderValue::from_static(f(path)));
+        Ok((FileInfo { file: Arc::new(file), size, mtime, etag, last_modified, bytes, real, content_type }, stamp))
     }
 
     /// Whether what is at `path` (and its siblings) now is still what this entry describes.
