@@ -14,7 +14,9 @@ use crate::{Error, Response};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workers {
     /// `n` threads, each with its own single-threaded runtime and its own `SO_REUSEPORT`
-    /// listener: no work stealing, no cross-core traffic. The default (measured faster).
+    /// listener: no work stealing, no cross-core traffic. The default: measured against
+    /// `MultiThread` on a 2-core machine the two are within 2–5% of each other (see the
+    /// README's "Worker modes"), and this one keeps every connection on its core.
     PerCore(usize),
     /// tokio's multi-threaded, work-stealing runtime with `n` threads and one listener.
     MultiThread(usize),
