@@ -55,19 +55,22 @@ const TABLE: &[(&str, &str)] = &[
 ];
 
 /// FNV-1a: short keys, fixed table.
-#[derive(Default)]
 struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
 
 impl Hasher for Fnv {
     fn finish(&self) -> u64 {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
         for &b in bytes {
-            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0100_0000_01b3);
         }
-        self.0 = h;
     }
 }
 

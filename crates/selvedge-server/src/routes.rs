@@ -147,7 +147,7 @@ impl Site {
     }
 
     /// Answers at once what needs no waiting: static files and unrouted paths. `None`: the
-    /// route is CGI or a proxy (use [`Site::handle`]).
+    /// route is CGI or a proxy (served by `handle_waiting`).
     pub fn respond_now(&self, req: &Request) -> Option<Response> {
         match self.vhost(req).and_then(|v| v.route(req.path())) {
             None => Some(not_found()),
@@ -156,14 +156,8 @@ impl Site {
         }
     }
 
-    /// Serves one request (routed again after a CGI script's local redirect).
-    pub async fn handle(&self, req: Request) -> Response {
-        match self.respond_now(&req) {
-            Some(res) => res,
-            None => Box::pin(self.handle_waiting(req)).await,
-        }
-    }
-
+    /// Serves a request whose route waits (CGI or proxy; routed again after a CGI
+    /// script's local redirect). [`Front`] answers the rest with [`Site::respond_now`].
     async fn handle_waiting(&self, mut req: Request) -> Response {
         let mut redirects = 0;
         loop {

@@ -143,11 +143,6 @@ impl StaticFiles {
         plain(status)
     }
 
-    /// Handles a request routed here.
-    pub async fn handle(&self, req: Request) -> Response {
-        self.respond(&req)
-    }
-
     /// Answers a request routed here: nothing waits, so the server calls this directly
     /// (no future of its own per request).
     pub fn respond(&self, req: &Request) -> Response {

@@ -56,7 +56,8 @@ pub struct CacheConfig {
     pub siblings: &'static [&'static str],
     /// Gives a file's `Content-Type` from its path, once, when the file is loaded (kept in
     /// [`FileInfo::content_type`], so a request does not look it up again). Default: none;
-    /// the `selvedge` server uses its MIME table.
+    /// the `selvedge` server uses its MIME table. The type must be a valid header value
+    /// (visible ASCII), as every entry of a MIME table is.
     pub content_type: Option<fn(&Path) -> &'static str>,
 }
 

@@ -473,11 +473,15 @@ impl Proto {
 
     /// Removes a stream from the map, keeping the stalled-stream count right.
     fn take_stream(&mut self, id: u32) -> Option<Stream> {
-        let s = self.streams.remove(&id)?;
-        if s.win_blocked {
+        self.unstall(id);
+        self.streams.remove(&id)
+    }
+
+    /// Before `id` leaves the map: it no longer counts as held back by its window.
+    fn unstall(&mut self, id: u32) {
+        if self.streams.get(&id).is_some_and(|s| s.win_blocked) {
             self.win_blocked -= 1;
         }
-        Some(s)
     }
 
     /// Forgets a closed stream (remembering its id for a while).
@@ -490,12 +494,11 @@ impl Proto {
     }
 
     fn close(&mut self, id: u32) {
-        let Some(s) = self.streams.get(&id) else { return };
-        if s.win_blocked {
-            self.win_blocked -= 1;
+        self.unstall(id);
+        // Dropped where it lies (a stream is a few hundred bytes: no move out).
+        if self.streams.delete(&id) {
+            self.forget(id, false);
         }
-        self.streams.delete(&id);
-        self.forget(id, false);
     }
 
     /// How a frame for `id`, which is not an open stream, is treated: `None` for an idle
