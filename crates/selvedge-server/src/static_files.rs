@@ -280,8 +280,8 @@ fn body_of(status: StatusCode, f: &FileInfo, offset: u64, len: u64) -> Response 
         Some(b) => Response::bytes(status, b.slice(offset as usize..(offset + len) as usize)),
         None => Response::file_range(status, f.file.clone(), offset, len),
     };
-    // Room for the fields every file response gets (one allocation, no regrowth).
-    res.headers_mut().reserve_exact(6);
+    // Room for the fields every file response gets (no regrowth; usually no allocation).
+    res.reserve_headers(6);
     res
 }
 

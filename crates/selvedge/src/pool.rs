@@ -85,3 +85,32 @@ pub(crate) fn put_spans(mut v: Vec<crate::h1::parse::HeaderSpan>) {
         });
     }
 }
+
+/// A response's header list: `(name, value)` pairs.
+type HeaderList = Vec<(http::HeaderName, http::HeaderValue)>;
+
+thread_local! {
+    static HEADERS: RefCell<Vec<HeaderList>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Capacity of a fresh header list: most responses carry a few headers.
+const HEADERS_CAP: usize = 8;
+
+/// An empty list for a response's headers, recycled from responses this thread sent.
+pub(crate) fn take_headers() -> HeaderList {
+    HEADERS.with(|p| p.borrow_mut().pop()).unwrap_or_else(|| Vec::with_capacity(HEADERS_CAP))
+}
+
+/// Gives a sent response's header list back (kept if of the usual size).
+pub(crate) fn put_headers(mut v: HeaderList) {
+    if (HEADERS_CAP..=4 * HEADERS_CAP).contains(&v.capacity()) {
+        v.clear();
+        let _ = HEADERS.try_with(|p| {
+            if let Ok(mut p) = p.try_borrow_mut() {
+                if p.len() < KEEP {
+                    p.push(v);
+                }
+            }
+        });
+    }
+}

@@ -179,12 +179,21 @@ impl Response {
     pub fn header(mut self, name: HeaderName, value: impl IntoHeaderValue) -> Response {
         if let Some(v) = value.into_header_value() {
             if self.headers.capacity() == 0 {
-                // Most responses carry a few headers: one allocation for them.
-                self.headers.reserve_exact(4);
+                // Most responses carry a few headers: a list recycled from a sent response.
+                self.headers = crate::pool::take_headers();
             }
             self.headers.push((name, v));
         }
         self
+    }
+
+    /// Makes room for `n` more headers without regrowing; a response with none yet takes
+    /// a header list recycled from a response this thread sent.
+    pub fn reserve_headers(&mut self, n: usize) {
+        if self.headers.capacity() == 0 {
+            self.headers = crate::pool::take_headers();
+        }
+        self.headers.reserve(n);
     }
 
     /// The status.

@@ -70,9 +70,16 @@ impl Socket {
     /// # Cancel safety
     /// Cancel safe: bytes are only appended to `buf` by a completed `read`.
     pub(crate) async fn raw_read(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        self.raw_read_when_ready(buf, |_| {}).await
+    }
+
+    /// Waits for readability, calls `fill` once (to give `buf` its room), then reads as
+    /// [`raw_read`](Self::raw_read) does, with the same readiness guard.
+    async fn raw_read_when_ready(&self, buf: &mut BytesMut, fill: impl FnOnce(&mut BytesMut)) -> io::Result<usize> {
+        let mut guard = self.fd.readable().await?;
+        fill(buf);
         debug_assert!(buf.capacity() > buf.len());
         loop {
-            let mut guard = self.fd.readable().await?;
             let room = buf.capacity() - buf.len();
             match sys::read_into(self.raw(), buf) {
                 Ok(n) => {
@@ -81,7 +88,11 @@ impl Socket {
                     }
                     return Ok(n);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    guard.clear_ready();
+                    drop(guard);
+                    guard = self.fd.readable().await?;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -216,6 +227,38 @@ impl Socket {
             }
         }
         self.raw_ready().await
+    }
+
+    /// Waits until a read would make progress, calls `fill` (an idle connection takes its
+    /// buffer back only now), then reads into `buf` as [`read`](Self::read) does. In
+    /// cleartext one readiness check serves both the wait and the read.
+    pub(crate) async fn read_when_ready(
+        &self,
+        buf: &mut BytesMut,
+        fill: impl FnOnce(&mut BytesMut),
+    ) -> io::Result<usize> {
+        #[cfg(feature = "tls")]
+        if self.tls.is_some() {
+            self.ready().await?;
+            fill(buf);
+            return self.read(buf).await;
+        }
+        self.raw_read_when_ready(buf, fill).await
+    }
+
+    /// One write attempt without waiting, in cleartext: how many bytes the kernel took (0
+    /// if it would block or was interrupted). Over TLS it writes nothing and returns 0, so
+    /// callers go on with [`write_all`](Self::write_all) for the rest.
+    #[inline]
+    pub(crate) fn try_write(&self, data: &[u8]) -> io::Result<usize> {
+        if self.is_tls() {
+            return Ok(0);
+        }
+        match sys::send(self.raw(), data, false) {
+            Ok(n) => Ok(n),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Ok(0),
+            Err(e) => Err(e),
+        }
     }
 
     /// Writes all of `data`.

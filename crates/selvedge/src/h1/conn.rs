@@ -15,6 +15,7 @@
 
 use std::future::{poll_fn, Future};
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
@@ -82,6 +83,9 @@ pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg
 impl Conn {
     async fn run<A: App>(&mut self, app: &A) {
         let mut first = true;
+        // Where the app's futures run: one allocation kept for the connection's life when
+        // the future is small (see `AppSlot`).
+        let mut slot = AppSlot::default();
         loop {
             let head = match self.read_head(first).await {
                 Ok(Some(h)) => h,
@@ -104,7 +108,7 @@ impl Conn {
                 }
             };
             first = false;
-            match self.request(app, head).await {
+            match self.request(head, |req| app.handle(req), &mut slot).await {
                 Next::KeepAlive => {}
                 Next::Upgrade => return,
                 Next::Close { linger } => {
@@ -183,14 +187,19 @@ impl Conn {
         }
         crate::pool::put_read(std::mem::take(&mut self.rbuf));
         crate::pool::put_write(std::mem::take(&mut self.wbuf));
-        self.sock.ready().await?;
-        self.rbuf = crate::pool::take_read(self.cfg.read_buffer);
+        let min = self.cfg.read_buffer;
+        let r = self.sock.read_when_ready(&mut self.rbuf, |b| *b = crate::pool::take_read(min)).await;
         self.wbuf = crate::pool::take_write();
-        self.sock.read(&mut self.rbuf).await
+        r
     }
 
     /// Handles one request whose head is buffered.
-    async fn request<A: App>(&mut self, app: &A, h: Head) -> Next {
+    async fn request<F: Future<Output = Response>>(
+        &mut self,
+        h: Head,
+        call: impl FnOnce(Request) -> F,
+        slot: &mut AppSlot<F>,
+    ) -> Next {
         let minor = h.minor;
         let method = match Method::from_bytes(&self.rbuf[h.method.range()]) {
             Ok(m) => m,
@@ -204,8 +213,9 @@ impl Conn {
             Minor::One => !h.conn_close,
             Minor::Zero => h.conn_keep_alive && !h.conn_close,
         };
-        let h2c = first_upgrade(&self.rbuf, &h, minor);
-        let upgrade = if h2c { None } else { upgrade_request(&self.rbuf, &h, minor) };
+        // Both kinds of upgrade need `Connection: upgrade`, which the parser noted.
+        let h2c = h.conn_upgrade && first_upgrade(&self.rbuf, &h, minor);
+        let upgrade = if h2c || !h.conn_upgrade { None } else { upgrade_request(&self.rbuf, &h, minor) };
         let head_bytes = self.rbuf.split_to(h.len).freeze();
 
         // An upgrade request's "body" is the connection after a 101, if the app switches.
@@ -264,7 +274,7 @@ impl Conn {
         }
 
         self.timer.pause();
-        let mut res = match call_catching_panics(app, req).await {
+        let mut res = match slot.run(call(req)).await {
             Some(res) => res,
             None => {
                 keep_alive = false;
@@ -377,10 +387,12 @@ impl Conn {
             ResponseBody::Empty => {
                 let f = if bodiless { Out::None } else { Out::Length(0) };
                 compose(&mut self.wbuf, status, &headers, f, conn(keep_alive), server);
+                crate::pool::put_headers(headers);
             }
             ResponseBody::Bytes(b) => {
                 let f = if bodiless { Out::None } else { Out::Length(b.len() as u64) };
                 compose(&mut self.wbuf, status, &headers, f, conn(keep_alive), server);
+                crate::pool::put_headers(headers);
                 if !is_head && !bodiless {
                     if b.len() <= COPY_BODY_MAX {
                         self.wbuf.extend_from_slice(&b);
@@ -394,6 +406,7 @@ impl Conn {
             ResponseBody::File(f) => {
                 let framing = if bodiless { Out::None } else { Out::Length(f.len) };
                 compose(&mut self.wbuf, status, &headers, framing, conn(keep_alive), server);
+                crate::pool::put_headers(headers);
                 if !is_head && !bodiless {
                     let timer = self.timer.handle();
                     let t = self.cfg.send_timeout;
@@ -453,7 +466,12 @@ impl Conn {
             return Ok(());
         }
         self.timer.tickle(self.cfg.send_timeout);
-        let r = self.sock.write_all(&self.wbuf).await;
+        // Usually the socket takes it all at once: no write future is made.
+        let r = match self.sock.try_write(&self.wbuf) {
+            Ok(n) if n == self.wbuf.len() => Ok(()),
+            Ok(n) => self.sock.write_all(&self.wbuf[n..]).await,
+            Err(e) => Err(e),
+        };
         self.wbuf.clear();
         r
     }
@@ -568,12 +586,44 @@ pub(crate) fn default_error_response(status: StatusCode) -> Response {
         .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
 }
 
-/// Runs the app; `None` if it panicked (the panic stays inside this request).
-pub(crate) async fn call_catching_panics<A: App>(app: &A, req: Request) -> Option<Response> {
-    // Boxed: the app's future lives only while the request runs, so an idle connection's
-    // task does not carry the app's (possibly large) state.
-    let mut fut = Box::pin(app.handle(req));
-    poll_fn(|cx| poll_catching(fut.as_mut(), cx)).await
+/// Futures up to this size keep their allocation between requests.
+const APP_SLOT_KEEP: usize = 1024;
+
+/// Where a connection runs its app's futures. The future is boxed, so an idle connection's
+/// task does not carry the app's (possibly large) state inline; a small future's box is
+/// kept empty between requests and reused, saving an allocation and a free per request.
+pub(crate) struct AppSlot<F>(Option<Pin<Box<Option<F>>>>);
+
+impl<F> Default for AppSlot<F> {
+    fn default() -> Self {
+        AppSlot(None)
+    }
+}
+
+impl<F: Future<Output = Response>> AppSlot<F> {
+    /// Runs `fut` to completion; `None` if it panicked (the panic stays inside this
+    /// request). The future is dropped before this returns: it may own the request, whose
+    /// buffers the connection needs back.
+    pub(crate) async fn run(&mut self, fut: F) -> Option<Response> {
+        let b = match &mut self.0 {
+            Some(b) => {
+                b.set(Some(fut));
+                b
+            }
+            None => self.0.insert(Box::pin(Some(fut))),
+        };
+        let r = poll_fn(|cx| match b.as_mut().as_pin_mut() {
+            Some(f) => poll_catching(f, cx),
+            None => Poll::Ready(None),
+        })
+        .await;
+        if std::mem::size_of::<F>() <= APP_SLOT_KEEP {
+            b.set(None);
+        } else {
+            self.0 = None;
+        }
+        r
+    }
 }
 
 /// Polls an app's future, turning a panic into `Ready(None)` (the future must not be

@@ -52,22 +52,6 @@ fn status_line(status: StatusCode) -> Option<&'static [u8]> {
     })
 }
 
-/// Appends the decimal digits of `n`.
-#[inline]
-pub(crate) fn put_u64(dst: &mut Vec<u8>, mut n: u64) {
-    let mut tmp = [0u8; 20];
-    let mut i = tmp.len();
-    loop {
-        i -= 1;
-        tmp[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    dst.extend_from_slice(&tmp[i..]);
-}
-
 /// Appends the lowercase hex digits of `n` (chunk sizes).
 #[inline]
 pub(crate) fn put_hex(dst: &mut Vec<u8>, mut n: u64) {
@@ -121,23 +105,35 @@ pub(crate) fn compose(
         dst.extend_from_slice(value.as_bytes());
         dst.extend_from_slice(b"\r\n");
     }
-    if !has_date {
-        let mut d = [0u8; DATE_LEN];
-        date::current(&mut d);
-        dst.extend_from_slice(b"date: ");
-        dst.extend_from_slice(&d);
-        dst.extend_from_slice(b"\r\n");
-    }
-    if let (Some(s), false) = (server, has_server) {
-        dst.extend_from_slice(b"server: ");
-        dst.extend_from_slice(s.as_bytes());
-        dst.extend_from_slice(b"\r\n");
+    match (has_date, server.filter(|_| !has_server)) {
+        (false, Some(s)) => put_date_server(dst, s),
+        (has_date, server) => {
+            if !has_date {
+                put_date(dst);
+            }
+            if let Some(s) = server {
+                put_lines(dst, &[b"server: ", s.as_bytes(), b"\r\n"]);
+            }
+        }
     }
     match framing {
         Framing::Length(n) => {
-            dst.extend_from_slice(b"content-length: ");
-            put_u64(dst, n);
-            dst.extend_from_slice(b"\r\n");
+            // One copy for the line: built on the stack, digits from the right.
+            let mut line = *b"content-length: 00000000000000000000\r\n";
+            let mut i = line.len() - 2;
+            let mut n = n;
+            loop {
+                i -= 1;
+                line[i] = b'0' + (n % 10) as u8;
+                n /= 10;
+                if n == 0 {
+                    break;
+                }
+            }
+            let digits_start = i;
+            const PREFIX: usize = b"content-length: ".len();
+            line.copy_within(0..PREFIX, digits_start - PREFIX);
+            dst.extend_from_slice(&line[digits_start - PREFIX..]);
         }
         Framing::Chunked => dst.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         Framing::Close | Framing::None => {}
@@ -149,6 +145,67 @@ pub(crate) fn compose(
         ConnHeader::Upgrade => dst.extend_from_slice(b"connection: upgrade\r\n"),
     }
     dst.extend_from_slice(b"\r\n");
+}
+
+fn put_lines(dst: &mut Vec<u8>, parts: &[&[u8]]) {
+    for p in parts {
+        dst.extend_from_slice(p);
+    }
+}
+
+fn put_date(dst: &mut Vec<u8>) {
+    let mut d = [0u8; DATE_LEN];
+    date::current(&mut d);
+    put_lines(dst, &[b"date: ", &d, b"\r\n"]);
+}
+
+/// Longest `Server` value the per-thread block below holds.
+const SERVER_MAX: usize = 64;
+const DATE_SERVER_MAX: usize = b"date: \r\nserver: \r\n".len() + DATE_LEN + SERVER_MAX;
+
+/// This thread's `date` and `server` lines, rendered once per date change.
+struct DateServer {
+    /// [`date::version`] they were rendered for (0: none yet).
+    version: u64,
+    /// The server name they carry (its address and length: names are `'static` settings).
+    server: (usize, usize),
+    len: usize,
+    bytes: [u8; DATE_SERVER_MAX],
+}
+
+thread_local! {
+    static DATE_SERVER: std::cell::RefCell<DateServer> = const {
+        std::cell::RefCell::new(DateServer { version: 0, server: (0, 0), len: 0, bytes: [0; DATE_SERVER_MAX] })
+    };
+}
+
+/// Appends `date: …` and `server: s` lines: one copy of a block this thread renders again
+/// only when the shared date changes.
+fn put_date_server(dst: &mut Vec<u8>, s: &str) {
+    let version = date::version();
+    if version == 0 || s.len() > SERVER_MAX {
+        put_date(dst);
+        put_lines(dst, &[b"server: ", s.as_bytes(), b"\r\n"]);
+        return;
+    }
+    let key = (s.as_ptr() as usize, s.len());
+    DATE_SERVER.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.version != version || c.server != key {
+            let mut d = [0u8; DATE_LEN];
+            date::current(&mut d);
+            let mut n = 0;
+            for p in [&b"date: "[..], &d, b"\r\nserver: ", s.as_bytes(), b"\r\n"] {
+                c.bytes[n..n + p.len()].copy_from_slice(p);
+                n += p.len();
+            }
+            c.len = n;
+            c.server = key;
+            // The date read may be newer than `version`; then the next call renders again.
+            c.version = version;
+        }
+        dst.extend_from_slice(&c.bytes[..c.len]);
+    });
 }
 
 /// The composer as the benches see it: a `Content-Length` response head, kept alive or
@@ -186,6 +243,33 @@ mod tests {
     }
 
     #[test]
+    fn date_and_server_block_follows_the_date_and_the_name() {
+        let head = |server: &'static str| {
+            let mut out = Vec::new();
+            compose(&mut out, StatusCode::OK, &[], Framing::None, ConnHeader::Omit, Some(server));
+            String::from_utf8(out).unwrap()
+        };
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(4_000_000_000);
+        date::refresh(t);
+        // Another thread's test may refresh the shared date meanwhile: compare renderings
+        // made in this order, each checked against the shared value after it.
+        let a = head("one");
+        assert!(a.contains("\r\nserver: one\r\n"), "{a}");
+        let b = head("two");
+        assert!(b.contains("\r\nserver: two\r\n"), "{b}");
+        date::refresh(t + std::time::Duration::from_secs(1));
+        let c = head("two");
+        // The block rendered for `t` is stale now: whatever the shared date is (another
+        // test's server may tick it to today), it is not `t`'s.
+        let mut old = [0u8; DATE_LEN];
+        date::render(4_000_000_000, &mut old);
+        let old = format!("date: {}\r\n", std::str::from_utf8(&old).unwrap());
+        assert_eq!(old, "date: Tue, 02 Oct 2096 07:06:40 GMT\r\n");
+        assert!(!c.contains(&old), "{c}");
+        assert!(c.contains("\r\nserver: two\r\n"), "{c}");
+    }
+
+    #[test]
     fn uncommon_status_and_chunked() {
         let mut out = Vec::new();
         compose(&mut out, StatusCode::IM_A_TEAPOT, &[], Framing::Chunked, ConnHeader::KeepAlive, None);
@@ -196,14 +280,19 @@ mod tests {
 
     #[test]
     fn numbers() {
+        for (n, line) in [(0, "content-length: 0\r\n"), (7, "content-length: 7\r\n"), (612, "content-length: 612\r\n")]
+            .into_iter()
+            .chain([(u64::MAX, "content-length: 18446744073709551615\r\n")])
+        {
+            let mut out = Vec::new();
+            compose(&mut out, StatusCode::OK, &[], Framing::Length(n), ConnHeader::Omit, None);
+            let s = String::from_utf8(out).unwrap();
+            assert!(s.ends_with(&format!(" GMT\r\n{line}\r\n")), "{s}");
+        }
         let mut v = Vec::new();
-        put_u64(&mut v, 0);
-        v.push(b' ');
-        put_u64(&mut v, u64::MAX);
-        v.push(b' ');
         put_hex(&mut v, 0);
         v.push(b' ');
         put_hex(&mut v, 0xabc123);
-        assert_eq!(v, b"0 18446744073709551615 0 abc123");
+        assert_eq!(v, b"0 abc123");
     }
 }

@@ -46,6 +46,18 @@ pub fn refresh(now: SystemTime) {
     SHARED.seq.store(seq + 2, Ordering::Release);
 }
 
+/// Which rendering the shared cache holds: it changes whenever the date does. 0 means no
+/// server is ticking, so callers must not cache anything on it.
+#[inline]
+pub fn version() -> u64 {
+    let seq = SHARED.seq.load(Ordering::Acquire);
+    if seq & 1 == 1 {
+        0
+    } else {
+        seq
+    }
+}
+
 /// Copies the current date into `out`.
 pub fn current(out: &mut [u8; DATE_LEN]) {
     for _ in 0..4 {

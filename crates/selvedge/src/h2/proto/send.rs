@@ -280,6 +280,7 @@ impl Proto {
             }
             let state = self.henc.state();
             if state.is_some() && state == cache.state && cache.key == cache.key_next {
+                drop(fields);
                 frame::Headers::encode(id, &cache.block, end, max_frame, out);
             } else {
                 self.henc.encode(fields, &mut self.scratch);
@@ -294,6 +295,7 @@ impl Proto {
                     cache.state = None;
                 }
             }
+            crate::pool::put_headers(headers);
             let s = self.streams.get_mut(&id)?;
             if end {
                 s.send = Send::Done;
