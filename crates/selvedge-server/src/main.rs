@@ -16,9 +16,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use selvedge::Server;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -153,12 +151,8 @@ fn main() -> ExitCode {
         }
     };
     let roots = site.roots();
-    let front = Front {
-        site: Arc::new(ArcSwap::from_pointee(site)),
-        log: Arc::new(ArcSwap::from_pointee(log)),
-        pages: Arc::new(ArcSwap::from_pointee(routes::engine_pages(&cfg))),
-        hsts: cfg.hsts.as_deref().and_then(|v| selvedge::http::HeaderValue::from_str(v).ok()),
-    };
+    let hsts = cfg.hsts.as_deref().and_then(|v| selvedge::http::HeaderValue::from_str(v).ok());
+    let front = Front::new(site, routes::engine_pages(&cfg), log, hsts);
     let mut settings = cfg.settings.clone();
     settings.error_response = Some(routes::error_hook(front.pages.clone()));
     let mut server = Server::new(settings.clone());
@@ -328,9 +322,7 @@ fn reload(current: &mut Config, front: &Front) {
     if new.listen != current.listen || new.workers != current.workers {
         eprintln!("selvedge: note: listeners and workers change only on restart");
     }
-    front.site.store(Arc::new(site));
-    front.pages.store(Arc::new(routes::engine_pages(&new)));
-    front.log.store(Arc::new(log));
+    front.swap(site, routes::engine_pages(&new), log);
     if let Some(l) = old_log.as_ref() {
         l.flush();
     }

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -65,15 +66,15 @@ struct Vhost {
 }
 
 impl Vhost {
-    fn route(&self, path: &str) -> Option<&Route> {
+    fn route(&self, path: &[u8]) -> Option<&Route> {
         self.routes.iter().find(|r| prefix_matches(&r.prefix, path))
     }
 }
 
 /// `prefix` matches `path` on a segment boundary (`/a` matches `/a`, `/a/b`, not `/ab`).
-fn prefix_matches(prefix: &str, path: &str) -> bool {
-    path.starts_with(prefix)
-        && (prefix.ends_with('/') || path.len() == prefix.len() || path.as_bytes()[prefix.len()] == b'/')
+fn prefix_matches(prefix: &str, path: &[u8]) -> bool {
+    let prefix = prefix.as_bytes();
+    path.starts_with(prefix) && (prefix.ends_with(b"/") || path.len() == prefix.len() || path[prefix.len()] == b'/')
 }
 
 /// Everything a configuration serves.
@@ -149,7 +150,7 @@ impl Site {
     /// Answers at once what needs no waiting: static files and unrouted paths. `None`: the
     /// route is CGI or a proxy (served by `handle_waiting`).
     pub fn respond_now(&self, req: &Request) -> Option<Response> {
-        match self.vhost(req).and_then(|v| v.route(req.path())) {
+        match self.vhost(req).and_then(|v| v.route(req.path_bytes())) {
             None => Some(not_found()),
             Some(Route { app: RouteApp::Static(s), .. }) => Some(s.respond(req)),
             Some(_) => None,
@@ -161,7 +162,7 @@ impl Site {
     async fn handle_waiting(&self, mut req: Request) -> Response {
         let mut redirects = 0;
         loop {
-            let Some(route) = self.vhost(&req).and_then(|v| v.route(req.path())) else {
+            let Some(route) = self.vhost(&req).and_then(|v| v.route(req.path_bytes())) else {
                 return not_found();
             };
             if let RouteApp::Cgi(c) = &route.app {
@@ -227,15 +228,77 @@ pub struct Front {
     pub pages: EnginePages,
     /// `Strict-Transport-Security` added to responses over TLS, if set.
     pub hsts: Option<HeaderValue>,
+    /// Which `Front` this is (for the per-thread cache below; never reused).
+    id: u64,
+    /// Bumped by [`Front::swap`] once a reload has stored its site and log.
+    generation: Arc<AtomicU64>,
+}
+
+/// A worker thread's copy of the site and log it serves with: requests read one counter
+/// instead of two `ArcSwap` loads (measured: ~270 instructions per request).
+struct Current {
+    id: u64,
+    generation: u64,
+    site: Arc<Site>,
+    log: Option<AccessLog>,
+}
+
+thread_local! {
+    static CURRENT: std::cell::RefCell<Option<Current>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Front {
+    /// The app for `site`, with its error pages, access log and HSTS value.
+    pub fn new(
+        site: Site,
+        pages: HashMap<u16, (Bytes, &'static str)>,
+        log: Option<AccessLog>,
+        hsts: Option<HeaderValue>,
+    ) -> Front {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        Front {
+            site: Arc::new(ArcSwap::from_pointee(site)),
+            log: Arc::new(ArcSwap::from_pointee(log)),
+            pages: Arc::new(ArcSwap::from_pointee(pages)),
+            hsts,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            generation: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Installs a reloaded configuration's site, error pages and access log. Each worker
+    /// thread picks them up on its next request (until then it keeps the old ones alive).
+    pub fn swap(&self, site: Site, pages: HashMap<u16, (Bytes, &'static str)>, log: Option<AccessLog>) {
+        self.site.store(Arc::new(site));
+        self.pages.store(Arc::new(pages));
+        self.log.store(Arc::new(log));
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Runs `f` with the current site and log (this thread's copy, renewed after a swap).
+    fn with_current<R>(&self, f: impl FnOnce(&Arc<Site>, &Option<AccessLog>) -> R) -> R {
+        let generation = self.generation.load(Ordering::Acquire);
+        CURRENT.with(|c| {
+            let mut c = c.borrow_mut();
+            let fresh = matches!(&*c, Some(cur) if cur.id == self.id && cur.generation == generation);
+            if !fresh {
+                let log = Option::clone(&self.log.load());
+                *c = Some(Current { id: self.id, generation, site: self.site.load_full(), log });
+            }
+            let cur = c.as_ref().expect("set above");
+            f(&cur.site, &cur.log)
+        })
+    }
 }
 
 impl App for Front {
     async fn handle(&self, req: Request) -> Response {
-        let log: Option<AccessLog> = Option::clone(&self.log.load());
-        let pending = log.as_ref().map(|l| l.begin(&req));
         let hsts = if req.is_secure() { self.hsts.clone() } else { None };
         // Static files are answered right here; only CGI and proxy routes wait (boxed).
-        let now = self.site.load().respond_now(&req);
+        let (log, pending, now) = self.with_current(|site, log| {
+            let pending = log.as_ref().map(|l| l.begin(&req));
+            (log.clone(), pending, site.respond_now(&req))
+        });
         let mut res = match now {
             Some(res) => res,
             None => {
@@ -259,11 +322,11 @@ mod tests {
 
     #[test]
     fn prefixes() {
-        assert!(prefix_matches("/", "/anything"));
-        assert!(prefix_matches("/a", "/a"));
-        assert!(prefix_matches("/a", "/a/b"));
-        assert!(!prefix_matches("/a", "/ab"));
-        assert!(prefix_matches("/a/", "/a/b"));
-        assert!(!prefix_matches("/a/", "/a"));
+        assert!(prefix_matches("/", b"/anything"));
+        assert!(prefix_matches("/a", b"/a"));
+        assert!(prefix_matches("/a", b"/a/b"));
+        assert!(!prefix_matches("/a", b"/ab"));
+        assert!(prefix_matches("/a/", b"/a/b"));
+        assert!(!prefix_matches("/a/", b"/a"));
     }
 }

@@ -106,6 +106,16 @@ impl Request {
         ascii(self.slice(self.path))
     }
 
+    /// [`path`](Self::path) as bytes, without the check that makes it a `&str` (routing
+    /// compares bytes).
+    #[inline]
+    pub fn path_bytes(&self) -> &[u8] {
+        if self.path.len == 0 {
+            return b"/";
+        }
+        self.slice(self.path)
+    }
+
     /// The raw query string after `?`, if any.
     #[inline]
     pub fn query(&self) -> Option<&str> {
@@ -120,7 +130,7 @@ impl Request {
     /// The path's segments, split and percent-decoded lazily: nothing is decoded or
     /// allocated until the iterator reaches a segment containing `%`.
     pub fn segments(&self) -> Segments<'_> {
-        let p = self.path().as_bytes();
+        let p = self.path_bytes();
         Segments { rest: p.strip_prefix(b"/").unwrap_or(p), done: p.is_empty() }
     }
 
