@@ -17,6 +17,33 @@ thread_local! {
     static WRITE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Live HTTP/1 connections in this process (see [`hold_while_idle`]).
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts a live HTTP/1 connection for as long as it is held.
+pub(crate) struct Live(());
+
+impl Live {
+    pub(crate) fn new() -> Live {
+        LIVE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Live(())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether an idle connection may keep its buffers while it waits: with no more live
+/// connections than one thread's pool keeps buffers, holding them costs no more memory
+/// than recycling would, and saves giving them back and taking them again per request.
+#[inline]
+pub(crate) fn hold_while_idle() -> bool {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed) <= KEEP
+}
+
 /// A receive buffer with at least `min` bytes of spare capacity.
 pub(crate) fn take_read(min: usize) -> BytesMut {
     let mut b = READ.with(|p| p.borrow_mut().pop()).unwrap_or_default();

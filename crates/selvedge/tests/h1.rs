@@ -29,6 +29,32 @@ fn keep_alive_serves_many_requests_on_one_connection() {
     assert!(rest.contains("connection: close\r\n"), "{rest}");
 }
 
+/// Few live connections keep their buffers while idle; past the pool's size they give them
+/// back between requests. Both ways, every connection keeps answering, with bodies and
+/// pipelined requests in between.
+#[test]
+fn idle_connections_keep_or_recycle_their_buffers() {
+    let srv = start(settings(), app);
+    let mut conns: Vec<_> = (0..3).map(|_| connect(srv.addr)).collect();
+    let round = |conns: &mut Vec<std::net::TcpStream>| {
+        for (i, s) in conns.iter_mut().enumerate() {
+            s.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello").unwrap();
+            s.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            let rs = read_responses(s, 2);
+            assert_eq!((rs[0].status, rs[1].status), (200, 200), "connection {i}");
+            assert_eq!(rs[1].text(), "hello");
+        }
+    };
+    round(&mut conns);
+    round(&mut conns);
+    // Past 64 live connections (the per-thread pool's size).
+    conns.extend((0..80).map(|_| connect(srv.addr)));
+    round(&mut conns);
+    round(&mut conns);
+    conns.truncate(3);
+    round(&mut conns);
+}
+
 #[test]
 fn http10_closes_by_default_and_keeps_alive_on_request() {
     let srv = start(settings(), app);

@@ -72,7 +72,9 @@ enum Next {
 /// Serves one connection until it closes.
 pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg: Arc<Settings>, timer: Timer) {
     let mut conn = Conn { sock: Arc::new(sock), peer, cfg, timer, rbuf: BytesMut::new(), wbuf: Vec::new(), h2: None };
+    let live = crate::pool::Live::new();
     conn.run(&*app).await;
+    drop(live);
     if let Some(upgraded) = conn.h2.take() {
         let Conn { sock, peer, cfg, timer, rbuf, .. } = conn;
         // Boxed so HTTP/1 connections do not carry the HTTP/2 driver's state (idle memory).
@@ -174,16 +176,23 @@ impl Conn {
         }
     }
 
-    /// The first read of a request on an idle connection. The connection holds no buffers
-    /// while it waits: they go back to the thread's pool and are taken again once the socket
-    /// is readable. A new connection first tries one optimistic read (the request usually
-    /// arrived with the handshake).
+    /// The first read of a request on an idle connection. Unless few connections are live
+    /// (`pool::hold_while_idle`), the connection holds no buffers while it waits: they go
+    /// back to the thread's pool and are taken again once the socket is readable. A new
+    /// connection first tries one optimistic read (the request usually arrived with the
+    /// handshake).
     async fn read_when_idle(&mut self, first: bool) -> std::io::Result<usize> {
         if first {
             self.rbuf = crate::pool::take_read(self.cfg.read_buffer);
             if let Some(n) = self.sock.try_read(&mut self.rbuf)? {
                 return Ok(n);
             }
+        }
+        if crate::pool::hold_while_idle() && self.rbuf.capacity() > 0 {
+            if self.rbuf.capacity() - self.rbuf.len() < 512 {
+                self.rbuf.reserve(self.cfg.read_buffer);
+            }
+            return self.sock.read(&mut self.rbuf).await;
         }
         crate::pool::put_read(std::mem::take(&mut self.rbuf));
         crate::pool::put_write(std::mem::take(&mut self.wbuf));
