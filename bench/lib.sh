@@ -607,6 +607,21 @@ bench_report() {
                 printf "| %s%s | %.0f | %.2f | %s |\n", s, flag, rps, us, ratio
             }'
         done
+        # Paired view: each selvedge build against the best peer of the same round (the
+        # neighbours' noise moves a round's servers together; this cancels some of it).
+        for s in $SERVERS; do
+            [[ $s == selvedge* ]] || continue
+            awk -F'\t' -v s="$s" -v c="$col" '
+                $2 == s { mine[$1] = $c }
+                $2 !~ /^selvedge/ && $c > 0 && (!($1 in best) || $c < best[$1]) { best[$1] = $c }
+                END {
+                    for (r in mine) if (r in best) { v[++n] = mine[r] / best[r]; if (v[n] <= 0.9) k++ }
+                    if (n == 0) exit
+                    for (i = 2; i <= n; i++) { x = v[i]; for (j = i - 1; j >= 1 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
+                    med = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+                    printf "\n%s against the best peer of the same round: median %.2f (min %.2f, max %.2f); at or below 0.90 in %d of %d rounds\n", s, med, v[1], v[n], k + 0, n
+                }' "$RESULTS"
+        done
         low=$(awk -F'\t' '$9 < 80 { printf "%s%s r%s (%s%%)", sep, $2, $1, $9; sep = ", " }' "$RESULTS")
         if [[ ${#SRV_FAILED[@]} -gt 0 || ${#SRV_NOTES[@]} -gt 0 || -n $low ]]; then
             echo

@@ -599,8 +599,9 @@ pub(crate) fn default_error_response(status: StatusCode) -> Response {
 const APP_SLOT_KEEP: usize = 1024;
 
 /// Where a connection runs its app's futures. The future is boxed, so an idle connection's
-/// task does not carry the app's (possibly large) state inline; a small future's box is
-/// kept empty between requests and reused, saving an allocation and a free per request.
+/// task does not carry the app's (possibly large) state inline; while few connections are
+/// live, a small future's box is kept empty between requests and reused, saving an
+/// allocation and a free per request.
 pub(crate) struct AppSlot<F>(Option<Pin<Box<Option<F>>>>);
 
 impl<F> Default for AppSlot<F> {
@@ -626,7 +627,9 @@ impl<F: Future<Output = Response>> AppSlot<F> {
             None => Poll::Ready(None),
         })
         .await;
-        if std::mem::size_of::<F>() <= APP_SLOT_KEEP {
+        // Kept only while few connections are live (as their buffers are): thousands of
+        // idle connections hold no futures' memory.
+        if std::mem::size_of::<F>() <= APP_SLOT_KEEP && crate::pool::hold_while_idle() {
             b.set(None);
         } else {
             self.0 = None;
