@@ -568,7 +568,7 @@ median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print ""; else if (N
 
 # bench_report TITLE PREFIX LOAD_DESCRIPTION: Markdown to stdout and to $OUT_DIR/PREFIX-<date>.md.
 bench_report() {
-    local title=$1 prefix=$2 load=$3 s rps us errs best="" file summary col=7 cpudesc low
+    local title=$1 prefix=$2 load=$3 s rps us errs best="" bestname file summary col=7 cpudesc low
     cpudesc="utime+stime of the server's process tree from /proc/PID/stat (CLK_TCK=$CLK_TCK) across the measured run"
     if [[ $CPU_SOURCE == schedstat ]]; then
         col=8
@@ -607,19 +607,21 @@ bench_report() {
                 printf "| %s%s | %.0f | %.2f | %s |\n", s, flag, rps, us, ratio
             }'
         done
-        # Paired view: each selvedge build against the best peer of the same round (the
-        # neighbours' noise moves a round's servers together; this cancels some of it).
+        # Paired view: each selvedge build against the best peer (by median) in the same
+        # round (the neighbours' noise moves a round's servers together; pairing cancels
+        # some of it).
+        bestname=$(awk -F'\t' '$1 !~ /^selvedge/ { print $3 "\t" $1 }' "$summary" | sort -g | head -1 | cut -f2)
         for s in $SERVERS; do
-            [[ $s == selvedge* ]] || continue
-            awk -F'\t' -v s="$s" -v c="$col" '
+            [[ $s == selvedge* && -n $bestname ]] || continue
+            awk -F'\t' -v s="$s" -v c="$col" -v peer="$bestname" '
                 $2 == s { mine[$1] = $c }
-                $2 !~ /^selvedge/ && $c > 0 && (!($1 in best) || $c < best[$1]) { best[$1] = $c }
+                $2 == peer && $c > 0 { best[$1] = $c }
                 END {
                     for (r in mine) if (r in best) { v[++n] = mine[r] / best[r]; if (v[n] <= 0.9) k++ }
                     if (n == 0) exit
                     for (i = 2; i <= n; i++) { x = v[i]; for (j = i - 1; j >= 1 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
                     med = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-                    printf "\n%s against the best peer of the same round: median %.2f (min %.2f, max %.2f); at or below 0.90 in %d of %d rounds\n", s, med, v[1], v[n], k + 0, n
+                    printf "\n%s against %s in the same round: median %.2f (min %.2f, max %.2f); at or below 0.90 in %d of %d rounds\n", s, peer, med, v[1], v[n], k + 0, n
                 }' "$RESULTS"
         done
         low=$(awk -F'\t' '$9 < 80 { printf "%s%s r%s (%s%%)", sep, $2, $1, $9; sep = ", " }' "$RESULTS")
