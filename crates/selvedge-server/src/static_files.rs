@@ -15,8 +15,10 @@
 //!    `If-Modified-Since`) give 304/412; then `If-Range` + `Range` give 206 (one range from
 //!    the file, several as `multipart/byteranges`) or 416; else 200.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -103,10 +105,10 @@ impl StaticFiles {
         &self.root
     }
 
-    fn resolve(&self, req: &Request) -> Result<PathBuf, Refused> {
+    /// The file system path for `req`, built into `path` (which must be empty).
+    fn resolve(&self, req: &Request, path: &mut Vec<u8>) -> Result<(), Refused> {
         // Bytes appended by hand: `PathBuf::push` re-examines separators on every call.
         let root = self.root.as_os_str().as_bytes();
-        let mut path = Vec::with_capacity(root.len() + 64);
         path.extend_from_slice(root);
         for seg in req.segments().skip(self.skip) {
             if seg.is_empty() {
@@ -123,7 +125,7 @@ impl StaticFiles {
             }
             path.extend_from_slice(&seg);
         }
-        Ok(PathBuf::from(std::ffi::OsString::from_vec(path)))
+        Ok(())
     }
 
     /// Whether `real` (a canonical path) is the root or under it: a byte comparison
@@ -146,15 +148,32 @@ impl StaticFiles {
     /// Answers a request routed here: nothing waits, so the server calls this directly
     /// (no future of its own per request).
     pub fn respond(&self, req: &Request) -> Response {
+        // The file's path is built in this thread's scratch buffer: no allocation per request.
+        thread_local! {
+            static PATH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let mut buf = PATH.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        let res = self.respond_with(req, &mut buf);
+        if buf.capacity() <= 4096 {
+            buf.clear();
+            PATH.with(|p| *p.borrow_mut() = buf);
+        }
+        res
+    }
+
+    fn respond_with(&self, req: &Request, buf: &mut Vec<u8>) -> Response {
         let get = req.method() == Method::GET;
         if !get && req.method() != Method::HEAD {
             return self.error(StatusCode::METHOD_NOT_ALLOWED).header(header::ALLOW, "GET, HEAD");
         }
-        let mut path = match self.resolve(req) {
-            Ok(p) => p,
+        buf.clear();
+        match self.resolve(req, buf) {
+            Ok(()) => {}
             Err(Refused::Bad) => return self.error(StatusCode::BAD_REQUEST),
             Err(Refused::Hidden) => return self.error(StatusCode::NOT_FOUND),
-        };
+        }
+        let mut path: Cow<'_, Path> = Cow::Borrowed(Path::new(OsStr::from_bytes(buf)));
+        let fields = Fields::of(req);
         let entry = self.cache.lookup(&path);
         let entry = match entry.kind {
             Kind::File(_) => entry,
@@ -177,7 +196,7 @@ impl StaticFiles {
                 });
                 match found {
                     Some((p, e)) => {
-                        path = p;
+                        path = Cow::Owned(p);
                         e
                     }
                     None => return self.error(StatusCode::NOT_FOUND),
@@ -198,7 +217,7 @@ impl StaticFiles {
         let mut vary = false;
         let mut f = f;
         if self.opts.precompressed && !entry.siblings.is_empty() && mime::compressible(content_type()) {
-            let accept = req.header("accept-encoding").unwrap_or(b"");
+            let accept = fields.accept_encoding.unwrap_or(b"");
             let inside = |s: &&Sibling| self.opts.symlinks_outside || self.inside(&s.info.real);
             vary = entry.siblings.iter().any(|s| inside(&s));
             for s in entry.siblings.iter().filter(inside) {
@@ -212,10 +231,10 @@ impl StaticFiles {
         }
 
         let pre = Preconditions {
-            if_match: req.header("if-match"),
-            if_none_match: req.header("if-none-match"),
-            if_modified_since: req.header("if-modified-since"),
-            if_unmodified_since: req.header("if-unmodified-since"),
+            if_match: fields.if_match,
+            if_none_match: fields.if_none_match,
+            if_modified_since: fields.if_modified_since,
+            if_unmodified_since: fields.if_unmodified_since,
         };
         let common = |mut res: Response| {
             let h = res.headers_mut();
@@ -242,8 +261,8 @@ impl StaticFiles {
             }
         };
 
-        let ranges = match req.header("range") {
-            Some(r) if get => match req.header("if-range") {
+        let ranges = match fields.range {
+            Some(r) if get => match fields.if_range {
                 Some(ir) if !range::if_range_matches(ir, f.etag.as_bytes(), f.mtime) => Ranges::Ignore,
                 _ => range::parse(r, f.size),
             },
@@ -270,6 +289,40 @@ impl StaticFiles {
                 None => typed(body_of(StatusCode::OK, f, 0, f.size)).header(header::ACCEPT_RANGES, BYTES.clone()),
             },
         }
+    }
+}
+
+/// The request fields the handler reads, found in one pass over the headers (the first
+/// value of each, as [`Request::header`] gives).
+#[derive(Default)]
+struct Fields<'a> {
+    accept_encoding: Option<&'a [u8]>,
+    if_match: Option<&'a [u8]>,
+    if_none_match: Option<&'a [u8]>,
+    if_modified_since: Option<&'a [u8]>,
+    if_unmodified_since: Option<&'a [u8]>,
+    range: Option<&'a [u8]>,
+    if_range: Option<&'a [u8]>,
+}
+
+impl<'a> Fields<'a> {
+    fn of(req: &'a Request) -> Fields<'a> {
+        let mut f = Fields::default();
+        for (name, value) in req.header_bytes() {
+            let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+            let slot = match name.len() {
+                5 if is(b"range") => &mut f.range,
+                8 if is(b"if-match") => &mut f.if_match,
+                8 if is(b"if-range") => &mut f.if_range,
+                13 if is(b"if-none-match") => &mut f.if_none_match,
+                15 if is(b"accept-encoding") => &mut f.accept_encoding,
+                17 if is(b"if-modified-since") => &mut f.if_modified_since,
+                19 if is(b"if-unmodified-since") => &mut f.if_unmodified_since,
+                _ => continue,
+            };
+            slot.get_or_insert(value);
+        }
+        f
     }
 }
 
@@ -365,6 +418,38 @@ fn read_exact_at(file: &std::fs::File, mut buf: &mut [u8], mut offset: u64) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fields_in_one_pass_match_header_lookups() {
+        let req: Request = selvedge::http::Request::builder()
+            .uri("/x")
+            .header("RANGE", "bytes=0-1")
+            .header("If-Match", "\"a\"")
+            .header("if-range", "\"b\"")
+            .header("If-None-Match", "\"c\"")
+            .header("accept-encoding", "br")
+            .header("If-Modified-Since", "Sat, 21 Nov 2026 10:00:00 GMT")
+            .header("if-unmodified-since", "Sun, 22 Nov 2026 10:00:00 GMT")
+            .header("range", "bytes=5-6")
+            .header("x-other", "y")
+            .body(Bytes::new())
+            .unwrap()
+            .into();
+        let f = Fields::of(&req);
+        for (got, name) in [
+            (f.range, "range"),
+            (f.if_match, "if-match"),
+            (f.if_range, "if-range"),
+            (f.if_none_match, "if-none-match"),
+            (f.accept_encoding, "accept-encoding"),
+            (f.if_modified_since, "if-modified-since"),
+            (f.if_unmodified_since, "if-unmodified-since"),
+        ] {
+            assert_eq!(got, req.header(name), "{name}");
+            assert!(got.is_some(), "{name}");
+        }
+        assert_eq!(f.range, Some(&b"bytes=0-1"[..]));
+    }
 
     #[test]
     fn accept_encoding() {

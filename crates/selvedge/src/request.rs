@@ -139,6 +139,12 @@ impl Request {
         self.headers.iter().map(|h| (ascii(self.slice(h.name)), self.slice(h.value)))
     }
 
+    /// The headers in the order received, names and values as bytes of the request (no
+    /// UTF-8 check: for handlers that look for several fields in one pass).
+    pub fn header_bytes(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.headers.iter().map(|h| (self.slice(h.name), self.slice(h.value)))
+    }
+
     /// The first value of header `name` (case-insensitive).
     pub fn header(&self, name: impl AsRef<str>) -> Option<&[u8]> {
         let name = name.as_ref().as_bytes();
