@@ -85,8 +85,7 @@ pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg
 impl Conn {
     async fn run<A: App>(&mut self, app: &A) {
         let mut first = true;
-        // Where the app's futures run: one allocation kept for the connection's life when
-        // the future is small (see `AppSlot`).
+        // Where the app's futures run (its box is reused while that is cheap: `AppSlot`).
         let mut slot = AppSlot::default();
         loop {
             let head = match self.read_head(first).await {
