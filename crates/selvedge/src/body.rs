@@ -57,7 +57,8 @@ impl Body {
         Body { inner: Inner::H2(Box::new(reader)), limit: None }
     }
 
-    /// The body's length when the request declared it (`Content-Length`).
+    /// What is left to read of the body's declared length (`Content-Length`): the whole
+    /// length until the app reads.
     pub fn content_length(&self) -> Option<u64> {
         match &self.inner {
             Inner::Empty => Some(0),

@@ -49,6 +49,33 @@ fn curl_prior_knowledge_bytes_stream_body_and_errors() {
     assert!(out.starts_with("HTTP/2 200") && out.contains("content-length: 5"), "{out}");
 }
 
+/// The declared length is the whole body until the app reads, even when DATA frames
+/// arrived first (the app waits here; a proxy announcing the shrunken length to its
+/// upstream answered 400 to large uploads now and then).
+#[test]
+fn content_length_is_whole_until_the_app_reads() {
+    let srv = start(settings(), |mut req: Request| async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut body = req.take_body();
+        let before = body.content_length();
+        let mut got = 0u64;
+        while let Some(Ok(b)) = body.chunk().await {
+            got += b.len() as u64;
+        }
+        Response::bytes(StatusCode::OK, format!("{before:?} {got} {:?}", body.content_length()))
+    });
+    let up = std::env::temp_dir().join(format!("selvedge-h2-cl-{}", std::process::id()));
+    std::fs::write(&up, "y".repeat(200_000)).unwrap();
+    let (out, _) = curl(&[
+        "--http2-prior-knowledge",
+        "--data-binary",
+        &format!("@{}", up.display()),
+        &format!("http://{}/", srv.addr),
+    ]);
+    std::fs::remove_file(&up).unwrap();
+    assert_eq!(out, "Some(200000) 200000 Some(0)");
+}
+
 #[test]
 fn curl_file_over_h2_with_pread() {
     let dir = std::env::temp_dir().join(format!("selvedge-h2-file-{}", std::process::id()));

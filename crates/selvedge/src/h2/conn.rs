@@ -502,8 +502,15 @@ impl BodyReader {
         r.map(|r| r.map_err(|_| Error::new(Kind::Body, "HTTP/2 stream reset or connection closed")))
     }
 
+    /// What is left to read of the declared length: bytes received but still queued for
+    /// the app count as unread (they arrive before the app asks, so `received` alone would
+    /// shrink the length under a slow app, and a proxy would announce too few bytes).
     pub(crate) fn content_length(&self) -> Option<u64> {
-        self.shared.lock().streams.get(&self.id).and_then(|s| s.content_length.map(|n| n - s.received.min(n)))
+        self.shared.lock().streams.get(&self.id).and_then(|s| {
+            let n = s.content_length?;
+            let queued: u64 = s.inbox.iter().map(|b| b.len() as u64).sum();
+            Some(n - s.received.saturating_sub(queued).min(n))
+        })
     }
 }
 
