@@ -178,10 +178,7 @@ impl Response {
     /// Adds a header (appends; duplicates are allowed). Invalid values are dropped.
     pub fn header(mut self, name: HeaderName, value: impl IntoHeaderValue) -> Response {
         if let Some(v) = value.into_header_value() {
-            if self.headers.capacity() == 0 {
-                // Most responses carry a few headers: a list recycled from a sent response.
-                self.headers = crate::pool::take_headers();
-            }
+            self.reserve_headers(1);
             self.headers.push((name, v));
         }
         self

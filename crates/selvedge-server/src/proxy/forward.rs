@@ -313,18 +313,8 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
 }
 
 /// Appends the decimal digits of `n`.
-pub(crate) fn put_u64(dst: &mut Vec<u8>, mut n: u64) {
-    let mut tmp = [0u8; 20];
-    let mut i = tmp.len();
-    loop {
-        i -= 1;
-        tmp[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    dst.extend_from_slice(&tmp[i..]);
+pub(crate) fn put_u64(dst: &mut Vec<u8>, n: u64) {
+    dst.extend_from_slice(selvedge::h1::write::decimal(n, &mut [0; 20]));
 }
 
 /// Appends `ip` as text (IPv4 without the formatting machinery).

@@ -52,6 +52,21 @@ fn status_line(status: StatusCode) -> Option<&'static [u8]> {
     })
 }
 
+/// The decimal digits of `n`, written at the end of `buf` (`Content-Length` values on
+/// both protocols and in the proxy's upstream heads).
+#[inline]
+pub fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
 /// Appends the lowercase hex digits of `n` (chunk sizes).
 #[inline]
 pub(crate) fn put_hex(dst: &mut Vec<u8>, mut n: u64) {
@@ -118,22 +133,8 @@ pub(crate) fn compose(
     }
     match framing {
         Framing::Length(n) => {
-            // One copy for the line: built on the stack, digits from the right.
-            let mut line = *b"content-length: 00000000000000000000\r\n";
-            let mut i = line.len() - 2;
-            let mut n = n;
-            loop {
-                i -= 1;
-                line[i] = b'0' + (n % 10) as u8;
-                n /= 10;
-                if n == 0 {
-                    break;
-                }
-            }
-            let digits_start = i;
-            const PREFIX: usize = b"content-length: ".len();
-            line.copy_within(0..PREFIX, digits_start - PREFIX);
-            dst.extend_from_slice(&line[digits_start - PREFIX..]);
+            let mut digits = [0u8; 20];
+            put_lines(dst, &[b"content-length: ", decimal(n, &mut digits), b"\r\n"]);
         }
         Framing::Chunked => dst.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         Framing::Close | Framing::None => {}

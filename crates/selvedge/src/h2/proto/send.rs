@@ -24,19 +24,6 @@ fn connection_specific(n: &http::HeaderName) -> bool {
         || n.as_str() == "proxy-connection"
 }
 
-/// Writes `n` in decimal at the end of `buf`; returns the digits.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
-    }
-}
-
 /// What the worker must do after handing over a response.
 pub(crate) enum After {
     /// Nothing: the body is in the connection's hands.
@@ -261,7 +248,8 @@ impl Proto {
             let server = self.server_name.filter(|_| !own_server).map(|n| (SERVER.as_str().as_bytes(), n.as_bytes()));
             let date = (!own_date).then_some((DATE.as_str().as_bytes(), &date[..]));
             let mut digits = [0u8; 20];
-            let length = length.map(|n| (CONTENT_LENGTH.as_str().as_bytes(), decimal(n, &mut digits)));
+            let length =
+                length.map(|n| (CONTENT_LENGTH.as_str().as_bytes(), crate::h1::write::decimal(n, &mut digits)));
             let fields = [(&b":status"[..], status)].into_iter().chain(date).chain(server).chain(length).chain(
                 headers
                     .iter()
