@@ -231,6 +231,9 @@ impl Config {
         if let Some(v) = l.max_target {
             settings.limits.max_target = v;
         }
+        if let Some(v) = l.notsent_lowat {
+            settings.notsent_lowat = (v > 0).then_some(v);
+        }
         let workers = match raw.server.workers {
             Some(w) if *w.get_ref() == 0 => return Err(err(Some(w.span()), "workers must be at least 1".into())),
             w => w.map(Spanned::into_inner),
@@ -472,6 +475,7 @@ struct RawLimits {
     max_head: Option<usize>,
     max_headers: Option<usize>,
     max_target: Option<usize>,
+    notsent_lowat: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -561,11 +565,15 @@ mod tests {
         assert_eq!(c.pid_file, Some(PathBuf::from("/tmp/run/x.pid")));
         assert_eq!(c.listen[0].port(), 9000);
         assert_eq!(c.settings.idle_timeout, Duration::from_secs(5));
+        assert_eq!(c.settings.notsent_lowat, Some(128 * 1024));
         assert_eq!(c.cache.sweep, Duration::from_millis(200));
         assert_eq!(c.log.target, LogTarget::File(PathBuf::from("/tmp/logs/a.log")));
         assert_eq!(c.vhosts[0].hosts, vec!["example.com".to_string()]);
         assert_eq!(c.vhosts[0].routes[0].static_opts().unwrap().max_age, Some(60));
         assert!(c.vhosts[0].routes[0].static_opts().unwrap().error_pages.contains_key(&404));
+        let off =
+            parse("[limits]\nnotsent_lowat = 0\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/tmp\"\n").unwrap();
+        assert_eq!(off.settings.notsent_lowat, None);
     }
 
     #[test]

@@ -104,22 +104,35 @@ impl Socket {
         self.fd.readable().await.map(|_| ())
     }
 
-    /// Waits until the socket is writable (after an `EAGAIN`).
-    pub(crate) async fn wait_writable(&self) -> io::Result<()> {
-        let mut guard = self.fd.writable().await?;
-        guard.clear_ready();
-        Ok(())
+    /// One non-blocking write (`op`, offered `want` bytes) once the socket is writable,
+    /// retried until it does not return `EAGAIN`. Each try holds the readiness guard it was
+    /// made under, so readiness is cleared only for the event that try saw and a later
+    /// event is never lost. A short write clears it too: with edge-triggered epoll a write
+    /// that took fewer bytes than offered means the send buffer is full (tokio's own
+    /// streams rely on the same), so the next call waits for the kernel's wake-up instead
+    /// of spending a system call on an `EAGAIN`.
+    async fn write_when_ready(&self, want: usize, mut op: impl FnMut() -> io::Result<usize>) -> io::Result<usize> {
+        loop {
+            let mut guard = self.fd.writable().await?;
+            match op() {
+                Ok(n) => {
+                    if n > 0 && n < want {
+                        guard.clear_ready();
+                    }
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Writes all of `data`.
     pub(crate) async fn raw_write_all(&self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
-            match sys::send(self.raw(), data, false) {
-                Ok(n) => data = &data[n..],
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+            let n = self.write_when_ready(data.len(), || sys::send(self.raw(), data, false)).await?;
+            data = &data[n..];
         }
         Ok(())
     }
@@ -137,20 +150,15 @@ impl Socket {
             for (slot, b) in slices.iter_mut().zip(&bufs[first..first + k]) {
                 *slot = IoSlice::new(b);
             }
-            match sys::writev(self.raw(), &slices[..k]) {
-                Ok(mut n) => {
-                    while n > 0 {
-                        let take = n.min(bufs[first].len());
-                        bufs[first] = &bufs[first][take..];
-                        n -= take;
-                        if bufs[first].is_empty() {
-                            first += 1;
-                        }
-                    }
+            let want = slices[..k].iter().map(|s| s.len()).sum();
+            let mut n = self.write_when_ready(want, || sys::writev(self.raw(), &slices[..k])).await?;
+            while n > 0 {
+                let take = n.min(bufs[first].len());
+                bufs[first] = &bufs[first][take..];
+                n -= take;
+                if bufs[first].is_empty() {
+                    first += 1;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
             }
         }
         Ok(())
@@ -171,21 +179,15 @@ impl Socket {
     ) -> io::Result<()> {
         let end = offset + len;
         while !header.is_empty() {
-            match sys::send(self.raw(), header, len > 0) {
-                Ok(n) => header = &header[n..],
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+            let n = self.write_when_ready(header.len(), || sys::send(self.raw(), header, len > 0)).await?;
+            header = &header[n..];
         }
         while offset < end {
             let want = (end - offset).min(1 << 30) as usize;
-            match sys::sendfile(self.raw(), file.as_raw_fd(), &mut offset, want) {
-                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sending")),
-                Ok(_) => on_progress(),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+            match self.write_when_ready(want, || sys::sendfile(self.raw(), file.as_raw_fd(), &mut offset, want)).await?
+            {
+                0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sending")),
+                _ => on_progress(),
             }
         }
         Ok(())

@@ -163,14 +163,26 @@ pub fn getsockopt_int(fd: &impl AsRawFd, level: libc::c_int, name: libc::c_int) 
 /// # Errors
 /// The kernel's error.
 pub fn set_nodelay(fd: &impl AsRawFd) -> io::Result<()> {
-    let one: libc::c_int = 1;
-    // SAFETY: `one` is a valid int option value for the call's duration.
+    set_tcp_int(fd, libc::TCP_NODELAY, 1)
+}
+
+/// Sets `TCP_NOTSENT_LOWAT` on a socket (set once on the listener; accepted sockets inherit
+/// it): the most unsent bytes the socket queues before it stops taking writes.
+///
+/// # Errors
+/// The kernel's error.
+pub fn set_notsent_lowat(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
+    set_tcp_int(fd, libc::TCP_NOTSENT_LOWAT, bytes.min(i32::MAX as u32) as libc::c_int)
+}
+
+fn set_tcp_int(fd: &impl AsRawFd, name: libc::c_int, val: libc::c_int) -> io::Result<()> {
+    // SAFETY: `val` is a valid int option value for the call's duration.
     let r = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            (&one as *const libc::c_int).cast(),
+            name,
+            (&val as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };

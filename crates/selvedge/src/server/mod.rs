@@ -117,7 +117,7 @@ impl Server {
                 Listen::Tcp(addr) => {
                     let mut addr = *addr;
                     for (w, socks) in sockets.iter_mut().enumerate() {
-                        let s = tcp_listener(addr, cfg.backlog, per_core)?;
+                        let s = tcp_listener(addr, &cfg, per_core)?;
                         if w == 0 {
                             addr = s.local_addr()?.as_socket().unwrap_or(addr);
                             bound.push(Listen::Tcp(addr));
@@ -201,7 +201,7 @@ impl ServerHandle {
     }
 }
 
-fn tcp_listener(addr: SocketAddr, backlog: i32, reuse_port: bool) -> io::Result<socket2::Socket> {
+fn tcp_listener(addr: SocketAddr, cfg: &Settings, reuse_port: bool) -> io::Result<socket2::Socket> {
     let s = socket2::Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
     if reuse_port {
@@ -213,8 +213,11 @@ fn tcp_listener(addr: SocketAddr, backlog: i32, reuse_port: bool) -> io::Result<
     // Accepted sockets inherit TCP_NODELAY from the listener on Linux: one call per server
     // instead of one per connection (checked by a test).
     sys::set_nodelay(&s)?;
+    if let Some(n) = cfg.notsent_lowat {
+        sys::set_notsent_lowat(&s, n)?;
+    }
     s.bind(&addr.into())?;
-    s.listen(backlog)?;
+    s.listen(cfg.backlog)?;
     Ok(s)
 }
 
