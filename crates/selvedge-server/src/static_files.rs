@@ -27,7 +27,7 @@ use bytes::{Bytes, BytesMut};
 use selvedge::file::range::{self, ByteRange, Ranges};
 use selvedge::file::{conditional, FileCache, FileInfo, Kind, Precondition, Preconditions, Sibling};
 use selvedge::http::{header, HeaderValue, Method, StatusCode};
-use selvedge::{Request, Response};
+use selvedge::{Request, Response, SharedFields};
 
 use crate::mime;
 
@@ -77,6 +77,9 @@ pub struct StaticFiles {
     opts: Arc<StaticOptions>,
     cache: FileCache,
     cache_control: Option<HeaderValue>,
+    /// Tags the fields this route renders for a cached file ([`FileInfo::fields`]): unique
+    /// per `StaticFiles::new` (clones share it, and their fields are the same).
+    id: u64,
 }
 
 /// Why a path cannot be mapped.
@@ -97,7 +100,9 @@ impl StaticFiles {
         }
         let skip = prefix.split('/').filter(|s| !s.is_empty()).count();
         let cache_control = opts.max_age.map(|a| HeaderValue::try_from(format!("max-age={a}")).expect("digits"));
-        Ok(StaticFiles { root, skip, opts: Arc::new(opts), cache, cache_control })
+        static IDS: AtomicU64 = AtomicU64::new(1);
+        let id = IDS.fetch_add(1, Ordering::Relaxed);
+        Ok(StaticFiles { root, skip, opts: Arc::new(opts), cache, cache_control, id })
     }
 
     /// The canonical root.
@@ -269,7 +274,28 @@ impl StaticFiles {
             _ => Ranges::Ignore,
         };
         match ranges {
-            Ranges::Ignore => typed(body_of(StatusCode::OK, f, 0, f.size)).header(header::ACCEPT_RANGES, BYTES.clone()),
+            Ranges::Ignore => {
+                // The whole file: its fields are rendered once per file (and route) and
+                // shared by every such response (the HTTP/1.1 head is then one copy).
+                let fields = f.fields.get_or_make(self.id, || {
+                    let mut v = Vec::with_capacity(7);
+                    v.push((header::LAST_MODIFIED, f.last_modified.clone()));
+                    v.push((header::ETAG, f.etag.clone()));
+                    if let Some(cc) = &self.cache_control {
+                        v.push((header::CACHE_CONTROL, cc.clone()));
+                    }
+                    if vary {
+                        v.push((header::VARY, HeaderValue::from_static("Accept-Encoding")));
+                    }
+                    v.push((header::CONTENT_TYPE, ct.clone()));
+                    if let Some(c) = encoding {
+                        v.push((header::CONTENT_ENCODING, HeaderValue::from_static(c)));
+                    }
+                    v.push((header::ACCEPT_RANGES, BYTES.clone()));
+                    SharedFields::new(v)
+                });
+                whole(StatusCode::OK, f).shared_fields(fields)
+            }
             Ranges::Unsatisfiable => common(self.error(StatusCode::RANGE_NOT_SATISFIABLE))
                 .header(header::CONTENT_RANGE, format!("bytes */{}", f.size)),
             Ranges::Satisfiable(rs) if rs.len() == 1 => {
@@ -329,13 +355,23 @@ impl<'a> Fields<'a> {
 /// A response carrying `len` bytes of `f` from `offset`: from memory if the cache holds
 /// the bytes, else from the open file (`sendfile`).
 fn body_of(status: StatusCode, f: &FileInfo, offset: u64, len: u64) -> Response {
-    let mut res = match &f.bytes {
-        Some(b) => Response::bytes(status, b.slice(offset as usize..(offset + len) as usize)),
-        None => Response::file_range(status, f.file.clone(), offset, len),
-    };
+    let mut res = whole_or_range(status, f, offset, len);
     // Room for the fields every file response gets (no regrowth; usually no allocation).
     res.reserve_headers(6);
     res
+}
+
+/// The whole of `f`, with no header list of its own (its fields come shared).
+fn whole(status: StatusCode, f: &FileInfo) -> Response {
+    whole_or_range(status, f, 0, f.size)
+}
+
+fn whole_or_range(status: StatusCode, f: &FileInfo, offset: u64, len: u64) -> Response {
+    match &f.bytes {
+        Some(b) if offset == 0 && len == b.len() as u64 => Response::bytes(status, b.clone()),
+        Some(b) => Response::bytes(status, b.slice(offset as usize..(offset + len) as usize)),
+        None => Response::file_range(status, f.file.clone(), offset, len),
+    }
 }
 
 fn plain(status: StatusCode) -> Response {

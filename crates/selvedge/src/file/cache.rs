@@ -75,6 +75,9 @@ impl Default for CacheConfig {
 }
 
 /// What a path is.
+// Entries live behind an `Arc`, one per path: the size of the rare variants costs little
+// memory, and boxing the file would cost a pointer chase per request.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Kind {
     /// A regular file, open.
@@ -112,6 +115,10 @@ pub struct FileInfo {
     /// The `Content-Type` [`CacheConfig::content_type`] gave for the path, if set, as a
     /// header value made once (cloning it per response costs nothing).
     pub content_type: Option<HeaderValue>,
+    /// Response fields an app renders once for this file and reuses (see
+    /// [`SharedFields`](crate::SharedFields)); they go when the entry does, so a changed
+    /// file gets new ones.
+    pub fields: crate::FieldsSlot,
 }
 
 impl fmt::Debug for FileInfo {
@@ -231,7 +238,11 @@ impl Entry {
         let bytes = if size <= cfg.memory_max { read_all(&file, size) } else { None };
         let real = path.canonicalize()?;
         let content_type = cfg.content_type.map(|f| HeaderValue::from_static(f(path)));
-        Ok((FileInfo { file: Arc::new(file), size, mtime, etag, last_modified, bytes, real, content_type }, stamp))
+        let fields = crate::FieldsSlot::default();
+        Ok((
+            FileInfo { file: Arc::new(file), size, mtime, etag, last_modified, bytes, real, content_type, fields },
+            stamp,
+        ))
     }
 
     /// Whether what is at `path` (and its siblings) now is still what this entry describes.

@@ -357,7 +357,7 @@ impl Conn {
     /// [`Response::upgrade`]); the connection closes when the stream ends. A 101 the request
     /// did not ask for (or without a stream) becomes a 500.
     async fn switch_protocols(&mut self, res: Response, switched: Option<Arc<AtomicBool>>) -> Next {
-        let Response { status, headers, body } = res;
+        let Response { status, headers, body, shared } = res;
         let (Some(switched), ResponseBody::Stream(s)) = (switched, body) else {
             let err = Error::new(
                 Kind::BadResponse,
@@ -370,7 +370,15 @@ impl Conn {
                 Err(_) => Next::Close { linger: false },
             };
         };
-        compose(&mut self.wbuf, status, &headers, Out::None, ConnHeader::Upgrade, self.cfg.server_name);
+        compose(
+            &mut self.wbuf,
+            status,
+            shared.as_deref(),
+            &headers,
+            Out::None,
+            ConnHeader::Upgrade,
+            self.cfg.server_name,
+        );
         if self.flush().await.is_err() {
             return Next::Close { linger: false };
         }
@@ -382,7 +390,7 @@ impl Conn {
 
     /// Writes (or queues) the response. `Ok(false)`: the framing forced a close.
     async fn respond(&mut self, res: Response, is_head: bool, minor: Minor, keep_alive: bool) -> std::io::Result<bool> {
-        let Response { status, headers, body } = res;
+        let Response { status, headers, body, shared } = res;
         let bodiless =
             status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
         let conn = |keep: bool| match (keep, minor) {
@@ -394,12 +402,12 @@ impl Conn {
         match body {
             ResponseBody::Empty => {
                 let f = if bodiless { Out::None } else { Out::Length(0) };
-                compose(&mut self.wbuf, status, &headers, f, conn(keep_alive), server);
+                compose(&mut self.wbuf, status, shared.as_deref(), &headers, f, conn(keep_alive), server);
                 crate::pool::put_headers(headers);
             }
             ResponseBody::Bytes(b) => {
                 let f = if bodiless { Out::None } else { Out::Length(b.len() as u64) };
-                compose(&mut self.wbuf, status, &headers, f, conn(keep_alive), server);
+                compose(&mut self.wbuf, status, shared.as_deref(), &headers, f, conn(keep_alive), server);
                 crate::pool::put_headers(headers);
                 if !is_head && !bodiless {
                     if b.len() <= COPY_BODY_MAX {
@@ -413,7 +421,7 @@ impl Conn {
             }
             ResponseBody::File(f) => {
                 let framing = if bodiless { Out::None } else { Out::Length(f.len) };
-                compose(&mut self.wbuf, status, &headers, framing, conn(keep_alive), server);
+                compose(&mut self.wbuf, status, shared.as_deref(), &headers, framing, conn(keep_alive), server);
                 crate::pool::put_headers(headers);
                 if !is_head && !bodiless {
                     let timer = self.timer.handle();
@@ -432,11 +440,19 @@ impl Conn {
                         (false, Some(n)) => Out::Length(n),
                         (false, None) => Out::Chunked,
                     };
-                    compose(&mut self.wbuf, status, &headers, framing, conn(keep_alive), server);
+                    compose(&mut self.wbuf, status, shared.as_deref(), &headers, framing, conn(keep_alive), server);
                     return Ok(true);
                 }
                 if let Some(n) = declared {
-                    compose(&mut self.wbuf, status, &headers, Out::Length(n), conn(keep_alive), server);
+                    compose(
+                        &mut self.wbuf,
+                        status,
+                        shared.as_deref(),
+                        &headers,
+                        Out::Length(n),
+                        conn(keep_alive),
+                        server,
+                    );
                     self.flush().await?;
                     let left = Arc::new(std::sync::atomic::AtomicU64::new(n));
                     let writer = BodyWriter::h1_sized(
@@ -452,7 +468,7 @@ impl Conn {
                 let chunked = minor == Minor::One;
                 let keep = keep_alive && chunked;
                 let framing = if chunked { Out::Chunked } else { Out::Close };
-                compose(&mut self.wbuf, status, &headers, framing, conn(keep), server);
+                compose(&mut self.wbuf, status, shared.as_deref(), &headers, framing, conn(keep), server);
                 self.flush().await?;
                 let writer = BodyWriter::h1(self.sock.clone(), chunked, self.timer.handle(), self.cfg.send_timeout);
                 (s.0)(writer).await?;
@@ -584,7 +600,7 @@ fn declared_length(headers: &[(http::HeaderName, http::HeaderValue)]) -> Option<
 
 /// The app asked to close with `Connection: close`.
 fn asks_close(res: &Response) -> bool {
-    res.headers.iter().any(|(n, v)| n == CONNECTION && v.as_bytes().eq_ignore_ascii_case(b"close"))
+    res.headers().any(|(n, v)| n == CONNECTION && v.as_bytes().eq_ignore_ascii_case(b"close"))
 }
 
 /// The engine's own error answer: the status line's text as `text/plain`.

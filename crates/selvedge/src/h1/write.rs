@@ -7,6 +7,7 @@
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, SERVER, TRANSFER_ENCODING};
 use http::{HeaderName, HeaderValue, StatusCode};
 
+use crate::response::SharedFields;
 use crate::time::date::{self, DATE_LEN};
 
 /// How the response body is delimited.
@@ -83,7 +84,8 @@ pub(crate) fn put_hex(dst: &mut Vec<u8>, mut n: u64) {
     dst.extend_from_slice(&tmp[i..]);
 }
 
-/// Appends a response head (status line, headers, blank line) to `dst`.
+/// Appends a response head (status line, shared fields' lines, headers, blank line) to
+/// `dst`.
 ///
 /// The app's `Content-Length`, `Transfer-Encoding` and `Connection` headers are replaced by
 /// the engine's own, which follow from `framing` and `conn`. `Date` and `Server` are added
@@ -91,6 +93,7 @@ pub(crate) fn put_hex(dst: &mut Vec<u8>, mut n: u64) {
 pub(crate) fn compose(
     dst: &mut Vec<u8>,
     status: StatusCode,
+    shared: Option<&SharedFields>,
     headers: &[(HeaderName, HeaderValue)],
     framing: Framing,
     conn: ConnHeader,
@@ -107,8 +110,13 @@ pub(crate) fn compose(
             dst.extend_from_slice(b"\r\n");
         }
     }
-    let mut has_date = false;
-    let mut has_server = false;
+    let (mut has_date, mut has_server) = match shared {
+        Some(s) => {
+            dst.extend_from_slice(s.h1_lines());
+            s.sets_date_server()
+        }
+        None => (false, false),
+    };
     for (name, value) in headers {
         if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == CONNECTION {
             continue;
@@ -219,7 +227,7 @@ pub fn compose_head(
     keep_alive: bool,
 ) {
     let conn = if keep_alive { ConnHeader::Omit } else { ConnHeader::Close };
-    compose(dst, status, headers, Framing::Length(len), conn, Some("selvedge"));
+    compose(dst, status, None, headers, Framing::Length(len), conn, Some("selvedge"));
 }
 
 #[cfg(test)]
@@ -235,7 +243,7 @@ mod tests {
             (CONTENT_LENGTH, HeaderValue::from_static("999")),
             (DATE, HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT")),
         ];
-        compose(&mut out, StatusCode::OK, &headers, Framing::Length(612), ConnHeader::Close, Some("selvedge"));
+        compose(&mut out, StatusCode::OK, None, &headers, Framing::Length(612), ConnHeader::Close, Some("selvedge"));
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
@@ -244,10 +252,46 @@ mod tests {
     }
 
     #[test]
+    fn shared_fields_come_first_and_obey_the_same_rules() {
+        use crate::response::SharedFields;
+        let shared = SharedFields::new([
+            (http::header::ETAG, HeaderValue::from_static("\"1-2\"")),
+            (CONTENT_LENGTH, HeaderValue::from_static("5")),
+            (CONNECTION, HeaderValue::from_static("keep-alive")),
+            (SERVER, HeaderValue::from_static("mine")),
+        ]);
+        // The engine's own framing fields are not kept; the rest are, in order.
+        assert_eq!(shared.fields().len(), 2);
+        let mut out = Vec::new();
+        let own = [(CONTENT_TYPE, HeaderValue::from_static("text/plain"))];
+        compose(&mut out, StatusCode::OK, Some(&shared), &own, Framing::Length(3), ConnHeader::Omit, Some("selvedge"));
+        let s = String::from_utf8(out).unwrap();
+        let (head, rest) = s.split_once("\r\ndate: ").unwrap();
+        assert_eq!(head, "HTTP/1.1 200 OK\r\netag: \"1-2\"\r\nserver: mine\r\ncontent-type: text/plain");
+        // `Server` came with the shared fields: the engine adds no second one.
+        assert!(!rest.contains("server:") && rest.ends_with("\r\ncontent-length: 3\r\n\r\n"), "{s}");
+
+        // The response sees the shared fields as its own: listed first, found, and copied
+        // into its list when edited.
+        let res = crate::Response::bytes(StatusCode::OK, "abc")
+            .header(CONTENT_TYPE, "text/plain")
+            .shared_fields(std::sync::Arc::new(shared));
+        let names: Vec<_> = res.headers().map(|(n, _)| n.as_str().to_owned()).collect();
+        assert_eq!(names, ["etag", "server", "content-type"]);
+        assert_eq!(res.header_value(&SERVER).unwrap(), "mine");
+        let mut res = res;
+        res.headers_mut().retain(|(n, _)| n != SERVER);
+        let names: Vec<_> = res.headers().map(|(n, _)| n.as_str().to_owned()).collect();
+        assert_eq!(names, ["etag", "content-type"]);
+        let http = res.into_http();
+        assert_eq!(http.headers().len(), 2);
+    }
+
+    #[test]
     fn date_and_server_block_follows_the_date_and_the_name() {
         let head = |server: &'static str| {
             let mut out = Vec::new();
-            compose(&mut out, StatusCode::OK, &[], Framing::None, ConnHeader::Omit, Some(server));
+            compose(&mut out, StatusCode::OK, None, &[], Framing::None, ConnHeader::Omit, Some(server));
             String::from_utf8(out).unwrap()
         };
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(4_000_000_000);
@@ -273,7 +317,7 @@ mod tests {
     #[test]
     fn uncommon_status_and_chunked() {
         let mut out = Vec::new();
-        compose(&mut out, StatusCode::IM_A_TEAPOT, &[], Framing::Chunked, ConnHeader::KeepAlive, None);
+        compose(&mut out, StatusCode::IM_A_TEAPOT, None, &[], Framing::Chunked, ConnHeader::KeepAlive, None);
         let s = String::from_utf8(out).unwrap();
         assert!(s.starts_with("HTTP/1.1 418 I'm a teapot\r\ndate: "), "{s}");
         assert!(s.ends_with(" GMT\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"), "{s}");
@@ -286,7 +330,7 @@ mod tests {
             .chain([(u64::MAX, "content-length: 18446744073709551615\r\n")])
         {
             let mut out = Vec::new();
-            compose(&mut out, StatusCode::OK, &[], Framing::Length(n), ConnHeader::Omit, None);
+            compose(&mut out, StatusCode::OK, None, &[], Framing::Length(n), ConnHeader::Omit, None);
             let s = String::from_utf8(out).unwrap();
             assert!(s.ends_with(&format!(" GMT\r\n{line}\r\n")), "{s}");
         }

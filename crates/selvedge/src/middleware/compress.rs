@@ -339,9 +339,10 @@ fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Respon
         }
         other => return with_body(res, other),
     };
-    res.headers.retain(|(n, _)| n != CONTENT_LENGTH);
-    res.headers.push((CONTENT_ENCODING, HeaderValue::from_static(coding.token())));
-    if let Some((_, etag)) = res.headers.iter_mut().find(|(n, _)| n == ETAG) {
+    let headers = res.headers_mut();
+    headers.retain(|(n, _)| n != CONTENT_LENGTH);
+    headers.push((CONTENT_ENCODING, HeaderValue::from_static(coding.token())));
+    if let Some((_, etag)) = headers.iter_mut().find(|(n, _)| n == ETAG) {
         if !etag.as_bytes().starts_with(b"W/") {
             let mut weak = b"W/".to_vec();
             weak.extend_from_slice(etag.as_bytes());
@@ -363,12 +364,12 @@ fn contains_token(v: &[u8], token: &[u8]) -> bool {
 }
 
 fn add_vary(res: &mut Response) {
-    for (n, v) in &res.headers {
+    for (n, v) in res.headers() {
         if n == VARY && (contains_token(v.as_bytes(), b"accept-encoding") || v.as_bytes() == b"*") {
             return;
         }
     }
-    res.headers.push((VARY, HeaderValue::from_static("accept-encoding")));
+    res.headers_mut().push((VARY, HeaderValue::from_static("accept-encoding")));
 }
 
 #[cfg(test)]

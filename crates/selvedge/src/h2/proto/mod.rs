@@ -723,12 +723,9 @@ impl Proto {
             None => {
                 // The header list is over our limit: 431, without running the app.
                 let res = crate::h1::conn::default_error_response(http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+                let (status, headers, _) = res.into_fields();
                 self.queue.push(id, 0);
-                (
-                    None,
-                    false,
-                    Some(Send::Head { status: res.status, headers: res.headers, length: None, body: OutBody::Empty }),
-                )
+                (None, false, Some(Send::Head { status, headers, length: None, body: OutBody::Empty }))
             }
         };
         if prec != self.queue.precedence(id) {

@@ -60,7 +60,7 @@ impl Proto {
     /// Hands over the app's response for stream `id`.
     pub(crate) fn respond(&mut self, id: u32, res: Response) -> After {
         let Some(s) = self.streams.get_mut(&id) else { return After::Discard(Box::new(res)) };
-        let Response { status, headers, body } = res;
+        let (status, headers, body) = res.into_fields();
         let bodiless = s.is_head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
         let mut after = After::Done;
         let has_length = headers.iter().any(|(n, _)| n == CONTENT_LENGTH);
@@ -89,11 +89,9 @@ impl Proto {
             }
             ResponseBody::Stream(st) => {
                 if bodiless {
-                    after = After::Discard(Box::new(Response {
-                        status,
-                        headers: Vec::new(),
-                        body: ResponseBody::Stream(st),
-                    }));
+                    let mut res = Response::new(status);
+                    res.body = ResponseBody::Stream(st);
+                    after = After::Discard(Box::new(res));
                     OutBody::Empty
                 } else {
                     after = After::RunStream(st);
