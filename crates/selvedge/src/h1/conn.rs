@@ -282,7 +282,8 @@ impl Conn {
         }
 
         self.timer.pause();
-        let mut res = match slot.run(call(req)).await {
+        slot.load(call(req));
+        let mut res = match slot.run().await {
             Some(res) => res,
             None => {
                 keep_alive = false;
@@ -626,17 +627,21 @@ impl<F> Default for AppSlot<F> {
 }
 
 impl<F: Future<Output = Response>> AppSlot<F> {
-    /// Runs `fut` to completion; `None` if it panicked (the panic stays inside this
-    /// request). The future is dropped before this returns: it may own the request, whose
-    /// buffers the connection needs back.
-    pub(crate) async fn run(&mut self, fut: F) -> Option<Response> {
-        let b = match &mut self.0 {
-            Some(b) => {
-                b.set(Some(fut));
-                b
-            }
-            None => self.0.insert(Box::pin(Some(fut))),
-        };
+    /// Puts `fut` in the slot, for [`run`](Self::run). A plain function, so the (possibly
+    /// large) future is moved once, into the box, and not first into `run`'s own state.
+    #[inline]
+    pub(crate) fn load(&mut self, fut: F) {
+        match &mut self.0 {
+            Some(b) => b.set(Some(fut)),
+            None => self.0 = Some(Box::pin(Some(fut))),
+        }
+    }
+
+    /// Runs the loaded future to completion; `None` if it panicked (the panic stays inside
+    /// this request) or none was loaded. The future is dropped before this returns: it may
+    /// own the request, whose buffers the connection needs back.
+    pub(crate) async fn run(&mut self) -> Option<Response> {
+        let b = self.0.as_mut()?;
         let r = poll_fn(|cx| match b.as_mut().as_pin_mut() {
             Some(f) => poll_catching(f, cx),
             None => Poll::Ready(None),
