@@ -77,9 +77,10 @@ pub struct StaticFiles {
     opts: Arc<StaticOptions>,
     cache: FileCache,
     cache_control: Option<HeaderValue>,
-    /// Tags the fields this route renders for a cached file ([`FileInfo::fields`]): unique
-    /// per `StaticFiles::new` (clones share it, and their fields are the same).
-    id: u64,
+    /// Tags the fields this route renders for a cached file ([`FileInfo::fields`]): a hash
+    /// of the settings they depend on (root, `Cache-Control`, precompression, symlinks),
+    /// so routes that would render the same fields share them, across reloads too.
+    fields_key: u64,
 }
 
 /// Why a path cannot be mapped.
@@ -100,9 +101,15 @@ impl StaticFiles {
         }
         let skip = prefix.split('/').filter(|s| !s.is_empty()).count();
         let cache_control = opts.max_age.map(|a| HeaderValue::try_from(format!("max-age={a}")).expect("digits"));
-        static IDS: AtomicU64 = AtomicU64::new(1);
-        let id = IDS.fetch_add(1, Ordering::Relaxed);
-        Ok(StaticFiles { root, skip, opts: Arc::new(opts), cache, cache_control, id })
+        let fields_key = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::hash::DefaultHasher::new();
+            root.hash(&mut h);
+            cache_control.as_ref().map(HeaderValue::as_bytes).hash(&mut h);
+            (opts.precompressed, opts.symlinks_outside).hash(&mut h);
+            h.finish()
+        };
+        Ok(StaticFiles { root, skip, opts: Arc::new(opts), cache, cache_control, fields_key })
     }
 
     /// The canonical root.
@@ -277,7 +284,7 @@ impl StaticFiles {
             Ranges::Ignore => {
                 // The whole file: its fields are rendered once per file (and route) and
                 // shared by every such response (the HTTP/1.1 head is then one copy).
-                let fields = f.fields.get_or_make(self.id, || {
+                let fields = f.fields.get_or_make(self.fields_key, || {
                     let mut v = Vec::with_capacity(7);
                     v.push((header::LAST_MODIFIED, f.last_modified.clone()));
                     v.push((header::ETAG, f.etag.clone()));

@@ -252,3 +252,57 @@ fn vhosts_routes_and_error_pages() {
     assert_eq!((r.status, r.text().as_str()), (400, "<p>custom 400</p>"));
     assert_eq!(s.get("/a%2fb").text(), "<p>custom 400</p>");
 }
+
+/// A whole file's fields are rendered once per file and kept with the cached file; two
+/// routes serving the same file (one file cache) with different settings must still each
+/// send their own, however their requests interleave, and a changed file new ones.
+#[test]
+fn routes_sharing_a_file_send_their_own_fields() {
+    let d = site();
+    let cfg = d.write(
+        "cfg/selvedge.toml",
+        format!(
+            "[[listen]]\nport = 0\n[server]\nworkers = 1\n[file_cache]\nsweep_ms = 100\n[cache]\nmax_age = 60\n\
+             [[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"{0}\"\n\
+             [[vhost]]\nhosts = [\"short.example\"]\n[[vhost.route]]\npath = \"/\"\nroot = \"{0}\"\nmax_age = 5\n",
+            d.path().display()
+        ),
+    );
+    let s = Srv::start(&["--config", cfg.to_str().unwrap()]);
+    let get = |host: &str, path: &str| {
+        request(
+            s.addr,
+            &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    for _ in 0..3 {
+        for (host, age) in [("default.example", "max-age=60"), ("short.example", "max-age=5")] {
+            let r = get(host, "/a.txt");
+            assert_eq!((r.status, r.text().as_str()), (200, "0123456789"));
+            assert_eq!(r.header("cache-control"), Some(age), "{host}");
+            assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+            // The precompressed sibling has fields of its own (encoding, Vary).
+            let r = get(host, "/style.css");
+            assert_eq!((r.text().as_str(), r.header("content-encoding")), ("GZ-BYTES", Some("gzip")));
+            assert_eq!((r.header("cache-control"), r.header("vary")), (Some(age), Some("Accept-Encoding")));
+        }
+    }
+    // The file changes on disk: within a sweep both routes send the new validators.
+    let old = get("default.example", "/a.txt").header("etag").unwrap().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    d.write("a.txt", "changed, longer");
+    let mut fresh = false;
+    for _ in 0..100 {
+        let a = get("default.example", "/a.txt");
+        let b = get("short.example", "/a.txt");
+        if a.text() == "changed, longer" && b.text() == "changed, longer" {
+            assert_ne!(a.header("etag").unwrap(), old);
+            assert_eq!(a.header("etag"), b.header("etag"));
+            assert_eq!(a.header("content-length"), Some("15"));
+            fresh = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(fresh, "the change was not seen within 2 s");
+}
