@@ -312,10 +312,12 @@ impl Response {
     /// own list (in front), so every header is in the list returned.
     pub fn headers_mut(&mut self) -> &mut Vec<(HeaderName, HeaderValue)> {
         if let Some(s) = self.shared.take() {
-            let mut all = Vec::with_capacity(s.fields.len() + self.headers.len());
+            // A recycled list (HTTP/2 hands its lists back to the pool once encoded).
+            let mut all = crate::pool::take_headers();
+            all.reserve(s.fields.len() + self.headers.len());
             all.extend(s.fields.iter().cloned());
             all.append(&mut self.headers);
-            self.headers = all;
+            crate::pool::put_headers(std::mem::replace(&mut self.headers, all));
         }
         &mut self.headers
     }
