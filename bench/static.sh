@@ -4,7 +4,8 @@
 # pinned to one core: the 612-byte index.html and a 10 MB file, with access logging off
 # and then (LOGGING=both, the default) on, to price the log.
 # See bench/README.md. Env: SERVERS ROUNDS CONNS DURATION BIG_CONNS BIG_DURATION WARMUP
-# CASES ("small big") LOGGING (off|on|both) SELVEDGE_BIN SERVER_CPU CLIENT_CPU KEEP_TMP.
+# CASES ("small big") LOGGING (off|on|both) SELVEDGE_BIN SELVEDGE_NOTSENT_LOWAT SERVER_CPU CLIENT_CPU
+# KEEP_TMP.
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
@@ -44,6 +45,8 @@ host = "127.0.0.1"
 port = $port
 [timeouts]
 idle = 300
+[limits]
+notsent_lowat = ${SELVEDGE_NOTSENT_LOWAT:-131072}
 [file_cache]
 memory_max = ${SELVEDGE_MEMORY_MAX:-16384}
 [log]
@@ -68,6 +71,12 @@ srv_selvedge-alt() {
 # instead of from memory (memory_max = 0): the measurement behind the default.
 srv_selvedge-sendfile() {
     SELVEDGE_MEMORY_MAX=0 srv_selvedge "$@"
+}
+
+# selvedge-nolowat: the same, without TCP_NOTSENT_LOWAT (notsent_lowat = 0, the kernel's
+# default: a sendfile fills the whole send buffer): the measurement behind that default.
+srv_selvedge-nolowat() {
+    SELVEDGE_NOTSENT_LOWAT=0 srv_selvedge "$@"
 }
 
 # With BENCH_LOG=1 every peer writes a combined-format access log to a file in its dir.
