@@ -214,7 +214,10 @@ fn tcp_listener(addr: SocketAddr, cfg: &Settings, reuse_port: bool) -> io::Resul
     // instead of one per connection (checked by a test).
     sys::set_nodelay(&s)?;
     if let Some(n) = cfg.notsent_lowat {
-        sys::set_notsent_lowat(&s, n)?;
+        // A tuning, not a requirement: a kernel without it (before 3.12) still serves.
+        if let Err(e) = sys::set_notsent_lowat(&s, n) {
+            eprintln!("selvedge: TCP_NOTSENT_LOWAT not set on {addr}: {e}");
+        }
     }
     s.bind(&addr.into())?;
     s.listen(cfg.backlog)?;
