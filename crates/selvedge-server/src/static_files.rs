@@ -248,8 +248,9 @@ impl StaticFiles {
             if_modified_since: fields.if_modified_since,
             if_unmodified_since: fields.if_unmodified_since,
         };
-        let common = |mut res: Response| {
-            let h = res.headers_mut();
+        // The validators and caching fields of every answer about `f` (200, 206, 304,
+        // 412, 416), and the type and coding of those carrying its bytes.
+        let push_common = |h: &mut Vec<_>| {
             h.push((header::LAST_MODIFIED, f.last_modified.clone()));
             h.push((header::ETAG, f.etag.clone()));
             if let Some(cc) = &self.cache_control {
@@ -258,6 +259,16 @@ impl StaticFiles {
             if vary {
                 h.push((header::VARY, HeaderValue::from_static("Accept-Encoding")));
             }
+        };
+        let push_typed = |h: &mut Vec<_>| {
+            push_common(h);
+            h.push((header::CONTENT_TYPE, ct.clone()));
+            if let Some(c) = encoding {
+                h.push((header::CONTENT_ENCODING, HeaderValue::from_static(c)));
+            }
+        };
+        let common = |mut res: Response| {
+            push_common(res.headers_mut());
             res
         };
         match conditional::evaluate(&pre, true, f.etag.as_bytes(), f.mtime) {
@@ -265,12 +276,20 @@ impl StaticFiles {
             Precondition::NotModified => return common(Response::new(StatusCode::NOT_MODIFIED)),
             Precondition::Failed => return common(self.error(StatusCode::PRECONDITION_FAILED)),
         }
-        let typed = |res: Response| {
-            let res = common(res).header(header::CONTENT_TYPE, ct.clone());
-            match encoding {
-                Some(c) => res.header(header::CONTENT_ENCODING, HeaderValue::from_static(c)),
-                None => res,
-            }
+        let typed = |mut res: Response| {
+            push_typed(res.headers_mut());
+            res
+        };
+        // The whole file: its fields are rendered once per file (and route settings) and
+        // shared by every such response (the HTTP/1.1 head is then one copy).
+        let whole = || {
+            let fields = f.fields.get_or_make(self.fields_key, || {
+                let mut v = Vec::with_capacity(7);
+                push_typed(&mut v);
+                v.push((header::ACCEPT_RANGES, BYTES.clone()));
+                SharedFields::new(v)
+            });
+            bare(StatusCode::OK, f, 0, f.size).shared_fields(fields)
         };
 
         let ranges = match fields.range {
@@ -281,28 +300,7 @@ impl StaticFiles {
             _ => Ranges::Ignore,
         };
         match ranges {
-            Ranges::Ignore => {
-                // The whole file: its fields are rendered once per file (and route) and
-                // shared by every such response (the HTTP/1.1 head is then one copy).
-                let fields = f.fields.get_or_make(self.fields_key, || {
-                    let mut v = Vec::with_capacity(7);
-                    v.push((header::LAST_MODIFIED, f.last_modified.clone()));
-                    v.push((header::ETAG, f.etag.clone()));
-                    if let Some(cc) = &self.cache_control {
-                        v.push((header::CACHE_CONTROL, cc.clone()));
-                    }
-                    if vary {
-                        v.push((header::VARY, HeaderValue::from_static("Accept-Encoding")));
-                    }
-                    v.push((header::CONTENT_TYPE, ct.clone()));
-                    if let Some(c) = encoding {
-                        v.push((header::CONTENT_ENCODING, HeaderValue::from_static(c)));
-                    }
-                    v.push((header::ACCEPT_RANGES, BYTES.clone()));
-                    SharedFields::new(v)
-                });
-                whole(StatusCode::OK, f).shared_fields(fields)
-            }
+            Ranges::Ignore => whole(),
             Ranges::Unsatisfiable => common(self.error(StatusCode::RANGE_NOT_SATISFIABLE))
                 .header(header::CONTENT_RANGE, format!("bytes */{}", f.size)),
             Ranges::Satisfiable(rs) if rs.len() == 1 => {
@@ -319,7 +317,7 @@ impl StaticFiles {
                     }
                     res
                 }
-                None => typed(body_of(StatusCode::OK, f, 0, f.size)).header(header::ACCEPT_RANGES, BYTES.clone()),
+                None => whole(),
             },
         }
     }
@@ -362,20 +360,15 @@ impl<'a> Fields<'a> {
 /// A response carrying `len` bytes of `f` from `offset`: from memory if the cache holds
 /// the bytes, else from the open file (`sendfile`).
 fn body_of(status: StatusCode, f: &FileInfo, offset: u64, len: u64) -> Response {
-    let mut res = whole_or_range(status, f, offset, len);
+    let mut res = bare(status, f, offset, len);
     // Room for the fields every file response gets (no regrowth; usually no allocation).
     res.reserve_headers(6);
     res
 }
 
-/// The whole of `f`, with no header list of its own (its fields come shared).
-fn whole(status: StatusCode, f: &FileInfo) -> Response {
-    whole_or_range(status, f, 0, f.size)
-}
-
-fn whole_or_range(status: StatusCode, f: &FileInfo, offset: u64, len: u64) -> Response {
+/// The same with no header list of its own (for a response whose fields come shared).
+fn bare(status: StatusCode, f: &FileInfo, offset: u64, len: u64) -> Response {
     match &f.bytes {
-        Some(b) if offset == 0 && len == b.len() as u64 => Response::bytes(status, b.clone()),
         Some(b) => Response::bytes(status, b.slice(offset as usize..(offset + len) as usize)),
         None => Response::file_range(status, f.file.clone(), offset, len),
     }

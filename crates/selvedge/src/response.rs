@@ -201,14 +201,19 @@ impl IntoHeaderValue for u64 {
 }
 
 impl Response {
+    /// A response with `body` and no headers yet.
+    fn of(status: StatusCode, body: ResponseBody) -> Response {
+        Response { status, headers: Vec::new(), body, shared: None }
+    }
+
     /// A response with no body.
     pub fn new(status: StatusCode) -> Response {
-        Response { status, headers: Vec::new(), body: ResponseBody::Empty, shared: None }
+        Response::of(status, ResponseBody::Empty)
     }
 
     /// A response with a body in memory.
     pub fn bytes(status: StatusCode, body: impl Into<Bytes>) -> Response {
-        Response { status, headers: Vec::new(), body: ResponseBody::Bytes(body.into()), shared: None }
+        Response::of(status, ResponseBody::Bytes(body.into()))
     }
 
     /// A response sending a whole file.
@@ -223,7 +228,7 @@ impl Response {
 
     /// A response sending `len` bytes of an open file from `offset`.
     pub fn file_range(status: StatusCode, file: Arc<File>, offset: u64, len: u64) -> Response {
-        Response { status, headers: Vec::new(), body: ResponseBody::File(FileBody { file, offset, len }), shared: None }
+        Response::of(status, ResponseBody::File(FileBody { file, offset, len }))
     }
 
     /// A streaming response: `f` receives a [`BodyWriter`] and writes the body. On HTTP/1.1
@@ -239,7 +244,7 @@ impl Response {
         Fut: Future<Output = io::Result<()>> + Send + 'static,
     {
         let f: StreamFn = Box::new(move |w| Box::pin(f(w)));
-        Response { status, headers: Vec::new(), body: ResponseBody::Stream(StreamBody(f)), shared: None }
+        Response::of(status, ResponseBody::Stream(StreamBody(f)))
     }
 
     /// Accepts the protocol switch `req` asks for ([`Request::upgrade`]): on HTTP/1.1 a

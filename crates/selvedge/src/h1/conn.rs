@@ -156,9 +156,7 @@ impl Conn {
             let n = if idle {
                 self.read_when_idle(first).await
             } else {
-                if self.rbuf.capacity() - self.rbuf.len() < 512 {
-                    self.rbuf.reserve(self.cfg.read_buffer);
-                }
+                self.make_room();
                 self.sock.read(&mut self.rbuf).await
             };
             match n {
@@ -175,6 +173,15 @@ impl Conn {
         }
     }
 
+    /// Gives the receive buffer room for a read if it has less than 512 bytes (a plain
+    /// function: an async wrapper around the read costs ~70 instructions per request).
+    #[inline]
+    fn make_room(&mut self) {
+        if self.rbuf.capacity() - self.rbuf.len() < 512 {
+            self.rbuf.reserve(self.cfg.read_buffer);
+        }
+    }
+
     /// The first read of a request on an idle connection. Unless few connections are live
     /// (`pool::hold_while_idle`), the connection holds no buffers while it waits: they go
     /// back to the thread's pool and are taken again once the socket is readable. A new
@@ -188,9 +195,7 @@ impl Conn {
             }
         }
         if crate::pool::hold_while_idle() && self.rbuf.capacity() > 0 {
-            if self.rbuf.capacity() - self.rbuf.len() < 512 {
-                self.rbuf.reserve(self.cfg.read_buffer);
-            }
+            self.make_room();
             return self.sock.read(&mut self.rbuf).await;
         }
         crate::pool::put_read(std::mem::take(&mut self.rbuf));

@@ -130,14 +130,9 @@ pub(crate) fn compose(
     }
     match (has_date, server.filter(|_| !has_server)) {
         (false, Some(s)) => put_date_server(dst, s),
-        (has_date, server) => {
-            if !has_date {
-                put_date(dst);
-            }
-            if let Some(s) = server {
-                put_lines(dst, &[b"server: ", s.as_bytes(), b"\r\n"]);
-            }
-        }
+        (false, None) => put_date(dst),
+        (true, Some(s)) => put_server(dst, s),
+        (true, None) => {}
     }
     match framing {
         Framing::Length(n) => {
@@ -168,6 +163,10 @@ fn put_date(dst: &mut Vec<u8>) {
     put_lines(dst, &[b"date: ", &d, b"\r\n"]);
 }
 
+fn put_server(dst: &mut Vec<u8>, s: &str) {
+    put_lines(dst, &[b"server: ", s.as_bytes(), b"\r\n"]);
+}
+
 /// Longest `Server` value the per-thread block below holds.
 const SERVER_MAX: usize = 64;
 const DATE_SERVER_MAX: usize = b"date: \r\nserver: \r\n".len() + DATE_LEN + SERVER_MAX;
@@ -194,7 +193,7 @@ fn put_date_server(dst: &mut Vec<u8>, s: &str) {
     let version = date::version();
     if version == 0 || s.len() > SERVER_MAX {
         put_date(dst);
-        put_lines(dst, &[b"server: ", s.as_bytes(), b"\r\n"]);
+        put_server(dst, s);
         return;
     }
     let key = (s.as_ptr() as usize, s.len());
