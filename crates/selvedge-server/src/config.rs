@@ -1,7 +1,12 @@
-//! The configuration file (TOML). See `examples/selvedge.toml` for every key.
+//! The configuration file (TOML). `docs/config.md` describes every key; `examples/selvedge.toml`
+//! is a commented example.
 //!
 //! Unknown keys, wrong types and invalid values are errors reported as
 //! `FILE:LINE:COLUMN: reason`; relative paths are taken from the config file's directory.
+//! Durations and sizes use the types of [`units`] (`"30s"`, `"10MiB"`...), which refuse
+//! out-of-range values with the value's position.
+
+pub mod units;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -14,6 +19,7 @@ use selvedge::{Settings, Workers};
 use serde::Deserialize;
 use toml::Spanned;
 
+use self::units::{Count, Dur, NonZeroDur, Size};
 use crate::static_files::StaticOptions;
 
 /// A configuration error, with its position in the file.
@@ -204,40 +210,9 @@ impl Config {
         let abs = |p: &str| if Path::new(p).is_absolute() { PathBuf::from(p) } else { base.join(p) };
 
         let mut settings = Settings::default();
-        let t = &raw.timeouts;
-        let secs = |v: Option<f64>, d: &mut Duration| {
-            if let Some(v) = v.filter(|v| v.is_finite() && *v > 0.0) {
-                *d = Duration::from_secs_f64(v);
-            }
-        };
-        secs(t.header, &mut settings.header_timeout);
-        secs(t.idle, &mut settings.idle_timeout);
-        secs(t.body, &mut settings.body_timeout);
-        secs(t.send, &mut settings.send_timeout);
-        secs(t.graceful, &mut settings.graceful_timeout);
-        let l = &raw.limits;
-        if let Some(v) = l.max_connections {
-            settings.max_connections = v;
-        }
-        if let Some(v) = l.max_body {
-            settings.body.max_body = v;
-        }
-        if let Some(v) = l.max_head {
-            settings.limits.max_head = v;
-        }
-        if let Some(v) = l.max_headers {
-            settings.limits.max_headers = v;
-        }
-        if let Some(v) = l.max_target {
-            settings.limits.max_target = v;
-        }
-        if let Some(v) = l.notsent_lowat {
-            settings.notsent_lowat = (v > 0).then_some(v);
-        }
-        let workers = match raw.server.workers {
-            Some(w) if *w.get_ref() == 0 => return Err(err(Some(w.span()), "workers must be at least 1".into())),
-            w => w.map(Spanned::into_inner),
-        };
+        raw.timeouts.apply(&mut settings);
+        raw.limits.apply(&mut settings);
+        let workers = raw.server.workers.map(Count::get_usize);
         if let Some(n) = workers {
             settings.workers = Workers::PerCore(n);
         }
@@ -278,14 +253,14 @@ impl Config {
         let fc = &raw.file_cache;
         let mut cache = CacheConfig::default();
         cache.enabled = fc.enabled.unwrap_or(cache.enabled);
-        if let Some(ms) = &fc.sweep_ms {
-            if *ms.get_ref() == 0 {
-                return Err(err(Some(ms.span()), "sweep_ms must be at least 1".into()));
-            }
-            cache.sweep = Duration::from_millis(*ms.get_ref());
+        match (fc.sweep, &fc.sweep_ms) {
+            (Some(_), Some(ms)) => return Err(err(Some(ms.span()), "set `sweep` or `sweep_ms`, not both".into())),
+            (Some(d), None) => cache.sweep = d.get(),
+            (None, Some(ms)) => cache.sweep = Duration::from_millis(ms.get_ref().get()),
+            (None, None) => {}
         }
-        cache.max_entries = fc.max_entries.unwrap_or(cache.max_entries);
-        cache.memory_max = fc.memory_max.unwrap_or(cache.memory_max);
+        cache.max_entries = fc.max_entries.map_or(cache.max_entries, Count::get_usize);
+        cache.memory_max = fc.memory_max.map_or(cache.memory_max, Size::get);
 
         let mut log = LogConfig::default();
         if let Some(a) = &raw.log.access {
@@ -295,8 +270,8 @@ impl Config {
                 p => LogTarget::File(abs(p)),
             };
         }
-        log.size = raw.log.size.unwrap_or(log.size);
-        log.backups = raw.log.backups.unwrap_or(log.backups);
+        log.size = raw.log.size.map_or(log.size, Size::get);
+        log.backups = raw.log.backups.map_or(log.backups, Count::get_u32);
 
         let mut vhosts = Vec::new();
         let mut seen_default = false;
@@ -330,7 +305,7 @@ impl Config {
                         opts.dotfiles = r.dotfiles.unwrap_or(opts.dotfiles);
                         opts.symlinks_outside = r.symlinks_outside.unwrap_or(opts.symlinks_outside);
                         opts.precompressed = r.precompressed.unwrap_or(opts.precompressed);
-                        opts.max_age = r.max_age.or(raw.cache.max_age);
+                        opts.max_age = r.max_age.or(raw.cache.max_age).map(|d| d.get().as_secs());
                         for (code, page) in r.error_pages.unwrap_or_default() {
                             let n: u16 = match code.parse() {
                                 Ok(n) if (400..600).contains(&n) => n,
@@ -435,7 +410,7 @@ struct Raw {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawServer {
-    workers: Option<Spanned<usize>>,
+    workers: Option<Count<1, 4096>>,
     pid_file: Option<String>,
     hsts: Option<String>,
 }
@@ -460,45 +435,83 @@ struct RawTls {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawTimeouts {
-    header: Option<f64>,
-    idle: Option<f64>,
-    body: Option<f64>,
-    send: Option<f64>,
-    graceful: Option<f64>,
+    header: Option<NonZeroDur>,
+    idle: Option<NonZeroDur>,
+    body: Option<NonZeroDur>,
+    send: Option<NonZeroDur>,
+    linger: Option<Dur>,
+    graceful: Option<Dur>,
+}
+
+impl RawTimeouts {
+    fn apply(&self, s: &mut Settings) {
+        let set = |v: Option<Dur<true>>, d: &mut Duration| *d = v.map_or(*d, Dur::get);
+        set(self.header, &mut s.header_timeout);
+        set(self.idle, &mut s.idle_timeout);
+        set(self.body, &mut s.body_timeout);
+        set(self.send, &mut s.send_timeout);
+        s.linger_timeout = self.linger.map_or(s.linger_timeout, Dur::get);
+        s.graceful_timeout = self.graceful.map_or(s.graceful_timeout, Dur::get);
+    }
 }
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawLimits {
-    max_connections: Option<usize>,
-    max_body: Option<u64>,
-    max_head: Option<usize>,
-    max_headers: Option<usize>,
-    max_target: Option<usize>,
-    notsent_lowat: Option<u32>,
+    max_connections: Option<Count<1, { u32::MAX as u64 }>>,
+    max_body: Option<Size>,
+    max_head: Option<Size<256, { u32::MAX as u64 }>>,
+    max_headers: Option<Count<1, 65_535>>,
+    max_target: Option<Size<16, { u32::MAX as u64 }>>,
+    max_chunk_ext: Option<Size<0, { u32::MAX as u64 }>>,
+    max_trailers: Option<Size<0, { u32::MAX as u64 }>>,
+    max_drain: Option<Size>,
+    min_body_rate: Option<Size>,
+    read_buffer: Option<Size<512, { 16 << 20 }>>,
+    notsent_lowat: Option<Size<0, { u32::MAX as u64 }>>,
+}
+
+impl RawLimits {
+    fn apply(&self, s: &mut Settings) {
+        s.max_connections = self.max_connections.map_or(s.max_connections, Count::get_usize);
+        s.body.max_body = self.max_body.map_or(s.body.max_body, Size::get);
+        s.limits.max_head = self.max_head.map_or(s.limits.max_head, Size::get_usize);
+        s.limits.max_headers = self.max_headers.map_or(s.limits.max_headers, Count::get_usize);
+        s.limits.max_target = self.max_target.map_or(s.limits.max_target, Size::get_usize);
+        s.body.max_chunk_ext = self.max_chunk_ext.map_or(s.body.max_chunk_ext, |v| v.get() as u32);
+        s.body.max_trailers = self.max_trailers.map_or(s.body.max_trailers, |v| v.get() as u32);
+        s.max_drain = self.max_drain.map_or(s.max_drain, Size::get);
+        s.min_body_rate = self.min_body_rate.map_or(s.min_body_rate, Size::get);
+        s.read_buffer = self.read_buffer.map_or(s.read_buffer, Size::get_usize);
+        if let Some(v) = self.notsent_lowat {
+            s.notsent_lowat = (v.get() > 0).then_some(v.get() as u32);
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawFileCache {
     enabled: Option<bool>,
-    sweep_ms: Option<Spanned<u64>>,
-    max_entries: Option<usize>,
-    memory_max: Option<u64>,
+    sweep: Option<NonZeroDur>,
+    /// The older spelling of `sweep`, in milliseconds.
+    sweep_ms: Option<Spanned<Count<1>>>,
+    max_entries: Option<Count<1>>,
+    memory_max: Option<Size>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawCache {
-    max_age: Option<u64>,
+    max_age: Option<Dur>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawLog {
     access: Option<String>,
-    size: Option<u64>,
-    backups: Option<u32>,
+    size: Option<Size>,
+    backups: Option<Count<0, 1000>>,
 }
 
 #[derive(Deserialize)]
@@ -522,7 +535,7 @@ struct RawRoute {
     dotfiles: Option<bool>,
     symlinks_outside: Option<bool>,
     precompressed: Option<bool>,
-    max_age: Option<u64>,
+    max_age: Option<Dur>,
     error_pages: Option<HashMap<String, String>>,
 }
 
@@ -574,6 +587,45 @@ mod tests {
         let off =
             parse("[limits]\nnotsent_lowat = 0\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/tmp\"\n").unwrap();
         assert_eq!(off.settings.notsent_lowat, None);
+    }
+
+    #[test]
+    fn durations_and_sizes() {
+        let c = parse(
+            "[timeouts]\nheader = \"250ms\"\nidle = \"5m\"\nbody = 30\nsend = 1.5\ngraceful = 0\nlinger = \"1s\"\n\
+             [limits]\nmax_body = \"10MiB\"\nmax_head = \"32KiB\"\nmax_target = \"4KB\"\nnotsent_lowat = \"256KiB\"\n\
+             max_drain = \"1MiB\"\nmin_body_rate = \"1KiB\"\n[file_cache]\nsweep = \"500ms\"\nmemory_max = \"64KiB\"\n\
+             [log]\nsize = \"1GiB\"\n[cache]\nmax_age = \"1d\"\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/tmp\"\n",
+        )
+        .unwrap();
+        let s = &c.settings;
+        assert_eq!(s.header_timeout, Duration::from_millis(250));
+        assert_eq!(s.idle_timeout, Duration::from_secs(300));
+        assert_eq!(s.body_timeout, Duration::from_secs(30));
+        assert_eq!(s.send_timeout, Duration::from_millis(1500));
+        assert_eq!(s.graceful_timeout, Duration::ZERO);
+        assert_eq!(s.linger_timeout, Duration::from_secs(1));
+        assert_eq!(s.body.max_body, 10 << 20);
+        assert_eq!((s.limits.max_head, s.limits.max_target), (32 << 10, 4000));
+        assert_eq!(s.notsent_lowat, Some(256 << 10));
+        assert_eq!((s.max_drain, s.min_body_rate), (1 << 20, 1024));
+        assert_eq!((c.cache.sweep, c.cache.memory_max), (Duration::from_millis(500), 64 << 10));
+        assert_eq!(c.log.size, 1 << 30);
+        assert_eq!(c.vhosts[0].routes[0].static_opts().unwrap().max_age, Some(86_400));
+        for (text, line, why) in [
+            ("[timeouts]\nidle = 0\n", 2, "greater than 0"),
+            ("[timeouts]\nidle = \"0s\"\n", 2, "greater than 0"),
+            ("\n[timeouts]\nheader = -1\n", 3, "negative"),
+            ("[timeouts]\nbody = \"soon\"\n", 2, "invalid duration"),
+            ("[limits]\nmax_body = -1\n", 2, "negative"),
+            ("[limits]\nmax_connections = 0\n", 2, "greater than 0"),
+            ("[limits]\nnotsent_lowat = \"8GiB\"\n", 2, "above the maximum"),
+            ("[file_cache]\nsweep = \"1s\"\nsweep_ms = 10\n", 3, "not both"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.line, line, "{text}: {e}");
+            assert!(e.col > 0 && e.reason.contains(why), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -28,7 +28,13 @@ fn bad_configs_are_reported_and_refused() {
     let d = TempDir::new("badcfg");
     let cases = [
         ("[server]\nworkers = 2\nthreads = 4\n", 3, "threads"),
-        ("[server]\nworkers = \"many\"\n", 2, "invalid type"),
+        ("[server]\nworkers = \"many\"\n", 2, "whole number"),
+        ("[server]\nworkers = 0\n", 2, "greater than 0"),
+        ("[timeouts]\nidle = 0\n", 2, "duration must be greater than 0"),
+        ("[timeouts]\n\nheader = -5\n", 3, "must not be negative"),
+        ("[timeouts]\nsend = \"5 parsecs\"\n", 2, "unknown unit \"parsecs\""),
+        ("[limits]\nmax_body = \"10 MiBs\"\n", 2, "invalid size"),
+        ("[limits]\nmax_head = \"1B\"\n", 2, "below the minimum"),
         ("[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/no/such/dir\"\n", 4, "not a directory"),
         ("[[listen]]\nport = 70000\n", 2, ""),
         ("[log\naccess = 1\n", 1, ""),

@@ -37,6 +37,7 @@ use serde::Deserialize;
 use tokio::sync::Semaphore;
 
 use self::process::{Fail, Run, Spawn};
+use crate::config::units::{Count, NonZeroDur, Size};
 
 /// A route's `cgi = { ... }` table as written in the file.
 #[derive(Debug, Deserialize)]
@@ -44,18 +45,18 @@ use self::process::{Fail, Run, Spawn};
 pub struct RawCgi {
     /// Directory holding the scripts.
     pub dir: String,
-    /// Seconds a script may go without progress: 30.
-    pub timeout: Option<f64>,
+    /// Time a script may go without progress: 30 s.
+    pub timeout: Option<NonZeroDur>,
     /// Largest response head: 64 KiB.
-    pub max_output_head: Option<usize>,
+    pub max_output_head: Option<Size<1, { u32::MAX as u64 }>>,
     /// Largest output with a `Content-Length` sent with that length: 1 MiB.
-    pub max_buffered_output: Option<usize>,
+    pub max_buffered_output: Option<Size<0, { u32::MAX as u64 }>>,
     /// Largest request body of unknown length: 1 MiB.
-    pub max_buffered_input: Option<usize>,
+    pub max_buffered_input: Option<Size<0, { u32::MAX as u64 }>>,
     /// Local redirects followed per request: 5.
-    pub max_local_redirects: Option<u32>,
+    pub max_local_redirects: Option<Count<0, 100>>,
     /// Scripts of this route running at once: 64.
-    pub max_processes: Option<usize>,
+    pub max_processes: Option<Count<1, 65_535>>,
     /// Programs running scripts by extension (`{ py = "/usr/bin/python3" }`): none.
     pub interpreters: Option<HashMap<String, String>>,
     /// `PATH` given to scripts.
@@ -107,15 +108,7 @@ impl CgiConfig {
         if !dir.is_dir() {
             return Err(format!("cgi dir {} is not a directory", dir.display()));
         }
-        let timeout = match raw.timeout {
-            None => Duration::from_secs(30),
-            Some(t) if t.is_finite() && t > 0.0 && t < 1e9 => Duration::from_secs_f64(t),
-            Some(t) => return Err(format!("cgi timeout {t} must be a positive number of seconds")),
-        };
-        let positive = |v: Option<usize>, name: &str, default: usize| match v {
-            Some(0) => Err(format!("cgi {name} must be at least 1")),
-            v => Ok(v.unwrap_or(default)),
-        };
+        let timeout = raw.timeout.map_or(Duration::from_secs(30), NonZeroDur::get);
         let mut interpreters = HashMap::new();
         for (ext, prog) in raw.interpreters.iter().flatten() {
             let ext = ext.trim_start_matches('.');
@@ -142,11 +135,11 @@ impl CgiConfig {
         Ok(CgiConfig {
             dir,
             timeout,
-            max_output_head: positive(raw.max_output_head, "max_output_head", 64 << 10)?,
-            max_buffered_output: raw.max_buffered_output.unwrap_or(1 << 20),
-            max_buffered_input: raw.max_buffered_input.unwrap_or(1 << 20),
-            max_local_redirects: raw.max_local_redirects.unwrap_or(5),
-            max_processes: positive(raw.max_processes, "max_processes", 64)?,
+            max_output_head: raw.max_output_head.map_or(64 << 10, Size::get_usize),
+            max_buffered_output: raw.max_buffered_output.map_or(1 << 20, Size::get_usize),
+            max_buffered_input: raw.max_buffered_input.map_or(1 << 20, Size::get_usize),
+            max_local_redirects: raw.max_local_redirects.map_or(5, Count::get_u32),
+            max_processes: raw.max_processes.map_or(64, Count::get_usize),
             interpreters,
             path: raw.path.as_deref().unwrap_or("/usr/local/bin:/usr/bin:/bin").into(),
             env,

@@ -53,6 +53,7 @@ use selvedge::http::{HeaderName, HeaderValue, Method, StatusCode};
 use selvedge::{Body, BodyWriter, Request, Response};
 use serde::Deserialize;
 
+use crate::config::units::{Count, NonZeroDur, Size};
 pub use conn::Addr;
 use conn::{Conn, Wait, Written};
 pub use forward::HostMode;
@@ -78,24 +79,24 @@ pub struct RawProxy {
     pub strip_prefix: Option<bool>,
     /// Keep the client's forwarding fields and append to them.
     pub trust_forwarded: Option<bool>,
-    /// Seconds.
-    pub connect_timeout: Option<f64>,
-    /// Seconds.
-    pub first_byte_timeout: Option<f64>,
-    /// Seconds.
-    pub idle_timeout: Option<f64>,
-    /// Seconds.
-    pub keepalive_timeout: Option<f64>,
+    /// Time to connect to the upstream.
+    pub connect_timeout: Option<NonZeroDur>,
+    /// Time from the request sent to the response head's first byte.
+    pub first_byte_timeout: Option<NonZeroDur>,
+    /// Time without progress while the response streams.
+    pub idle_timeout: Option<NonZeroDur>,
+    /// Time an idle upstream connection is kept for reuse.
+    pub keepalive_timeout: Option<NonZeroDur>,
     /// Idle connections kept per upstream per worker.
-    pub max_idle: Option<usize>,
+    pub max_idle: Option<Count<0, { u32::MAX as u64 }>>,
     /// Connections per upstream per worker (0: no limit).
-    pub max_connections: Option<usize>,
-    /// Seconds a WebSocket (or other upgraded) tunnel may stay silent both ways.
-    pub tunnel_idle_timeout: Option<f64>,
-    /// Bytes.
-    pub max_response_head: Option<usize>,
-    /// Fields.
-    pub max_response_headers: Option<usize>,
+    pub max_connections: Option<Count<0, { u32::MAX as u64 }>>,
+    /// Time a WebSocket (or other upgraded) tunnel may stay silent both ways.
+    pub tunnel_idle_timeout: Option<NonZeroDur>,
+    /// Largest upstream response head.
+    pub max_response_head: Option<Size<64, { u32::MAX as u64 }>>,
+    /// Most fields in an upstream response head.
+    pub max_response_headers: Option<Count<1, 65_535>>,
 }
 
 /// A checked proxy route configuration; every default is documented on its field.
@@ -139,21 +140,14 @@ impl ProxyConfig {
     /// The reason, reported at the table's position.
     pub fn from_raw(raw: &RawProxy) -> Result<ProxyConfig, String> {
         let (addr, upstream_host, base) = parse_upstream(&raw.upstream)?;
-        let secs = |name: &str, v: Option<f64>, default: u64| match v {
-            None => Ok(Duration::from_secs(default)),
-            Some(v) if v.is_finite() && v > 0.0 && v < 1e9 => Ok(Duration::from_secs_f64(v)),
-            Some(v) => Err(format!("proxy {name} must be a positive number of seconds, not {v}")),
-        };
+        let secs = |v: Option<NonZeroDur>, default: u64| v.map_or(Duration::from_secs(default), NonZeroDur::get);
         let host = match raw.host.as_deref() {
             None | Some("preserve") => HostMode::Preserve,
             Some("upstream") => HostMode::Upstream,
             Some(h) if !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()) => HostMode::Fixed(h.to_string()),
             Some(h) => return Err(format!("proxy host {h:?}: \"preserve\", \"upstream\" or a host name")),
         };
-        let max_head = raw.max_response_head.unwrap_or(32 * 1024);
-        if max_head < 64 {
-            return Err("proxy max_response_head must be at least 64".into());
-        }
+        let max_head = raw.max_response_head.map_or(32 * 1024, Size::get_usize);
         Ok(ProxyConfig {
             upstream: raw.upstream.clone(),
             addr,
@@ -162,16 +156,16 @@ impl ProxyConfig {
             host,
             strip_prefix: raw.strip_prefix.unwrap_or(false),
             trust_forwarded: raw.trust_forwarded.unwrap_or(false),
-            connect_timeout: secs("connect_timeout", raw.connect_timeout, 5)?,
-            first_byte_timeout: secs("first_byte_timeout", raw.first_byte_timeout, 60)?,
-            idle_timeout: secs("idle_timeout", raw.idle_timeout, 60)?,
+            connect_timeout: secs(raw.connect_timeout, 5),
+            first_byte_timeout: secs(raw.first_byte_timeout, 60),
+            idle_timeout: secs(raw.idle_timeout, 60),
             pool: PoolLimits {
-                max_idle: raw.max_idle.unwrap_or(64),
-                keepalive: secs("keepalive_timeout", raw.keepalive_timeout, 15)?,
-                max_connections: raw.max_connections.unwrap_or(1024),
+                max_idle: raw.max_idle.map_or(64, Count::get_usize),
+                keepalive: secs(raw.keepalive_timeout, 15),
+                max_connections: raw.max_connections.map_or(1024, Count::get_usize),
             },
-            head: HeadLimits { max_head, max_headers: raw.max_response_headers.unwrap_or(100).max(1) },
-            tunnel_idle_timeout: secs("tunnel_idle_timeout", raw.tunnel_idle_timeout, 300)?,
+            head: HeadLimits { max_head, max_headers: raw.max_response_headers.map_or(100, Count::get_usize) },
+            tunnel_idle_timeout: secs(raw.tunnel_idle_timeout, 300),
         })
     }
 }
@@ -648,10 +642,8 @@ mod tests {
         for bad in ["https://x", "http://", "http://u@h", "http://h:99999", "http://h/a?b", "unix:rel", "ftp://x"] {
             assert!(ProxyConfig::from_raw(&raw(bad)).is_err(), "{bad}");
         }
-        let mut r = raw("http://127.0.0.1:1");
-        r.idle_timeout = Some(0.0);
-        assert!(ProxyConfig::from_raw(&r).is_err());
-        r.idle_timeout = Some(0.25);
+        let mut r: RawProxy = toml::from_str("upstream = \"http://127.0.0.1:1\"\nidle_timeout = \"250ms\"\n").unwrap();
+        assert!(toml::from_str::<RawProxy>("upstream = \"http://127.0.0.1:1\"\nidle_timeout = 0\n").is_err());
         r.host = Some("upstream".into());
         let c = ProxyConfig::from_raw(&r).unwrap();
         assert_eq!((c.idle_timeout, c.host), (Duration::from_millis(250), HostMode::Upstream));
