@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use selvedge::file::CacheConfig;
-use selvedge::{Settings, Workers};
+use selvedge::{Listen, Settings, Workers};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -55,8 +55,8 @@ pub enum LogTarget {
 /// A TLS listener: address and the PEM files of its default certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsListen {
-    /// Address to listen on.
-    pub addr: SocketAddr,
+    /// Address to listen on (TCP, or a Unix socket).
+    pub addr: Listen,
     /// PEM certificate chain.
     pub cert: PathBuf,
     /// PEM private key.
@@ -134,12 +134,12 @@ pub struct VhostConfig {
 pub struct Config {
     /// The file it came from (`None`: built from the command line).
     pub file: Option<PathBuf>,
-    /// Addresses to listen on (cleartext HTTP/1.1 and h2c).
-    pub listen: Vec<SocketAddr>,
+    /// Addresses to listen on (cleartext HTTP/1.1 and h2c): TCP or Unix sockets.
+    pub listen: Vec<Listen>,
     /// TLS listeners (HTTP/2 by ALPN, else HTTP/1.1).
     pub tls: Vec<TlsListen>,
     /// Listeners that only redirect to `https://` (301, same host and path).
-    pub redirect: Vec<SocketAddr>,
+    pub redirect: Vec<Listen>,
     /// `Strict-Transport-Security` value sent on TLS responses (`None`: not sent).
     pub hsts: Option<String>,
     /// Worker threads (`None`: one per core).
@@ -162,7 +162,7 @@ impl Config {
     pub fn simple(root: PathBuf, addr: SocketAddr, workers: Option<usize>) -> Config {
         Config {
             file: None,
-            listen: vec![addr],
+            listen: vec![Listen::Tcp(addr)],
             tls: Vec::new(),
             redirect: Vec::new(),
             hsts: None,
@@ -212,6 +212,11 @@ impl Config {
         let mut settings = Settings::default();
         raw.timeouts.apply(&mut settings);
         raw.limits.apply(&mut settings);
+        raw.http2.apply(&mut settings.h2);
+        if !raw.server.server_tokens.unwrap_or(true) {
+            settings.server_name = None;
+        }
+        settings.backlog = raw.server.backlog.map_or(settings.backlog, |b| b.get() as i32);
         let workers = raw.server.workers.map(Count::get_usize);
         if let Some(n) = workers {
             settings.workers = Workers::PerCore(n);
@@ -221,11 +226,26 @@ impl Config {
         let mut tls = Vec::new();
         let mut redirect = Vec::new();
         for l in &raw.listen {
-            let host: IpAddr = match &l.get_ref().host {
-                None => IpAddr::from([127, 0, 0, 1]),
-                Some(h) => h.get_ref().parse().map_err(|e| err(Some(h.span()), format!("host: {e}")))?,
+            let r = l.get_ref();
+            let addr = match (&r.address, &r.host, r.port) {
+                (Some(a), None, None) => parse_listen(a.get_ref(), &abs).map_err(|e| err(Some(a.span()), e))?,
+                (Some(a), _, _) => {
+                    return Err(err(Some(a.span()), "a listener has `address` or `host`/`port`, not both".into()))
+                }
+                (None, host, Some(port)) => {
+                    let host: IpAddr = match host {
+                        None => IpAddr::from([127, 0, 0, 1]),
+                        Some(h) => h.get_ref().parse().map_err(|e| err(Some(h.span()), format!("host: {e}")))?,
+                    };
+                    Listen::Tcp(SocketAddr::new(host, port))
+                }
+                (None, _, None) => {
+                    return Err(err(
+                        Some(l.span()),
+                        "a listener needs `address` (\"[::]:443\", \"unix:/run/selvedge.sock\") or `port`".into(),
+                    ))
+                }
             };
-            let addr = SocketAddr::new(host, l.get_ref().port);
             match (&l.get_ref().tls, l.get_ref().redirect_https) {
                 (Some(_), Some(true)) => {
                     return Err(err(Some(l.span()), "a listener is either tls or redirect_https".into()))
@@ -247,7 +267,7 @@ impl Config {
             }
         }
         if listen.is_empty() && tls.is_empty() && redirect.is_empty() {
-            listen.push(SocketAddr::from(([127, 0, 0, 1], 8080)));
+            listen.push(Listen::Tcp(SocketAddr::from(([127, 0, 0, 1], 8080))));
         }
 
         let fc = &raw.file_cache;
@@ -332,7 +352,10 @@ impl Config {
                 };
                 routes.push(RouteConfig { prefix: r.path, kind });
             }
-            let hosts: Vec<String> = v.hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+            let mut hosts = Vec::new();
+            for h in &v.hosts {
+                hosts.push(check_host(h.get_ref()).map_err(|e| err(Some(h.span()), e))?);
+            }
             let tls = match &v.tls {
                 None => None,
                 Some(t) => {
@@ -377,6 +400,39 @@ impl Config {
     }
 }
 
+/// A listener's `address`: `"unix:PATH"` (relative to the file's directory) or an IP
+/// address and port (`"0.0.0.0:80"`, `"[::]:443"`, `"127.0.0.1:8080"`).
+fn parse_listen(text: &str, abs: &dyn Fn(&str) -> PathBuf) -> Result<Listen, String> {
+    if let Some(path) = text.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err("address \"unix:\" needs a path (\"unix:/run/selvedge.sock\")".into());
+        }
+        return Ok(Listen::Unix(abs(path)));
+    }
+    text.parse::<SocketAddr>().map(Listen::Tcp).map_err(|_| {
+        format!("address {text:?}: write an IP address and port (\"0.0.0.0:80\", \"[::]:443\") or \"unix:/path\"")
+    })
+}
+
+/// A virtual host's name, lower-cased: a DNS name, or `*.` and a name (a wildcard for one
+/// label, as in certificates and SNI).
+fn check_host(name: &str) -> Result<String, String> {
+    let lower = name.to_ascii_lowercase();
+    let bare = lower.strip_prefix("*.").unwrap_or(&lower);
+    let ip = bare.parse::<IpAddr>().is_ok() || (bare.starts_with('[') && bare.ends_with(']'));
+    let valid = ip
+        || !bare.is_empty()
+            && bare.len() <= 253
+            && bare.split('.').all(|l| {
+                !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            });
+    if valid {
+        Ok(lower)
+    } else {
+        Err(format!("host {name:?}: a DNS name (\"example.com\") or a wildcard for one label (\"*.example.com\")"))
+    }
+}
+
 /// 1-based line and column of byte `at` in `text`.
 fn line_col(text: &str, at: usize) -> (usize, usize) {
     let at = at.min(text.len());
@@ -398,6 +454,8 @@ struct Raw {
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
+    http2: RawHttp2,
+    #[serde(default)]
     file_cache: RawFileCache,
     #[serde(default)]
     cache: RawCache,
@@ -411,6 +469,8 @@ struct Raw {
 #[serde(deny_unknown_fields)]
 struct RawServer {
     workers: Option<Count<1, 4096>>,
+    server_tokens: Option<bool>,
+    backlog: Option<Count<1, { i32::MAX as u64 }>>,
     pid_file: Option<String>,
     hsts: Option<String>,
 }
@@ -418,8 +478,9 @@ struct RawServer {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawListen {
+    address: Option<Spanned<String>>,
     host: Option<Spanned<String>>,
-    port: u16,
+    port: Option<u16>,
     tls: Option<RawTls>,
     redirect_https: Option<bool>,
 }
@@ -441,6 +502,7 @@ struct RawTimeouts {
     send: Option<NonZeroDur>,
     linger: Option<Dur>,
     graceful: Option<Dur>,
+    tls_handshake: Option<NonZeroDur>,
 }
 
 impl RawTimeouts {
@@ -452,6 +514,58 @@ impl RawTimeouts {
         set(self.send, &mut s.send_timeout);
         s.linger_timeout = self.linger.map_or(s.linger_timeout, Dur::get);
         s.graceful_timeout = self.graceful.map_or(s.graceful_timeout, Dur::get);
+        set(self.tls_handshake, &mut s.tls_handshake_timeout);
+    }
+}
+
+/// `[http2]`: every field of [`selvedge::h2::H2Settings`].
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHttp2 {
+    max_concurrent_streams: Option<Count<1, { u32::MAX as u64 }>>,
+    initial_window_size: Option<Size<0, { (1 << 31) - 1 }>>,
+    connection_window: Option<Size<65_535, { (1 << 31) - 1 }>>,
+    max_frame_size: Option<Size<16_384, { (1 << 24) - 1 }>>,
+    max_header_list_size: Option<Size<1, { u32::MAX as u64 }>>,
+    header_table_size: Option<Size<0, { u32::MAX as u64 }>>,
+    max_continuation_frames: Option<Count<1, { u32::MAX as u64 }>>,
+    abuse_window: Option<NonZeroDur>,
+    max_peer_resets: Option<Count<0, { u32::MAX as u64 }>>,
+    max_local_resets: Option<Count<0, { u32::MAX as u64 }>>,
+    max_control_frames: Option<Count<0, { u32::MAX as u64 }>>,
+    max_empty_frames: Option<Count<0, { u32::MAX as u64 }>>,
+    max_control_queue: Option<Size<1024, { u32::MAX as u64 }>>,
+    max_requests: Option<Count<1, { u32::MAX as u64 }>>,
+    stream_buffer: Option<Size<1, { u32::MAX as u64 }>>,
+    write_batch: Option<Size<1024, { u32::MAX as u64 }>>,
+    handshake_timeout: Option<NonZeroDur>,
+    enable_connect_protocol: Option<bool>,
+    stream_stall_timeout: Option<NonZeroDur>,
+}
+
+impl RawHttp2 {
+    fn apply(&self, h: &mut selvedge::h2::H2Settings) {
+        // Every bound below is at most u32::MAX, so `as u32` is exact.
+        let set = |v: Option<u64>, d: &mut u32| *d = v.map_or(*d, |v| v as u32);
+        set(self.max_concurrent_streams.map(Count::get), &mut h.max_concurrent_streams);
+        set(self.initial_window_size.map(Size::get), &mut h.initial_window_size);
+        set(self.connection_window.map(Size::get), &mut h.connection_window);
+        set(self.max_frame_size.map(Size::get), &mut h.max_frame_size);
+        set(self.max_header_list_size.map(Size::get), &mut h.max_header_list_size);
+        set(self.header_table_size.map(Size::get), &mut h.header_table_size);
+        set(self.max_continuation_frames.map(Count::get), &mut h.max_continuation_frames);
+        set(self.max_peer_resets.map(Count::get), &mut h.max_peer_resets);
+        set(self.max_local_resets.map(Count::get), &mut h.max_local_resets);
+        set(self.max_control_frames.map(Count::get), &mut h.max_control_frames);
+        set(self.max_empty_frames.map(Count::get), &mut h.max_empty_frames);
+        set(self.max_requests.map(Count::get), &mut h.max_requests);
+        h.abuse_window = self.abuse_window.map_or(h.abuse_window, Dur::get);
+        h.max_control_queue = self.max_control_queue.map_or(h.max_control_queue, Size::get_usize);
+        h.stream_buffer = self.stream_buffer.map_or(h.stream_buffer, Size::get_usize);
+        h.write_batch = self.write_batch.map_or(h.write_batch, Size::get_usize);
+        h.handshake_timeout = self.handshake_timeout.map_or(h.handshake_timeout, Dur::get);
+        h.enable_connect_protocol = self.enable_connect_protocol.unwrap_or(h.enable_connect_protocol);
+        h.stream_stall_timeout = self.stream_stall_timeout.map_or(h.stream_stall_timeout, Dur::get);
     }
 }
 
@@ -518,7 +632,7 @@ struct RawLog {
 #[serde(deny_unknown_fields)]
 struct RawVhost {
     #[serde(default)]
-    hosts: Vec<String>,
+    hosts: Vec<Spanned<String>>,
     tls: Option<RawTls>,
     #[serde(default)]
     route: Vec<Spanned<RawRoute>>,
@@ -565,7 +679,7 @@ mod tests {
     #[test]
     fn minimal_and_full() {
         let c = parse("[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/tmp\"\n").unwrap();
-        assert_eq!(c.listen, vec![SocketAddr::from(([127, 0, 0, 1], 8080))]);
+        assert_eq!(c.listen, vec![Listen::Tcp(SocketAddr::from(([127, 0, 0, 1], 8080)))]);
         assert!(matches!(&c.vhosts[0].routes[0].kind, RouteKind::Static { root, .. } if root == Path::new("/tmp")));
         let c = parse(
             "[server]\nworkers = 3\npid_file = \"run/x.pid\"\n[[listen]]\nhost = \"0.0.0.0\"\nport = 9000\n\
@@ -576,7 +690,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.workers, Some(3));
         assert_eq!(c.pid_file, Some(PathBuf::from("/tmp/run/x.pid")));
-        assert_eq!(c.listen[0].port(), 9000);
+        assert_eq!(c.listen[0], Listen::Tcp(SocketAddr::from(([0, 0, 0, 0], 9000))));
         assert_eq!(c.settings.idle_timeout, Duration::from_secs(5));
         assert_eq!(c.settings.notsent_lowat, Some(128 * 1024));
         assert_eq!(c.cache.sweep, Duration::from_millis(200));
@@ -584,6 +698,29 @@ mod tests {
         assert_eq!(c.vhosts[0].hosts, vec!["example.com".to_string()]);
         assert_eq!(c.vhosts[0].routes[0].static_opts().unwrap().max_age, Some(60));
         assert!(c.vhosts[0].routes[0].static_opts().unwrap().error_pages.contains_key(&404));
+        let c = parse(
+            "[server]\nserver_tokens = false\nbacklog = 64\n[timeouts]\ntls_handshake = \"3s\"\n\
+             [http2]\nmax_concurrent_streams = 10\ninitial_window_size = \"1MiB\"\nhandshake_timeout = \"2s\"\n\
+             enable_connect_protocol = false\n[[listen]]\naddress = \"[::]:443\"\n[[listen]]\naddress = \"unix:run/s.sock\"\n\
+             [[listen]]\naddress = \"0.0.0.0:80\"\n[[vhost]]\nhosts = [\"*.Example.com\", \"example.com\"]\n\
+             [[vhost.route]]\npath = \"/\"\nroot = \"/tmp\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.settings.server_name, None);
+        assert_eq!(c.settings.backlog, 64);
+        assert_eq!(c.settings.tls_handshake_timeout, Duration::from_secs(3));
+        assert_eq!((c.settings.h2.max_concurrent_streams, c.settings.h2.initial_window_size), (10, 1 << 20));
+        assert_eq!(c.settings.h2.handshake_timeout, Duration::from_secs(2));
+        assert!(!c.settings.h2.enable_connect_protocol);
+        assert_eq!(
+            c.listen,
+            vec![
+                Listen::Tcp("[::]:443".parse().unwrap()),
+                Listen::Unix(PathBuf::from("/tmp/run/s.sock")),
+                Listen::Tcp("0.0.0.0:80".parse().unwrap())
+            ]
+        );
+        assert_eq!(c.vhosts[0].hosts, ["*.example.com", "example.com"]);
         let off =
             parse("[limits]\nnotsent_lowat = 0\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/tmp\"\n").unwrap();
         assert_eq!(off.settings.notsent_lowat, None);
@@ -639,6 +776,20 @@ mod tests {
         assert!(e.to_string().starts_with("/tmp/t.toml:4:"), "{e}");
         let e = parse("[[listen]]\nhost = \"nope\"\nport = 1\n").unwrap_err();
         assert_eq!(e.line, 2, "{e}");
+        for (text, line) in [
+            ("[[listen]]\naddress = \"localhost:80\"\n", 2),
+            ("[[listen]]\naddress = \"unix:\"\n", 2),
+            ("[[listen]]\naddress = \"[::]:80\"\nport = 80\n", 2),
+            ("[[listen]]\nhost = \"::\"\n", 1),
+            ("[http2]\nmax_frame_size = 100\n", 2),
+            ("[http2]\nmax_concurrent_streams = 0\n", 2),
+            ("[server]\nbacklog = 0\n", 2),
+            ("[[vhost]]\nhosts = [\"a.*.com\"]\n", 2),
+            ("[[vhost]]\nhosts = [\"*\"]\n", 2),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.line, line, "{text}: {e}");
+        }
         let e = parse("this is not toml").unwrap_err();
         assert_eq!(e.line, 1, "{e}");
         assert!(parse("").is_err());

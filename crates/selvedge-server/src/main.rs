@@ -157,7 +157,7 @@ fn main() -> ExitCode {
     settings.error_response = Some(routes::error_hook(front.pages.clone()));
     let mut server = Server::new(settings.clone());
     for a in &cfg.listen {
-        server = server.bind(*a);
+        server = server.bind(a.clone());
     }
     let mut cert_stores = Vec::new();
     for t in &cfg.tls {
@@ -169,7 +169,7 @@ fn main() -> ExitCode {
             }
         };
         match selvedge::tls::server_config_with_store(store.clone(), t.strict_sni, true) {
-            Ok(tc) => server = server.bind_tls(t.addr, tc),
+            Ok(tc) => server = server.bind_tls(t.addr.clone(), tc),
             Err(e) => {
                 eprintln!("selvedge: tls: {e}");
                 return ExitCode::from(2);
@@ -180,10 +180,13 @@ fn main() -> ExitCode {
     let redirect = if cfg.redirect.is_empty() {
         None
     } else {
-        let https_port = cfg.tls.first().map(|t| t.addr.port());
+        let https_port = cfg.tls.iter().find_map(|t| match &t.addr {
+            selvedge::Listen::Tcp(a) => Some(a.port()),
+            selvedge::Listen::Unix(_) => None,
+        });
         let mut r = Server::new(settings);
         for a in &cfg.redirect {
-            r = r.bind(*a);
+            r = r.bind(a.clone());
         }
         match r.start(move |req: selvedge::Request| async move { redirect_to_https(&req, https_port) }) {
             Ok(h) => Some(h),
@@ -217,7 +220,9 @@ fn main() -> ExitCode {
         .local_addrs()
         .iter()
         .map(|l| match l {
-            selvedge::Listen::Tcp(a) if cfg.tls.iter().any(|t| t.addr.port() == a.port() || t.addr == *a) => {
+            selvedge::Listen::Tcp(a)
+                if cfg.tls.iter().any(|t| matches!(&t.addr, selvedge::Listen::Tcp(t) if t.port() == a.port())) =>
+            {
                 format!("https://{a}/")
             }
             selvedge::Listen::Tcp(a) => format!("http://{a}/"),
@@ -340,7 +345,7 @@ fn reload_certs(stores: &[(config::TlsListen, selvedge::tls::CertStore)], cfg: &
     for (t, store) in stores {
         match load_certs(t, cfg) {
             Ok(certs) => store.replace(certs),
-            Err(e) => eprintln!("selvedge: tls reload kept the old certificates for {}: {e}", t.addr),
+            Err(e) => eprintln!("selvedge: tls reload kept the old certificates for {:?}: {e}", t.addr),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! Virtual hosts and routes: the `Host` header picks a virtual host (else the default
-//! one), then the longest path prefix picks a route. [`Front`] is the app the engine runs:
+//! Virtual hosts and routes: the `Host` header picks a virtual host (an exact name first,
+//! then a `*.example.com` wildcard for one label, else the default host), then the longest path prefix picks a route. [`Front`] is the app the engine runs:
 //! it reads the current [`Site`] from an [`ArcSwap`] on each request (one atomic load and
 //! reference-count increment, no lock), so SIGHUP can swap in a new configuration without
 //! touching the listeners or any connection.
@@ -82,6 +82,8 @@ fn prefix_matches(prefix: &str, path: &[u8]) -> bool {
 pub struct Site {
     vhosts: Vec<Vhost>,
     by_host: HashMap<String, usize>,
+    /// Whether `by_host` has `*.` entries.
+    wildcards: bool,
     default: Option<usize>,
 }
 
@@ -122,7 +124,8 @@ impl Site {
                 by_host.insert(h.clone(), i);
             }
         }
-        Ok(Site { vhosts, by_host, default })
+        let wildcards = by_host.keys().any(|h| h.starts_with("*."));
+        Ok(Site { vhosts, by_host, wildcards, default })
     }
 
     fn vhost(&self, req: &Request) -> Option<&Vhost> {
@@ -138,13 +141,27 @@ impl Site {
                         *o = b.to_ascii_lowercase();
                     }
                     let lower = std::str::from_utf8(&buf[..host.len()]).unwrap_or("");
-                    if let Some(&i) = self.by_host.get(lower) {
+                    if let Some(&i) = self.by_host.get(lower).or_else(|| self.wildcard(lower)) {
                         return self.vhosts.get(i);
                     }
                 }
             }
         }
         self.default.and_then(|i| self.vhosts.get(i))
+    }
+
+    /// The host of a `*.example.com` entry matching `host` (one label in place of `*`, as
+    /// in certificates and SNI): only asked when no name matches exactly.
+    fn wildcard(&self, host: &str) -> Option<&usize> {
+        if !self.wildcards {
+            return None;
+        }
+        let dot = host.find('.')?;
+        let mut key = [0u8; 257];
+        let rest = &host.as_bytes()[dot..];
+        key[0] = b'*';
+        key[1..=rest.len()].copy_from_slice(rest);
+        self.by_host.get(std::str::from_utf8(&key[..=rest.len()]).ok()?)
     }
 
     /// Answers at once what needs no waiting: static files and unrouted paths. `None`: the
