@@ -1,14 +1,15 @@
 //! Checks hpack-test-case story files against our HPACK implementation.
 //!
 //! ```text
-//! cargo run --release --example hpack_story -- FILE_OR_DIR...
+//! cargo run --release --example hpack_story -- [FILE_OR_DIR...]
 //! ```
 //!
 //! Each story with `wire` data is decoded case by case with one decoder and
 //! compared with its `headers`; each raw-data story (no `wire`) is encoded
 //! with one encoder, decoded back and compared. Directories are searched
 //! recursively for `*.json`. Prints `N passed, M failed` (counting cases) and
-//! exits with status 1 if any case failed.
+//! exits with status 1 if any case failed. Without arguments it checks the copy of the
+//! corpus in `tests/data/hpack-test-case` (or `$HPACK_TEST_CASE_DIR`).
 
 #[path = "../tests/support/story.rs"]
 mod story;
@@ -17,10 +18,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
+    let mut args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
     if args.is_empty() {
-        eprintln!("usage: hpack_story FILE_OR_DIR...");
-        return ExitCode::from(2);
+        args.push(story::testdata_dir());
     }
     let mut files = Vec::new();
     for arg in &args {

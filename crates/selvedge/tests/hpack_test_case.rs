@@ -1,15 +1,14 @@
-//! Replays the hpack-test-case stories (`shared/testdata/hpack-test-case`
-//! beside the repository, or `$HPACK_TEST_CASE_DIR`): every implementation's
-//! `wire` must decode to its `headers`, and the raw-data stories must
-//! round-trip through our encoder and decoder (and decode with the `hpack`
-//! crate too).
+//! Replays the hpack-test-case stories (the copy in `tests/data/hpack-test-case`,
+//! or `$HPACK_TEST_CASE_DIR`): every implementation's `wire` must decode to its
+//! `headers`, and the raw-data stories must round-trip through our encoder and
+//! decoder (and decode with the `hpack` crate too).
 
 #[path = "support/story.rs"]
 mod story;
 
 use std::path::PathBuf;
 
-use story::{check_story, collect_json_files, load_story, testdata_dir, Json, Story};
+use story::{check_story, collect_json_files, load_story, testdata_dir, Story};
 
 /// The directories of the test suite as shipped.
 const KNOWN_DIRS: [&str; 6] =
@@ -123,18 +122,35 @@ fn raw_data_compression_beats_the_hpack_crate() {
     assert!(ours < theirs && theirs < raw);
 }
 
+/// The copy in the repository is the whole corpus: 6 directories, 191 stories.
 #[test]
-fn json_reader() {
-    let j =
-        story::parse_json(r#" {"a": [1, -2.5e1, true, false, null], "b": "x\"\\\/\n\u00e9\ud83d\ude00", "c": {}} "#)
-            .unwrap();
-    assert_eq!(
-        j.get("a").unwrap().as_array().unwrap(),
-        [Json::Number(1.0), Json::Number(-25.0), Json::Bool(true), Json::Bool(false), Json::Null]
-    );
-    assert_eq!(j.get("b").unwrap().as_str(), Some("x\"\\/\né😀"));
-    assert_eq!(j.get("c"), Some(&Json::Object(vec![])));
-    for bad in ["", "{", "[1,]", "{\"a\" 1}", "\"abc", "tru", "[1] x", "\"\\q\""] {
-        assert!(story::parse_json(bad).is_err(), "{bad:?}");
+fn vendored_corpus_is_whole() {
+    let mut files = Vec::new();
+    collect_json_files(&story::vendored_dir(), &mut files).unwrap();
+    assert_eq!(files.len(), 191, "{}", story::vendored_dir().display());
+    assert!(story::vendored_dir().join("LICENSE").is_file());
+}
+
+/// Every form the corpus uses is read: `header_table_size` absent, a number or `null`,
+/// cases without `wire`, members the reader does not know; bad input is an error.
+#[test]
+fn story_reader_takes_every_form() {
+    let text = r#"{"description": "x", "draft": 9, "cases": [
+        {"seqno": 0, "header_table_size": 4096, "wire": "82", "headers": [{":method": "GET"}]},
+        {"seqno": 1, "header_table_size": null, "wire": "", "headers": []},
+        {"headers": [{"a": "1"}, {"b": "é"}], "extra": [1, 2]}
+    ]}"#;
+    let s = story::parse_story(std::path::Path::new("t.json"), text).unwrap();
+    assert_eq!(s.cases.len(), 3);
+    assert_eq!(s.cases[0].header_table_size, Some(4096));
+    assert_eq!(s.cases[0].wire.as_deref(), Some(&[0x82u8][..]));
+    assert_eq!(s.cases[1].header_table_size, None);
+    assert_eq!((s.cases[2].seqno, s.cases[2].wire.is_none()), (2, true));
+    assert_eq!(s.cases[2].headers, vec![(b"a".to_vec(), b"1".to_vec()), (b"b".to_vec(), "é".as_bytes().to_vec())]);
+    assert!(s.is_raw());
+    for bad in ["", "{", r#"{"cases": 1}"#, r#"{"cases": [{"wire": "8"}]}"#, r#"{"cases": [{"headers": [{"a": 1}]}]}"#]
+    {
+        assert!(story::parse_story(std::path::Path::new("t.json"), bad).is_err(), "{bad}");
     }
+    assert_eq!(check_story(&s).passed, 3);
 }
