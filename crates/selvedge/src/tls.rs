@@ -16,7 +16,7 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::os::fd::RawFd;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bytes::BytesMut;
 use rustls::pki_types::pem::PemObject;
@@ -68,24 +68,135 @@ impl CertKey {
 
 /// The certificates a listener chooses from; [`CertStore::replace`] swaps them (certificate
 /// reload on SIGHUP) without touching open connections. Read once per handshake.
+///
+/// A store may also consult [`ManagedCerts`] ([`CertStore::with_managed`]): certificates a
+/// certificate manager (ACME) installs at run time, checked before the store's own.
 #[derive(Debug, Clone, Default)]
-pub struct CertStore(Arc<std::sync::RwLock<Vec<CertKey>>>);
+pub struct CertStore {
+    certs: Arc<RwLock<Vec<CertKey>>>,
+    managed: Option<ManagedCerts>,
+}
 
 impl CertStore {
     /// A store holding `certs` (the first is the default).
     pub fn new(certs: Vec<CertKey>) -> CertStore {
-        CertStore(Arc::new(std::sync::RwLock::new(certs)))
+        CertStore { certs: Arc::new(RwLock::new(certs)), managed: None }
     }
 
-    /// Replaces the certificates; new handshakes use them at once.
+    /// Replaces the certificates; new handshakes use them at once. Managed certificates are
+    /// not affected.
     pub fn replace(&self, certs: Vec<CertKey>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = certs;
+        *self.certs.write().unwrap_or_else(|p| p.into_inner()) = certs;
+    }
+
+    /// This store, also choosing among `managed` (before its own certificates). A listener
+    /// built from it ([`server_config_with_store`]) also offers the `acme-tls/1` protocol and
+    /// answers TLS-ALPN-01 challenges ([`ManagedCerts::set_challenge_responder`]).
+    pub fn with_managed(mut self, managed: ManagedCerts) -> CertStore {
+        self.managed = Some(managed);
+        self
     }
 }
 
-/// Picks the certificate: exact SNI name match, else (no SNI, or `strict_sni` off) the
+/// The ALPN protocol of the TLS-ALPN-01 challenge (RFC 8737).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// Answers a TLS-ALPN-01 challenge for a server name (see
+/// [`ManagedCerts::set_challenge_responder`]).
+type ChallengeResponder = Arc<dyn Fn(&str) -> Option<CertKey> + Send + Sync>;
+
+/// Certificates installed, replaced and removed at run time by a certificate manager (the
+/// server's ACME client), shared by the [`CertStore`]s of several listeners.
+///
+/// Each entry has an id, its server names, and its certificate once there is one. A name
+/// whose entry has no certificate yet is refused (the handshake fails with an alert)
+/// rather than answered with some other certificate.
+#[derive(Clone, Default)]
+pub struct ManagedCerts(Arc<RwLock<Managed>>);
+
+#[derive(Default)]
+struct Managed {
+    entries: Vec<ManagedEntry>,
+    challenge: Option<ChallengeResponder>,
+}
+
+struct ManagedEntry {
+    id: String,
+    names: Vec<String>,
+    key: Option<Arc<CertifiedKey>>,
+}
+
+impl fmt::Debug for ManagedCerts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let mut d = f.debug_map();
+        for e in &m.entries {
+            d.entry(&e.id, &(&e.names, e.key.is_some()));
+        }
+        d.finish()
+    }
+}
+
+impl ManagedCerts {
+    /// An empty set.
+    pub fn new() -> ManagedCerts {
+        ManagedCerts::default()
+    }
+
+    /// Sets entry `id`: its server names (DNS names or `*.suffix`) and its certificate
+    /// (`None`: not obtained yet, handshakes for these names fail). New handshakes use it at
+    /// once; open connections keep the certificate they have.
+    pub fn set(&self, id: &str, names: Vec<String>, cert: Option<CertKey>) {
+        let mut m = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let key = cert.map(|c| c.key);
+        match m.entries.iter_mut().find(|e| e.id == id) {
+            Some(e) => {
+                e.names = names;
+                e.key = key;
+            }
+            None => m.entries.push(ManagedEntry { id: id.to_string(), names, key }),
+        }
+    }
+
+    /// Removes entry `id`: its names fall back to the stores' own certificates.
+    pub fn remove(&self, id: &str) {
+        self.0.write().unwrap_or_else(|p| p.into_inner()).entries.retain(|e| e.id != id);
+    }
+
+    /// Whether entry `id` has a certificate.
+    pub fn has_cert(&self, id: &str) -> bool {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).entries.iter().any(|e| e.id == id && e.key.is_some())
+    }
+
+    /// Answers TLS-ALPN-01 challenges (RFC 8737): a handshake that offers `acme-tls/1` as its
+    /// only protocol gets the certificate `responder` returns for its server name (`None`:
+    /// the handshake fails), and the connection is closed after the handshake.
+    pub fn set_challenge_responder(&self, responder: impl Fn(&str) -> Option<CertKey> + Send + Sync + 'static) {
+        self.0.write().unwrap_or_else(|p| p.into_inner()).challenge = Some(Arc::new(responder));
+    }
+
+    /// `Some(answer)` when the managed set decides this handshake: a TLS-ALPN-01 challenge,
+    /// or a name it manages (`Some(None)` while that name has no certificate).
+    fn resolve(&self, hello: &ClientHello<'_>) -> Option<Option<Arc<CertifiedKey>>> {
+        let challenge = hello.alpn().is_some_and(|mut p| p.next() == Some(ACME_TLS_ALPN) && p.next().is_none());
+        if challenge {
+            let responder = self.0.read().unwrap_or_else(|p| p.into_inner()).challenge.clone();
+            let answer = match (responder, hello.server_name()) {
+                (Some(r), Some(name)) => r(name).map(|c| c.key),
+                _ => None,
+            };
+            return Some(answer);
+        }
+        let name = hello.server_name()?;
+        let m = self.0.read().unwrap_or_else(|p| p.into_inner());
+        m.entries.iter().find(|e| e.names.iter().any(|n| name_matches(n, name))).map(|e| e.key.clone())
+    }
+}
+
+/// Picks the certificate: a managed certificate or challenge first (if the store has
+/// [`ManagedCerts`]), then exact SNI name match, else (no SNI, or `strict_sni` off) the
 /// first certificate; an unknown name with `strict_sni` gets no certificate, which rustls
-/// answers with an `unrecognized_name` alert.
+/// answers with a fatal alert (`access_denied`).
 #[derive(Debug)]
 struct Resolver {
     store: CertStore,
@@ -94,7 +205,12 @@ struct Resolver {
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let certs = self.store.0.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(managed) = &self.store.managed {
+            if let Some(answer) = managed.resolve(&hello) {
+                return answer;
+            }
+        }
+        let certs = self.store.certs.read().unwrap_or_else(|p| p.into_inner());
         match hello.server_name() {
             Some(name) => {
                 let found = certs.iter().find(|c| c.names.iter().any(|n| name_matches(n, name)));
@@ -131,18 +247,24 @@ pub fn server_config(certs: Vec<CertKey>, strict_sni: bool, h2: bool) -> io::Res
     server_config_with_store(CertStore::new(certs), strict_sni, h2)
 }
 
-/// As [`server_config`], choosing from a [`CertStore`] that can be replaced later.
+/// As [`server_config`], choosing from a [`CertStore`] that can be replaced later (a store
+/// with [`ManagedCerts`] also offers ALPN `acme-tls/1`).
 ///
 /// # Errors
 /// The provider refused the protocol versions.
 pub fn server_config_with_store(store: CertStore, strict_sni: bool, h2: bool) -> io::Result<Arc<ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let acme = store.managed.is_some();
     let mut cfg = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(io::Error::other)?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(Resolver { store, strict_sni }));
     cfg.alpn_protocols = if h2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
+    if acme {
+        // Last: chosen only when a client offers nothing else (a TLS-ALPN-01 validation).
+        cfg.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
+    }
     cfg.session_storage = rustls::server::ServerSessionMemoryCache::new(4096);
     cfg.ticketer = rustls::crypto::ring::Ticketer::new().map_err(io::Error::other)?;
     cfg.send_tls13_tickets = 2;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::app::app;
 use common::*;
-use selvedge::tls::{server_config, CertKey};
+use selvedge::tls::{server_config, server_config_with_store, CertKey, CertStore, ManagedCerts};
 use selvedge::Server;
 
 struct Tls {
@@ -161,4 +161,81 @@ fn stalled_handshake_times_out() {
     let _ = s.read_to_end(&mut buf);
     let t = start.elapsed();
     assert!(t >= Duration::from_millis(400) && t < Duration::from_millis(2000), "closed after {t:?}");
+}
+
+/// `openssl s_client` to `addr` with `-servername name` and extra arguments, stdin closed,
+/// waiting at most 10 s: (exit code, stdout+stderr). `None` without openssl.
+fn s_client(addr: SocketAddr, name: &str, extra: &[&str]) -> Option<(Option<i32>, String)> {
+    let out = Command::new("timeout")
+        .args(["10", "openssl", "s_client", "-connect", &addr.to_string(), "-servername", name])
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if out.status.code() == Some(127) {
+        return None;
+    }
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Some((out.status.code(), text))
+}
+
+#[test]
+fn managed_certificates_and_acme_tls_alpn_challenges() {
+    let dir = std::env::temp_dir().join(format!("selvedge-tls-managed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (c1, k1) = cert(&dir, "localhost");
+    let (c2, k2) = cert(&dir, "acme.test");
+    let (c3, k3) = cert(&dir, "challenge.test");
+    let default = CertKey::from_pem_files(vec!["localhost".into()], &c1, &k1).unwrap();
+    let managed = ManagedCerts::new();
+    managed.set("acme", vec!["acme.test".into()], None);
+    let challenge = CertKey::from_pem_files(vec![], &c3, &k3).unwrap();
+    managed.set_challenge_responder(move |name| (name == "acme.test").then(|| challenge.clone()));
+    // Not strict: an unknown name gets the default certificate, a managed one never does.
+    let store = CertStore::new(vec![default]).with_managed(managed.clone());
+    let tc = server_config_with_store(store, false, true).unwrap();
+    let h = Server::new(settings()).bind_tls("127.0.0.1:0".parse::<SocketAddr>().unwrap(), tc).start(app).unwrap();
+    let port = h.tcp_addr().unwrap().port();
+    let get = |name: &str, ca: &PathBuf| {
+        let resolve = format!("{name}:{port}:127.0.0.1");
+        curl(&["--cacert", ca.to_str().unwrap(), "--resolve", &resolve, &format!("https://{name}:{port}/hello")])
+    };
+    let (ok, _, err) = get("unknown.test", &c1);
+    assert!(!ok && err.contains("unknown.test"), "the default certificate must not match: {err}");
+    let (ok, _, err) = get("acme.test", &c1);
+    assert!(!ok, "a managed name without a certificate was served");
+    assert!(err.contains("alert") || err.contains("denied"), "{err}");
+
+    // A TLS-ALPN-01 validation gets the responder's certificate and is closed after the
+    // handshake (openssl waits for the server with -ign_eof: timeout's 124 means it did not
+    // close); a name the responder does not know is refused.
+    let Some((code, out)) = s_client(h.tcp_addr().unwrap(), "acme.test", &["-alpn", "acme-tls/1", "-ign_eof"]) else {
+        assert!(std::env::var_os("CI").is_none(), "openssl is not installed (CI must install it)");
+        return;
+    };
+    assert!(out.contains("ALPN protocol: acme-tls/1"), "{out}");
+    let challenge_pem = std::fs::read_to_string(&c3).unwrap();
+    assert!(out.contains(challenge_pem.trim()), "not the challenge certificate: {out}");
+    assert_ne!(code, Some(124), "the acme-tls/1 connection was not closed: {out}");
+    let (_, out) = s_client(h.tcp_addr().unwrap(), "other.test", &["-alpn", "acme-tls/1"]).unwrap();
+    assert!(out.contains("alert") && !out.contains("ALPN protocol: acme-tls/1"), "{out}");
+    // Offering acme-tls/1 next to another protocol is an ordinary handshake.
+    let (_, out) = s_client(h.tcp_addr().unwrap(), "localhost", &["-alpn", "h2,acme-tls/1"]).unwrap();
+    assert!(out.contains("ALPN protocol: h2"), "{out}");
+
+    // Installed: served at once, without a restart; removed: the default again.
+    managed.set("acme", vec!["acme.test".into()], Some(CertKey::from_pem_files(vec![], &c2, &k2).unwrap()));
+    assert!(managed.has_cert("acme"));
+    let (ok, out, err) = get("acme.test", &c2);
+    assert!(ok, "{err}");
+    assert_eq!(out, "hello");
+    managed.remove("acme");
+    let (ok, _, _) = get("acme.test", &c2);
+    assert!(!ok, "a removed certificate was still served");
+    let (ok, out, _) =
+        curl(&["-k", "--resolve", &format!("acme.test:{port}:127.0.0.1"), &format!("https://acme.test:{port}/hello")]);
+    assert!(ok && out == "hello", "the default certificate after removal: {out}");
+    h.shutdown();
+    h.join();
+    let _ = std::fs::remove_dir_all(&dir);
 }

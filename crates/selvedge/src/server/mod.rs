@@ -342,7 +342,14 @@ async fn serve_tls<A: App>(
         sock.raw_shutdown_write();
         return;
     }
-    if session.alpn().as_deref() == Some(b"h2") {
+    let alpn = session.alpn();
+    if alpn.as_deref() == Some(crate::tls::ACME_TLS_ALPN) {
+        // A TLS-ALPN-01 validation: the handshake was the answer; no data follows (RFC 8737).
+        session.close_notify(&sock);
+        sock.raw_shutdown_write();
+        return;
+    }
+    if alpn.as_deref() == Some(b"h2") {
         let sock = Arc::new(sock);
         Box::pin(crate::h2::conn::serve(sock, peer, app, cfg, timer, bytes::BytesMut::new(), None)).await;
     } else {
