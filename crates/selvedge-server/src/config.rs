@@ -57,10 +57,11 @@ pub enum LogTarget {
 pub struct TlsListen {
     /// Address to listen on (TCP, or a Unix socket).
     pub addr: Listen,
-    /// PEM certificate chain.
-    pub cert: PathBuf,
-    /// PEM private key.
-    pub key: PathBuf,
+    /// PEM certificate chain of the default certificate (`None` with `key`: no default,
+    /// only the virtual hosts' certificates, chosen by SNI).
+    pub cert: Option<PathBuf>,
+    /// PEM private key of the default certificate.
+    pub key: Option<PathBuf>,
     /// Refuse handshakes naming an unknown host (an `unrecognized_name` alert) instead of
     /// answering with the default certificate.
     pub strict_sni: bool,
@@ -127,6 +128,8 @@ pub struct VhostConfig {
     pub routes: Vec<RouteConfig>,
     /// This host's certificate and key (PEM) for TLS listeners, chosen by SNI.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// `tls = "acme"`: this host's certificate is obtained and renewed by ACME.
+    pub acme: bool,
 }
 
 /// A whole configuration.
@@ -154,6 +157,8 @@ pub struct Config {
     pub log: LogConfig,
     /// Virtual hosts.
     pub vhosts: Vec<VhostConfig>,
+    /// Automatic HTTPS settings (`[acme]`, or its defaults when a host says `tls = "acme"`).
+    pub acme: Option<crate::acme::AcmeConfig>,
 }
 
 impl Config {
@@ -178,7 +183,9 @@ impl Config {
                     kind: RouteKind::Static { root, opts: StaticOptions::default() },
                 }],
                 tls: None,
+                acme: false,
             }],
+            acme: None,
         }
     }
 
@@ -251,15 +258,22 @@ impl Config {
                     return Err(err(Some(l.span()), "a listener is either tls or redirect_https".into()))
                 }
                 (Some(t), _) => {
-                    let (cert, key) = (abs(t.cert.get_ref()), abs(t.key.get_ref()));
-                    for (f, sp) in [(&cert, t.cert.span()), (&key, t.key.span())] {
-                        if let Err(e) = std::fs::metadata(f) {
-                            return Err(err(Some(sp), format!("{}: {e}", f.display())));
+                    let (cert, key) = match (&t.cert, &t.key) {
+                        (Some(c), Some(k)) => {
+                            let (cert, key) = (abs(c.get_ref()), abs(k.get_ref()));
+                            for (f, sp) in [(&cert, c.span()), (&key, k.span())] {
+                                if let Err(e) = std::fs::metadata(f) {
+                                    return Err(err(Some(sp), format!("{}: {e}", f.display())));
+                                }
+                            }
+                            if let Err(e) = selvedge::tls::CertKey::from_pem_files(vec![], &cert, &key) {
+                                return Err(err(Some(c.span()), format!("tls: {e}")));
+                            }
+                            (Some(cert), Some(key))
                         }
-                    }
-                    if let Err(e) = selvedge::tls::CertKey::from_pem_files(vec![], &cert, &key) {
-                        return Err(err(Some(t.cert.span()), format!("tls: {e}")));
-                    }
+                        (None, None) => (None, None),
+                        _ => return Err(err(Some(l.span()), "tls: `cert` and `key` go together".into())),
+                    };
                     tls.push(TlsListen { addr, cert, key, strict_sni: t.strict_sni.unwrap_or(false) });
                 }
                 (None, Some(true)) => redirect.push(addr),
@@ -356,26 +370,63 @@ impl Config {
             for h in &v.hosts {
                 hosts.push(check_host(h.get_ref()).map_err(|e| err(Some(h.span()), e))?);
             }
+            let mut acme = false;
             let tls = match &v.tls {
                 None => None,
-                Some(t) => {
-                    let (cert, key) = (abs(t.cert.get_ref()), abs(t.key.get_ref()));
+                Some(t) if t.get_ref().as_str() == Some("acme") => {
                     if hosts.is_empty() {
-                        return Err(err(
-                            Some(t.cert.span()),
-                            "a [[vhost]] with tls needs `hosts` (its SNI names)".into(),
-                        ));
+                        return Err(err(Some(t.span()), "a [[vhost]] with tls = \"acme\" needs `hosts`".into()));
+                    }
+                    for h in &hosts {
+                        crate::acme::config::check_host(h)
+                            .map_err(|e| err(Some(t.span()), format!("tls = \"acme\": {e}")))?;
+                    }
+                    acme = true;
+                    None
+                }
+                Some(t) if t.get_ref().is_str() => {
+                    return Err(err(Some(t.span()), "tls: \"acme\" or { cert = ..., key = ... }".into()));
+                }
+                Some(tv) => {
+                    let t = RawVhostTls::deserialize(tv.get_ref().clone())
+                        .map_err(|e| err(Some(tv.span()), format!("tls: {}", e.message())))?;
+                    let (cert, key) = (abs(&t.cert), abs(&t.key));
+                    if hosts.is_empty() {
+                        return Err(err(Some(tv.span()), "a [[vhost]] with tls needs `hosts` (its SNI names)".into()));
                     }
                     if let Err(e) = selvedge::tls::CertKey::from_pem_files(hosts.clone(), &cert, &key) {
-                        return Err(err(Some(t.cert.span()), format!("tls: {e}")));
+                        return Err(err(Some(tv.span()), format!("tls: {e}")));
                     }
                     Some((cert, key))
                 }
             };
-            vhosts.push(VhostConfig { hosts, routes, tls });
+            vhosts.push(VhostConfig { hosts, routes, tls, acme });
         }
         if vhosts.is_empty() {
             return Err(err(Some(0..0), "no [[vhost]]: nothing to serve".into()));
+        }
+        let acme_hosts = vhosts.iter().any(|v| v.acme);
+        let acme = match &raw.acme {
+            Some(a) => Some(
+                crate::acme::AcmeConfig::from_raw(a.get_ref(), &abs)
+                    .map_err(|(sp, e)| err(sp.or(Some(a.span())), e))?,
+            ),
+            None if acme_hosts => {
+                Some(crate::acme::AcmeConfig::from_raw(&Default::default(), &abs).map_err(|(sp, e)| err(sp, e))?)
+            }
+            None => None,
+        };
+        if let Some(a) = acme.as_ref().filter(|_| acme_hosts) {
+            let at = raw.acme.as_ref().map(Spanned::span);
+            if tls.is_empty() {
+                return Err(err(
+                    at,
+                    "tls = \"acme\" needs a TLS listener ([[listen]] with tls) to serve the certificates".into(),
+                ));
+            }
+            if a.challenge == crate::acme::ChallengeKind::Http01 && listen.is_empty() && redirect.is_empty() {
+                return Err(err(at, "the http-01 challenge needs a cleartext listener (port 80)".into()));
+            }
         }
         Ok(Config {
             file: Some(file.to_path_buf()),
@@ -389,6 +440,7 @@ impl Config {
             cache,
             log,
             vhosts,
+            acme,
         })
     }
 
@@ -463,6 +515,7 @@ struct Raw {
     log: RawLog,
     #[serde(default)]
     vhost: Vec<Spanned<RawVhost>>,
+    acme: Option<Spanned<crate::acme::config::RawAcme>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -488,9 +541,21 @@ struct RawListen {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTls {
-    cert: Spanned<String>,
-    key: Spanned<String>,
+    cert: Option<Spanned<String>>,
+    key: Option<Spanned<String>>,
     strict_sni: Option<bool>,
+}
+
+/// A virtual host's `tls = { cert, key }` (read from the value after `"acme"` was ruled
+/// out, so without positions of its own).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVhostTls {
+    cert: String,
+    key: String,
+    /// Accepted as before; it is the listener's setting.
+    #[serde(rename = "strict_sni")]
+    _strict_sni: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -633,7 +698,8 @@ struct RawLog {
 struct RawVhost {
     #[serde(default)]
     hosts: Vec<Spanned<String>>,
-    tls: Option<RawTls>,
+    /// `"acme"` or a [`RawTls`] table.
+    tls: Option<Spanned<toml::Value>>,
     #[serde(default)]
     route: Vec<Spanned<RawRoute>>,
 }

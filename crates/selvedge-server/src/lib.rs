@@ -1,8 +1,9 @@
 //! The `selvedge` web server's parts, as a library so tests and fuzz targets can reach
-//! them: configuration, routes (static files, CGI, reverse proxy), access log. The binary
-//! (`src/main.rs`) wires them to the engine and handles signals.
+//! them: configuration, routes (static files, CGI, reverse proxy), access log, automatic
+//! HTTPS (ACME). The binary (`src/main.rs`) wires them to the engine and handles signals.
 
 pub mod access_log;
+pub mod acme;
 pub mod cgi;
 pub mod config;
 pub mod mime;

@@ -21,6 +21,7 @@ use selvedge::Server;
 use tokio::signal::unix::{signal, SignalKind};
 
 use selvedge_server::access_log::AccessLog;
+use selvedge_server::acme::{self, Acme};
 use selvedge_server::config::{self, Config, LogConfig, LogTarget};
 use selvedge_server::routes::{self, Front, Site};
 
@@ -91,7 +92,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Mode, String> {
         (Some(cert), Some(key)) => {
             selvedge::tls::CertKey::from_pem_files(vec![], &cert, &key).map_err(|e| format!("selvedge: tls: {e}"))?;
             let addr = cfg.listen.remove(0);
-            cfg.tls.push(config::TlsListen { addr, cert, key, strict_sni: false });
+            cfg.tls.push(config::TlsListen { addr, cert: Some(cert), key: Some(key), strict_sni: false });
         }
         (None, None) => {}
         _ => return Err("--tls-cert and --tls-key go together".into()),
@@ -159,6 +160,19 @@ fn main() -> ExitCode {
     for a in &cfg.listen {
         server = server.bind(a.clone());
     }
+    let acme_specs = acme::specs(&cfg);
+    let acme = match cfg.acme.as_ref().filter(|_| !acme_specs.is_empty()) {
+        None => None,
+        Some(a) => match Acme::new(a, &acme_specs) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!("selvedge: acme storage: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    // HTTP-01 answers on the cleartext listeners, before routes and redirects.
+    let http01 = acme.as_ref().filter(|a| a.http01()).map(Acme::challenges);
     let mut cert_stores = Vec::new();
     for t in &cfg.tls {
         let store = match load_certs(t, &cfg) {
@@ -168,7 +182,13 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        match selvedge::tls::server_config_with_store(store.clone(), t.strict_sni, true) {
+        let store = match &acme {
+            Some(a) => store.with_managed(a.managed()),
+            None => store,
+        };
+        // Without a default certificate, unknown names are refused.
+        let strict_sni = t.strict_sni || t.cert.is_none();
+        match selvedge::tls::server_config_with_store(store.clone(), strict_sni, true) {
             Ok(tc) => server = server.bind_tls(t.addr.clone(), tc),
             Err(e) => {
                 eprintln!("selvedge: tls: {e}");
@@ -188,7 +208,12 @@ fn main() -> ExitCode {
         for a in &cfg.redirect {
             r = r.bind(a.clone());
         }
-        match r.start(move |req: selvedge::Request| async move { redirect_to_https(&req, https_port) }) {
+        let http01 = http01.clone();
+        let app = move |req: selvedge::Request| {
+            let answer = http01.as_ref().and_then(|c| c.answer(&req));
+            async move { answer.unwrap_or_else(|| redirect_to_https(&req, https_port)) }
+        };
+        match r.start(app) {
             Ok(h) => Some(h),
             Err(e) => {
                 eprintln!("selvedge: cannot listen on {:?}: {e}", cfg.redirect);
@@ -196,7 +221,11 @@ fn main() -> ExitCode {
             }
         }
     };
-    let handle = match server.start(front.clone()) {
+    let started = match http01 {
+        Some(c) => server.start(acme::Http01::new(front.clone(), c)),
+        None => server.start(front.clone()),
+    };
+    let handle = match started {
         Ok(s) => s,
         Err(e) => {
             eprintln!("selvedge: cannot listen on {:?}: {e}", cfg.listen);
@@ -219,12 +248,10 @@ fn main() -> ExitCode {
     let mut urls: Vec<String> = handle
         .local_addrs()
         .iter()
-        .map(|l| match l {
-            selvedge::Listen::Tcp(a)
-                if cfg.tls.iter().any(|t| matches!(&t.addr, selvedge::Listen::Tcp(t) if t.port() == a.port())) =>
-            {
-                format!("https://{a}/")
-            }
+        .enumerate()
+        .map(|(i, l)| match l {
+            // Bound in order: the cleartext listeners, then the TLS ones (port 0 resolved).
+            selvedge::Listen::Tcp(a) if i >= cfg.listen.len() => format!("https://{a}/"),
             selvedge::Listen::Tcp(a) => format!("http://{a}/"),
             selvedge::Listen::Unix(p) => format!("unix:{}", p.display()),
         })
@@ -251,6 +278,9 @@ fn main() -> ExitCode {
     );
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("signal runtime");
+    if let Some(a) = &acme {
+        a.start(rt.handle(), &acme_specs);
+    }
     let mut current = cfg;
     rt.block_on(async {
         let mut term = signal(SignalKind::terminate()).expect("SIGTERM");
@@ -263,6 +293,12 @@ fn main() -> ExitCode {
                 _ = hup.recv() => {
                     reload(&mut current, &front);
                     reload_certs(&cert_stores, &current);
+                    let specs = acme::specs(&current);
+                    match &acme {
+                        Some(a) => a.reload(&tokio::runtime::Handle::current(), current.acme.as_ref(), &specs),
+                        None if !specs.is_empty() => eprintln!("selvedge: note: tls = \"acme\" applies on restart"),
+                        None => {}
+                    }
                 }
             }
         }
@@ -350,10 +386,14 @@ fn reload_certs(stores: &[(config::TlsListen, selvedge::tls::CertStore)], cfg: &
     }
 }
 
-/// A TLS listener's certificates: its own (the default, for clients without SNI or with an
-/// unknown name) and each virtual host's, chosen by SNI from the host's names.
+/// A TLS listener's certificates: its own if it has one (the default, for clients without
+/// SNI or with an unknown name) and each virtual host's, chosen by SNI from the host's
+/// names. ACME certificates are not here: they are managed (`acme::Acme::managed`).
 fn load_certs(t: &config::TlsListen, cfg: &Config) -> std::io::Result<Vec<selvedge::tls::CertKey>> {
-    let mut certs = vec![selvedge::tls::CertKey::from_pem_files(vec![], &t.cert, &t.key)?];
+    let mut certs = Vec::new();
+    if let (Some(c), Some(k)) = (&t.cert, &t.key) {
+        certs.push(selvedge::tls::CertKey::from_pem_files(vec![], c, k)?);
+    }
     for v in &cfg.vhosts {
         if let Some((c, k)) = &v.tls {
             certs.push(selvedge::tls::CertKey::from_pem_files(v.hosts.clone(), c, k)?);

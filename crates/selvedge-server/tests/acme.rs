@@ -1,0 +1,669 @@
+//! Automatic HTTPS against pebble, Let's Encrypt's ACME test server, with
+//! pebble-challtestsrv resolving every test name to 127.0.0.1 (both installed by `.ci/run`
+//! with `go install`): certificates obtained by TLS-ALPN-01 and HTTP-01 and served (curl
+//! checks the chain against pebble's root, and the name), a renewal observed on new
+//! connections while an old one stays open, two instances sharing the storage ordering
+//! once, refused and failed orders leaving the other names served, a restart reusing the
+//! account and certificate, a renewal asked for by the CA's renewal information, and
+//! `--check` on ACME settings.
+//!
+//! Pebble validates challenges by connecting to fixed ports, so these tests use fixed ports
+//! below the kernel's ephemeral range (23400-23480) and run one at a time: within this
+//! binary under a mutex, across processes under a lock file.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const ACME_PORT: u16 = 23400;
+const MGMT_PORT: u16 = 23401;
+const DNS_PORT: u16 = 23453;
+const CHALL_MGMT_PORT: u16 = 23455;
+/// Where pebble validates HTTP-01 ("port 80") and TLS-ALPN-01 ("port 443").
+const HTTP_PORT: u16 = 23480;
+const TLS_PORT: u16 = 23443;
+
+fn go_bin(name: &str) -> Option<PathBuf> {
+    let mut candidates = vec![PathBuf::from(name)];
+    if let Ok(home) = std::env::var("HOME") {
+        candidates.push(Path::new(&home).join("go/bin").join(name));
+    }
+    candidates
+        .into_iter()
+        .find(|c| Command::new(c).arg("-h").stderr(Stdio::null()).stdout(Stdio::null()).status().is_ok())
+}
+
+/// One pebble test at a time: in this process, and across processes (the ports are fixed).
+struct Serial {
+    _guard: MutexGuard<'static, ()>,
+    _file: std::fs::File,
+}
+
+fn serial() -> Serial {
+    static M: Mutex<()> = Mutex::new(());
+    let guard = M.lock().unwrap_or_else(|p| p.into_inner());
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(std::env::temp_dir().join("selvedge-acme-test-ports.lock"))
+        .unwrap();
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    Serial { _guard: guard, _file: file }
+}
+
+/// A child process whose stdout and stderr lines are collected.
+struct Proc {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    fn spawn(cmd: &mut Command) -> Proc {
+        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        for r in
+            [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())]
+        {
+            let l = lines.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(r).lines().map_while(Result::ok) {
+                    l.lock().unwrap().push(line);
+                }
+            });
+        }
+        Proc { child, lines }
+    }
+
+    fn count(&self, pat: &str) -> usize {
+        self.lines.lock().unwrap().iter().filter(|l| l.contains(pat)).count()
+    }
+
+    fn text(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// pebble and pebble-challtestsrv, with a CA made here for pebble's own HTTPS.
+struct Pebble {
+    dir: TempDir,
+    pebble: Proc,
+    _dns: Proc,
+    /// The test CA that signed pebble's HTTPS certificate (`ca_roots`).
+    api_ca: PathBuf,
+    /// Pebble's issuing root, fetched from its management interface.
+    root: PathBuf,
+    _serial: Serial,
+}
+
+struct PebbleOpts {
+    /// Certificate lifetime, seconds.
+    validity: u64,
+}
+
+impl Default for PebbleOpts {
+    fn default() -> Self {
+        PebbleOpts { validity: 90 * 86400 }
+    }
+}
+
+fn wait_port(port: u16, what: &str) {
+    eventually(20, what, || TcpStream::connect(("127.0.0.1", port)).is_ok());
+}
+
+impl Pebble {
+    /// `None` (a skip) when pebble is not installed outside CI.
+    fn start(opts: PebbleOpts) -> Option<Pebble> {
+        let (Some(pebble), Some(chall)) = (go_bin("pebble"), go_bin("pebble-challtestsrv")) else {
+            assert!(std::env::var_os("CI").is_none(), "pebble is not installed (CI must install it)");
+            eprintln!("\n!!! pebble is not installed (.ci/run installs it with go install): SKIPPING !!!\n");
+            return None;
+        };
+        let serial = serial();
+        let dir = TempDir::new("acme-pebble");
+        // A CA for pebble's HTTPS (the ACME API and management interface).
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "selvedge test ACME API CA");
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate().unwrap()).unwrap();
+        let mut p = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        p.subject_alt_names.push(rcgen::SanType::IpAddress([127, 0, 0, 1].into()));
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = p.signed_by(&key, &ca).unwrap();
+        let api_ca = dir.write("api-ca.pem", AsRef::<rcgen::Certificate>::as_ref(&ca).pem());
+        let cert = dir.write("pebble.crt", leaf.pem());
+        let key = dir.write("pebble.key", key.serialize_pem());
+        let config = format!(
+            r#"{{"pebble": {{
+                "listenAddress": "127.0.0.1:{ACME_PORT}",
+                "managementListenAddress": "127.0.0.1:{MGMT_PORT}",
+                "certificate": "{}", "privateKey": "{}",
+                "httpPort": {HTTP_PORT}, "tlsPort": {TLS_PORT},
+                "ocspResponderURL": "", "externalAccountBindingRequired": false,
+                "domainBlocklist": ["blocked.test"],
+                "retryAfter": {{"authz": 1, "order": 1}},
+                "keyAlgorithm": "ecdsa",
+                "profiles": {{"default": {{"description": "test", "validityPeriod": {}}}}}
+            }}}}"#,
+            cert.display(),
+            key.display(),
+            opts.validity
+        );
+        let config = dir.write("pebble.json", config);
+        let dns = Proc::spawn(Command::new(chall).args([
+            "-dnsserver",
+            &format!("127.0.0.1:{DNS_PORT}"),
+            "-management",
+            &format!("127.0.0.1:{CHALL_MGMT_PORT}"),
+            "-defaultIPv4",
+            "127.0.0.1",
+            "-defaultIPv6",
+            "",
+            "-http01",
+            "",
+            "-https01",
+            "",
+            "-tlsalpn01",
+            "",
+            "-doh",
+            "",
+        ]));
+        wait_port(CHALL_MGMT_PORT, "pebble-challtestsrv");
+        let pebble = Proc::spawn(
+            Command::new(pebble)
+                .args(["-config", config.to_str().unwrap(), "-dnsserver", &format!("127.0.0.1:{DNS_PORT}")])
+                .env("PEBBLE_VA_NOSLEEP", "1"),
+        );
+        wait_port(ACME_PORT, "pebble");
+        wait_port(MGMT_PORT, "pebble management");
+        let (ok, root, err) =
+            curl(&["--cacert", api_ca.to_str().unwrap(), &format!("https://127.0.0.1:{MGMT_PORT}/roots/0")]);
+        assert!(ok && root.contains("BEGIN CERTIFICATE"), "pebble root: {err}");
+        let root = dir.write("pebble-root.pem", root);
+        Some(Pebble { dir, pebble, _dns: dns, api_ca, root, _serial: serial })
+    }
+
+    /// Resolves `host` to `ip` instead of 127.0.0.1 for pebble.
+    fn resolve(&self, host: &str, ip: &str) {
+        let body = format!(r#"{{"host":"{host}","addresses":["{ip}"]}}"#);
+        let (ok, _, err) = curl(&["-d", &body, &format!("http://127.0.0.1:{CHALL_MGMT_PORT}/add-a")]);
+        assert!(ok, "{err}");
+    }
+
+    /// Orders pebble created so far.
+    fn orders(&self) -> usize {
+        self.pebble.count("Added order")
+    }
+
+    /// Accounts pebble created so far.
+    fn accounts(&self) -> usize {
+        self.pebble.count("accounts in memory")
+    }
+
+    /// A selvedge config: `listeners` and `[acme]` extra lines, one vhost per `hosts` entry
+    /// with `tls = "acme"`, storage `storage`.
+    fn config(&self, name: &str, listeners: &str, acme: &str, hosts: &[&[&str]], storage: &Path) -> PathBuf {
+        let site = self.dir.write("site/index.html", "acme site\n");
+        let mut cfg = format!(
+            "{listeners}\n[acme]\ndirectory = \"https://127.0.0.1:{ACME_PORT}/dir\"\nca_roots = \"{}\"\n\
+             storage = \"{}\"\nemail = \"ops@selvedge.test\"\nretry_min = \"2s\"\n{acme}\n",
+            self.api_ca.display(),
+            storage.display()
+        );
+        for h in hosts {
+            let list: Vec<String> = h.iter().map(|n| format!("\"{n}\"")).collect();
+            cfg.push_str(&format!(
+                "[[vhost]]\nhosts = [{}]\ntls = \"acme\"\n[[vhost.route]]\npath = \"/\"\nroot = \"{}\"\n",
+                list.join(", "),
+                site.parent().unwrap().display()
+            ));
+        }
+        self.dir.write(name, cfg)
+    }
+
+    /// GET https://NAME:TLS_PORT/ checked against pebble's root: (ok, body, curl's stderr).
+    fn get(&self, name: &str) -> (bool, String, String) {
+        curl(&[
+            "--cacert",
+            self.root.to_str().unwrap(),
+            "--resolve",
+            &format!("{name}:{TLS_PORT}:127.0.0.1"),
+            &format!("https://{name}:{TLS_PORT}/"),
+        ])
+    }
+}
+
+fn curl(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("curl").args(["-sS", "--max-time", "10"]).args(args).output().expect("curl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn tls_listener(port: u16) -> String {
+    format!("[[listen]]\nport = {port}\ntls = {{}}\n")
+}
+
+fn start_selvedge(cfg: &Path) -> Srv {
+    Srv::start(&["--config", cfg.to_str().unwrap()])
+}
+
+fn log_count(srv: &Srv, pat: &str) -> usize {
+    srv.stderr.lock().unwrap().iter().filter(|l| l.contains(pat)).count()
+}
+
+fn log_text(srv: &Srv) -> String {
+    srv.stderr.lock().unwrap().join("\n")
+}
+
+fn wait_log(srv: &Srv, pat: &str, n: usize, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while log_count(srv, pat) < n {
+        assert!(Instant::now() < deadline, "no {n}x {pat:?} in the log:\n{}", log_text(srv));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A TLS connection to TLS_PORT for `name`, verified against `root`.
+fn tls_connect(name: &str, root: &Path) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in selvedge_server::acme::config::load_roots(root)? {
+        roots.add(c).map_err(|e| e.to_string())?;
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut conn = rustls::ClientConnection::new(Arc::new(cfg), name.to_string().try_into().unwrap()).unwrap();
+    let mut sock = TcpStream::connect(("127.0.0.1", TLS_PORT)).map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).map_err(|e| e.to_string())?;
+    }
+    Ok(rustls::StreamOwned::new(conn, sock))
+}
+
+/// The serial (hex) of the certificate a connection was given.
+fn peer_serial(s: &rustls::StreamOwned<rustls::ClientConnection, TcpStream>) -> String {
+    let der = &s.conn.peer_certificates().unwrap()[0];
+    selvedge_server::acme::cert::CertInfo::parse(der).unwrap().serial
+}
+
+/// One keep-alive GET on an open connection: the status.
+fn get_on(s: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>, name: &str) -> u16 {
+    s.write_all(format!("GET / HTTP/1.1\r\nHost: {name}\r\n\r\n").as_bytes()).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(r) = parse(&buf, true) {
+            let len: usize = r.header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+            if r.body.len() >= len {
+                return r.status;
+            }
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "connection closed");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+fn find(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(find(&p, suffix));
+        } else if p.to_string_lossy().ends_with(suffix) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn tls_alpn01_certificate_is_obtained_and_served() {
+    let Some(pb) = Pebble::start(PebbleOpts::default()) else { return };
+    let storage = pb.dir.path().join("acme");
+    let cfg = pb.config(
+        "alpn.toml",
+        &tls_listener(TLS_PORT),
+        "challenge = \"tls-alpn-01\"",
+        &[&["alpn.test", "www.alpn.test"]],
+        &storage,
+    );
+    let srv = start_selvedge(&cfg);
+    wait_log(&srv, "obtained a certificate for alpn.test, www.alpn.test", 1, 60);
+    for name in ["alpn.test", "www.alpn.test"] {
+        let (ok, body, err) = pb.get(name);
+        assert!(ok, "{name}: {err}\n{}", log_text(&srv));
+        assert_eq!(body, "acme site\n");
+    }
+    // The chain is checked: the test CA of pebble's API does not verify it.
+    let (ok, _, err) = curl(&[
+        "--cacert",
+        pb.api_ca.to_str().unwrap(),
+        "--resolve",
+        &format!("alpn.test:{TLS_PORT}:127.0.0.1"),
+        &format!("https://alpn.test:{TLS_PORT}/"),
+    ]);
+    assert!(!ok && err.contains("certificate"), "{err}");
+    // A name without a certificate (no default on this listener) fails with an alert.
+    let (ok, _, err) = curl(&[
+        "-k",
+        "--resolve",
+        &format!("other.test:{TLS_PORT}:127.0.0.1"),
+        &format!("https://other.test:{TLS_PORT}/"),
+    ]);
+    assert!(!ok && err.contains("alert"), "{err}");
+    assert_eq!((pb.orders(), pb.accounts()), (1, 1), "{}", pb.pebble.text());
+    // Storage: private directories and files, nothing half-written left.
+    assert_eq!(mode(&storage), 0o700);
+    let files = find(&storage, ".pem");
+    assert!(!files.is_empty());
+    for f in files.iter().chain(&find(&storage, ".json")) {
+        assert_eq!(mode(f), 0o600, "{}", f.display());
+    }
+    assert!(find(&storage, ".tmp").is_empty());
+    // Challenge answers are withdrawn after validation.
+    assert!(find(&storage.join("challenges"), "").is_empty(), "{:?}", find(&storage.join("challenges"), ""));
+    assert_eq!(srv.stop(), Some(0));
+}
+
+#[test]
+fn http01_certificate_is_obtained_and_served_before_the_redirect() {
+    let Some(pb) = Pebble::start(PebbleOpts::default()) else { return };
+    let storage = pb.dir.path().join("acme");
+    let listeners = format!("{}[[listen]]\nport = {HTTP_PORT}\nredirect_https = true\n", tls_listener(TLS_PORT));
+    let cfg = pb.config("http01.toml", &listeners, "challenge = \"http-01\"", &[&["http.test"]], &storage);
+    let srv = start_selvedge(&cfg);
+    wait_log(&srv, "obtained a certificate for http.test", 1, 60);
+    let (ok, body, err) = pb.get("http.test");
+    assert!(ok, "{err}\n{}", log_text(&srv));
+    assert_eq!(body, "acme site\n");
+    // The port-80 listener still redirects everything else, and answers unknown tokens 404.
+    let r = request(
+        ([127, 0, 0, 1], HTTP_PORT).into(),
+        "GET /a?b HTTP/1.1\r\nHost: http.test\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some(&*format!("https://http.test:{TLS_PORT}/a?b")));
+    let r = request(
+        ([127, 0, 0, 1], HTTP_PORT).into(),
+        "GET /.well-known/acme-challenge/nope HTTP/1.1\r\nHost: http.test\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 404);
+    assert_eq!((pb.orders(), pb.accounts()), (1, 1));
+}
+
+#[test]
+fn forced_renewal_installs_a_new_certificate_and_keeps_connections() {
+    // 20-second certificates renewed 8 seconds before they expire.
+    let Some(pb) = Pebble::start(PebbleOpts { validity: 20 }) else { return };
+    let storage = pb.dir.path().join("acme");
+    let cfg = pb.config("renew.toml", &tls_listener(TLS_PORT), "renew_before = \"8s\"", &[&["renew.test"]], &storage);
+    let srv = start_selvedge(&cfg);
+    wait_log(&srv, "obtained a certificate for renew.test", 1, 60);
+    let mut old = tls_connect("renew.test", &pb.root).unwrap();
+    let first = peer_serial(&old);
+    assert_eq!(get_on(&mut old, "renew.test"), 200);
+    // A renewal comes about 12 seconds after issuance; new connections get it.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let second = loop {
+        assert!(Instant::now() < deadline, "no renewal:\n{}", log_text(&srv));
+        std::thread::sleep(Duration::from_millis(250));
+        let s = tls_connect("renew.test", &pb.root).unwrap();
+        let serial = peer_serial(&s);
+        if serial != first {
+            break serial;
+        }
+    };
+    assert!(log_count(&srv, "renewing a certificate for renew.test") >= 1, "{}", log_text(&srv));
+    // The connection opened before the renewal is still served, with its certificate.
+    assert_eq!(get_on(&mut old, "renew.test"), 200);
+    assert_eq!(peer_serial(&old), first);
+    let (ok, _, err) = pb.get("renew.test");
+    assert!(ok, "{err}");
+    assert_ne!(first, second);
+    assert!(pb.orders() >= 2);
+    assert_eq!(pb.accounts(), 1, "a renewal reuses the account");
+}
+
+#[test]
+fn two_instances_sharing_storage_order_one_certificate() {
+    let Some(pb) = Pebble::start(PebbleOpts::default()) else { return };
+    let storage = pb.dir.path().join("shared");
+    // Both bind the validation ports (SO_REUSEPORT): pebble reaches either, and the one that
+    // did not order answers from the storage. Each also has a port of its own.
+    let listeners = format!("{}{}[[listen]]\nport = {HTTP_PORT}\n", tls_listener(TLS_PORT), tls_listener(0));
+    let cfg = pb.config(
+        "shared.toml",
+        &listeners,
+        "challenge = \"http-01\"",
+        &[&["shared.test", "www.shared.test"]],
+        &storage,
+    );
+    let a = Proc::spawn(Command::new(BIN).args(["--config", cfg.to_str().unwrap()]));
+    let b = Proc::spawn(Command::new(BIN).args(["--config", cfg.to_str().unwrap()]));
+    let own_port = |p: &Proc| -> Option<u16> {
+        let text = p.text();
+        text.split_whitespace()
+            .filter_map(|w| w.strip_prefix("https://127.0.0.1:")?.trim_end_matches('/').parse::<u16>().ok())
+            .find(|port| *port != TLS_PORT)
+    };
+    let get = |p: &Proc| {
+        let port = own_port(p)?;
+        let (ok, body, err) = curl(&[
+            "--cacert",
+            pb.root.to_str().unwrap(),
+            "--resolve",
+            &format!("www.shared.test:{port}:127.0.0.1"),
+            &format!("https://www.shared.test:{port}/"),
+        ]);
+        Some((ok && body == "acme site\n", err))
+    };
+    // Each instance ends up serving the certificate on its own port.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ![&a, &b].iter().all(|p| get(p).is_some_and(|(ok, _)| ok)) {
+        assert!(Instant::now() < deadline, "A:\n{}\nB:\n{}\n{:?} {:?}", a.text(), b.text(), get(&a), get(&b));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let obtained = a.count("obtained a certificate") + b.count("obtained a certificate");
+    assert_eq!(obtained, 1, "A:\n{}\nB:\n{}", a.text(), b.text());
+    assert_eq!(pb.orders(), 1, "{}", pb.pebble.text());
+    assert_eq!(pb.accounts(), 1, "{}", pb.pebble.text());
+}
+
+#[test]
+fn refused_and_failed_names_leave_the_others_served() {
+    let Some(pb) = Pebble::start(PebbleOpts::default()) else { return };
+    // unreachable.test resolves where nothing listens: its validation fails.
+    pb.resolve("unreachable.test", "127.0.0.2");
+    let storage = pb.dir.path().join("acme");
+    let cfg = pb.config(
+        "refused.toml",
+        &tls_listener(TLS_PORT),
+        "retry_max = \"4s\"",
+        &[&["blocked.test"], &["good.test"], &["unreachable.test"]],
+        &storage,
+    );
+    let srv = start_selvedge(&cfg);
+    wait_log(&srv, "obtained a certificate for good.test", 1, 60);
+    wait_log(&srv, "error: could not obtain a certificate for blocked.test (attempt 1)", 1, 60);
+    wait_log(&srv, "error: could not obtain a certificate for unreachable.test (attempt 1)", 1, 60);
+    let text = log_text(&srv);
+    assert!(text.contains("rejectedIdentifier"), "{text}");
+    assert!(text.contains("unreachable.test: API error"), "{text}");
+    let (ok, _, err) = pb.get("good.test");
+    assert!(ok, "{err}");
+    // The refused names have no certificate: their handshakes fail with an alert.
+    for name in ["blocked.test", "unreachable.test"] {
+        let (ok, _, err) =
+            curl(&["-k", "--resolve", &format!("{name}:{TLS_PORT}:127.0.0.1"), &format!("https://{name}:{TLS_PORT}/")]);
+        assert!(!ok && err.contains("alert"), "{name}: {err}");
+    }
+    // Retried with backoff (2s, then 4s), and the attempts are shared through the storage.
+    wait_log(&srv, "could not obtain a certificate for blocked.test (attempt 2)", 1, 30);
+    assert!(text.contains("next attempt in 2s"), "{text}");
+    let retry = std::fs::read_to_string(find(&storage, "blocked.test.retry").pop().expect("retry state")).unwrap();
+    assert!(retry.contains("\"failures\""), "{retry}");
+    let (ok, _, _) = pb.get("good.test");
+    assert!(ok);
+}
+
+#[test]
+fn restart_reuses_the_account_and_the_certificate() {
+    let Some(pb) = Pebble::start(PebbleOpts::default()) else { return };
+    let storage = pb.dir.path().join("acme");
+    let cfg = pb.config("restart.toml", &tls_listener(TLS_PORT), "", &[&["restart.test"]], &storage);
+    let srv = start_selvedge(&cfg);
+    wait_log(&srv, "obtained a certificate for restart.test", 1, 60);
+    let first = peer_serial(&tls_connect("restart.test", &pb.root).unwrap());
+    assert_eq!(srv.stop(), Some(0));
+    let (orders, accounts) = (pb.orders(), pb.accounts());
+    assert_eq!((orders, accounts), (1, 1));
+    let srv = start_selvedge(&cfg);
+    // Served at once from the storage.
+    assert!(log_count(&srv, "serving the stored certificate for restart.test") == 1, "{}", log_text(&srv));
+    assert_eq!(peer_serial(&tls_connect("restart.test", &pb.root).unwrap()), first);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!((pb.orders(), pb.accounts()), (orders, accounts), "{}", pb.pebble.text());
+    assert_eq!(log_count(&srv, "obtaining") + log_count(&srv, "renewing"), 0, "{}", log_text(&srv));
+}
+
+#[test]
+fn sighup_obtains_certificates_for_new_hosts_and_drops_removed_ones() {
+    let Some(pb) = Pebble::start(PebbleOpts::default()) else { return };
+    let storage = pb.dir.path().join("acme");
+    let cfg = pb.config("reload.toml", &tls_listener(TLS_PORT), "", &[&["first.test"]], &storage);
+    let srv = start_selvedge(&cfg);
+    wait_log(&srv, "obtained a certificate for first.test", 1, 60);
+    pb.config("reload.toml", &tls_listener(TLS_PORT), "", &[&["second.test"]], &storage);
+    srv.signal("HUP");
+    wait_log(&srv, "obtained a certificate for second.test", 1, 60);
+    let (ok, _, err) = pb.get("second.test");
+    assert!(ok, "{err}");
+    let (ok, _, err) = pb.get("first.test");
+    assert!(!ok && err.contains("alert"), "a removed host is still served: {err}");
+    assert_eq!(pb.accounts(), 1);
+}
+
+#[test]
+fn renewal_information_from_the_ca_renews_early() {
+    let Some(pb) = Pebble::start(PebbleOpts::default()) else { return };
+    let storage = pb.dir.path().join("acme");
+    let cfg = pb.config("ari.toml", &tls_listener(TLS_PORT), "", &[&["ari.test"]], &storage);
+    let srv = start_selvedge(&cfg);
+    wait_log(&srv, "obtained a certificate for ari.test", 1, 60);
+    assert_eq!(srv.stop(), Some(0));
+    // The CA now says: renew this certificate (a window that has passed, as after a
+    // revocation). Told at the next start, which asks for the window.
+    let pem = std::fs::read_to_string(find(&storage, "ari.test.pem").pop().unwrap()).unwrap();
+    let leaf = &pem[..pem.find("-----END CERTIFICATE-----").unwrap() + 25];
+    let ari = r#"{"suggestedWindow":{"start":"2020-01-01T00:00:00Z","end":"2020-01-02T00:00:00Z"}}"#;
+    let body = format!(r#"{{"Certificate":{},"ARIResponse":{}}}"#, json_str(leaf), json_str(ari));
+    let (ok, _, err) = curl(&[
+        "--cacert",
+        pb.api_ca.to_str().unwrap(),
+        "-d",
+        &body,
+        &format!("https://127.0.0.1:{MGMT_PORT}/set-renewal-info/"),
+    ]);
+    assert!(ok, "{err}");
+    let srv = start_selvedge(&cfg);
+    wait_log(&srv, "obtained a certificate for ari.test", 1, 60);
+    assert!(log_count(&srv, "renewing a certificate for ari.test") == 1, "{}", log_text(&srv));
+    // The new order says which certificate it replaces.
+    assert_eq!(pb.pebble.count("is a replacement of"), 1, "{}", pb.pebble.text());
+    assert_eq!(pb.accounts(), 1);
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[test]
+fn check_validates_acme_settings() {
+    let dir = TempDir::new("acme-check");
+    dir.write("site/index.html", "x");
+    let check = |acme: &str, vhost_tls: &str, listeners: &str| {
+        let cfg = dir.write(
+            "c.toml",
+            format!(
+                "{listeners}\n{acme}\n[[vhost]]\nhosts = [\"example.com\"]\ntls = {vhost_tls}\n\
+                 [[vhost.route]]\npath = \"/\"\nroot = \"site\"\n"
+            ),
+        );
+        let out = Command::new(BIN).args(["--config", cfg.to_str().unwrap(), "--check"]).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let tls = "[[listen]]\nport = 8443\ntls = {}\n";
+    let good = format!(
+        "[acme]\nstorage = \"{}\"\nchallenge = \"tls-alpn-01\"\nrenew_before = \"30d\"",
+        dir.path().join("acme").display()
+    );
+    let (code, out) = check(&good, "\"acme\"", tls);
+    assert_eq!(code, Some(0), "{out}");
+    // Checking creates nothing.
+    assert!(!dir.path().join("acme").exists());
+    // (the [acme] lines, the vhost's tls, the listeners, the message, the line it points at)
+    for (acme, vhost_tls, listeners, want, at) in [
+        ("[acme]\nchallenge = \"dns-01\"", "\"acme\"", tls, "tls-alpn-01", "challenge"),
+        ("[acme]\nrenew_before = \"soon\"", "\"acme\"", tls, "invalid duration", "renew_before"),
+        ("[acme]\ndirectory = \"http://ca.test/dir\"", "\"acme\"", tls, "https://", "directory"),
+        ("[acme]\nca_roots = \"missing.pem\"", "\"acme\"", tls, "missing.pem", "ca_roots"),
+        ("[acme]\nemail = \"ops\"", "\"acme\"", tls, "e-mail", "email"),
+        ("[acme]\nstorage = \"/dev/null/x\"", "\"acme\"", tls, "Not a directory", "storage"),
+        ("[acme]\ncolour = \"blue\"", "\"acme\"", tls, "unknown field", "colour"),
+        ("", "\"acme\"", "", "needs a TLS listener", ""),
+        ("[acme]\nchallenge = \"http-01\"", "\"acme\"", tls, "cleartext listener", ""),
+        ("", "\"automatic\"", tls, "\"acme\" or", "automatic"),
+    ] {
+        let (code, out) = check(acme, vhost_tls, listeners);
+        assert_eq!(code, Some(2), "{acme}: {out}");
+        assert!(out.contains(want), "{acme}: {out}");
+        if !at.is_empty() {
+            let text = std::fs::read_to_string(dir.path().join("c.toml")).unwrap();
+            let line = text.lines().position(|l| l.starts_with(at) || l.contains(at)).unwrap() + 1;
+            assert!(out.contains(&format!("c.toml:{line}:")), "{acme}: line {line}: {out}");
+        }
+    }
+    // Wildcards need DNS-01, which is not answered.
+    let cfg = dir.write(
+        "w.toml",
+        format!("{tls}[[vhost]]\nhosts = [\"*.example.com\"]\ntls = \"acme\"\n[[vhost.route]]\npath = \"/\"\nroot = \"site\"\n"),
+    );
+    let out = Command::new(BIN).args(["--config", cfg.to_str().unwrap(), "--check"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("DNS-01"), "{out:?}");
+}
