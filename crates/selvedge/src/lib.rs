@@ -14,7 +14,7 @@
 //!   ([`h1::write`]), and a `Date` value rendered once a second ([`time::date`]).
 //! - **No locks on hot paths**: timers are atomics, the date cache is a sequence lock of
 //!   atomics, workers are per-core runtimes with their own `SO_REUSEPORT` listener.
-//! - **Files** ([`file`]): an open-file and file-info cache swept by a two-phase reaper,
+//! - **Files** ([`file`](mod@file)): an open-file and file-info cache swept by a two-phase reaper,
 //!   ranges and conditional requests; bodies go out as `send(MSG_MORE)` + `sendfile`.
 //! - **Clean-up with timers**: one timeout manager for every connection
 //!   ([`time::timeout`]): a tickle is a memory write; a connection whose deadline passes is

@@ -1,6 +1,6 @@
 //! TLS with rustls: configuration (certificate chains and keys from PEM files, SNI choosing
 //! among several certificates, ALPN `h2` and `http/1.1`, TLS 1.2 and 1.3, session
-//! resumption by tickets and by session ids) and the per-connection [`Session`] that
+//! resumption by tickets and by session ids) and the per-connection `Session` that
 //! `Socket` reads and writes through.
 //!
 //! The session is a rustls `ServerConnection` behind a mutex that is never held across an

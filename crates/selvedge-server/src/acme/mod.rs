@@ -14,7 +14,7 @@
 //!    `retry_min` to `retry_max`).
 //! 3. When due, it takes the certificate's lock in the storage; an instance that cannot
 //!    waits for the holder and then reads the holder's result, so instances sharing the
-//!    storage order each certificate once. Under the lock it orders ([`client`]): HTTP-01
+//!    storage order each certificate once. Under the lock it orders (`client.rs`): HTTP-01
 //!    or TLS-ALPN-01 answers are published in memory and in the storage ([`challenge`]),
 //!    so whichever instance the CA reaches can answer; then the CSR, the chain, an atomic
 //!    write, and installation. Open connections keep the certificate they started with.

@@ -2,16 +2,16 @@
 //!
 //! One request's path, as plain sequential code:
 //!
-//! 1. **Connection**: an idle keep-alive connection from this worker's pool ([`pool`]),
+//! 1. **Connection**: an idle keep-alive connection from this worker's pool (`pool`),
 //!    checked for staleness, else a new one (`connect_timeout`, and at most
 //!    `max_connections` per upstream per worker).
-//! 2. **Request**: the head is composed once ([`forward`]): hop-by-hop fields removed,
+//! 2. **Request**: the head is composed once (`forward`): hop-by-hop fields removed,
 //!    `Host` kept or rewritten, `Forwarded`/`X-Forwarded-*` for this hop, and always
 //!    re-framed (`Content-Length` when the client's length is known, else `chunked`). The
 //!    body is streamed chunk by chunk as the client sends it: each piece is written before
 //!    the next is read (backpressure both ways), while the upstream is watched for an early
 //!    answer (a final response ends the upload; interim 1xx are consumed).
-//! 3. **Response head**: parsed strictly ([`head`]) within `first_byte_timeout`; interim
+//! 3. **Response head**: parsed strictly (`head`) within `first_byte_timeout`; interim
 //!    responses (100 Continue, 103...) are swallowed. A reused connection that fails before
 //!    the first response byte is retried once on a new connection, for idempotent requests
 //!    without a body only.
@@ -26,7 +26,7 @@
 //! reached for `connect_timeout` is 503.
 //!
 //! Upgrade requests (WebSocket over HTTP/1.1, or HTTP/2 extended CONNECT) are tunnelled on
-//! a connection of their own: see [`tunnel`].
+//! a connection of their own: see `tunnel`.
 //!
 //! Limits of this design: an upstream that answers before the upload ends stops the upload
 //! (right for early 413/401, not for full-duplex streaming; tunnels are full duplex); the

@@ -2,7 +2,7 @@
 //!
 //! Ground rules:
 //! - A connection owns a [`Timer`]. Its hot-path operations are single relaxed atomic
-//!   stores: [`Timer::tickle`] moves the deadline to `now + timeout`, [`Timer::pause`] parks
+//!   stores: `Timer::tickle` moves the deadline to `now + timeout`, `Timer::pause` parks
 //!   it at infinity. No lock, no syscall, no heap traffic per request.
 //! - "Now" is a coarse clock ([`now_ms`]) that the manager's thread advances on each tick,
 //!   so reading it is one relaxed load.
