@@ -530,6 +530,7 @@ fn refused_and_failed_names_leave_the_others_served() {
     assert!(retry.contains("\"failures\""), "{retry}");
     let (ok, _, _) = pb.get("good.test");
     assert!(ok);
+    eprintln!("{}", log_text(&srv));
 }
 
 #[test]
