@@ -10,7 +10,8 @@
 #
 # Env: MODE (compare|short), SERVERS, CLASSES, FLOOD_S, SLOW_S, SLOW_CONNS, PROFILE
 # (release|debug: which build of selvedge and the attack client), SELVEDGE_BIN, ATTACK_BIN,
-# BUILD (1: always build first), KEEP_TMP, OUT_DIR, SERVER_CPU, CLIENT_CPU.
+# SELVEDGE_EXTRA (TOML added to selvedge's config), BUILD (1: always build first), KEEP_TMP,
+# OUT_DIR, SERVER_CPU, CLIENT_CPU.
 set -euo pipefail
 
 [[ ${1:-} == --short ]] && MODE=short
@@ -125,6 +126,9 @@ srv_selvedge() {
         if [[ $MODE == short ]]; then
             printf '[timeouts]\nheader = %s\nsend = %s\n' "$SHORT_HEADER" "$SHORT_SEND"
         fi
+        # More settings for an experiment, e.g. SELVEDGE_EXTRA='[http2]\nmax_local_resets = 100'
+        # (not [server], [[listen]] or, in short mode, [timeouts]: those are written above).
+        [[ -z ${SELVEDGE_EXTRA:-} ]] || printf '%b\n' "$SELVEDGE_EXTRA"
         printf '[[vhost]]\n[[vhost.route]]\npath = "/"\nroot = "%s"\n' "$SITE_DIR"
     } >"$dir/selvedge.toml"
     SRV_CMD=("$SELVEDGE_BIN" --config "$dir/selvedge.toml")
