@@ -84,6 +84,38 @@ impl Default for LogConfig {
     }
 }
 
+/// Where diagnostics (startup, reload, warnings, errors) go: `[log] error`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ErrorTarget {
+    /// Standard error (the default; journald takes it under systemd).
+    #[default]
+    Stderr,
+    /// A file, appended to and reopened on SIGHUP/SIGUSR1.
+    File(PathBuf),
+}
+
+/// How diagnostics are written: `[log] error_format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorFormat {
+    /// One human-readable line per event: time, level, message, fields.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Diagnostics settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ErrorLogConfig {
+    /// Where events go.
+    pub target: ErrorTarget,
+    /// Their format.
+    pub format: ErrorFormat,
+    /// The level or filter (`"info"`, `"debug"`, `"selvedge=debug,warn"`); `None`: `info`,
+    /// unless `RUST_LOG` or `--log-level` say otherwise.
+    pub level: Option<String>,
+}
+
 /// One route: requests whose path starts with `prefix` are served by `kind`.
 #[derive(Debug, Clone)]
 pub struct RouteConfig {
@@ -155,6 +187,12 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Access log.
     pub log: LogConfig,
+    /// Diagnostics (the error log).
+    pub error_log: ErrorLogConfig,
+    /// User to run as after binding the listeners (`None`: stay who started the server).
+    pub user: Option<String>,
+    /// Group to run as (`None` with a `user`: that user's primary group).
+    pub group: Option<String>,
     /// Virtual hosts.
     pub vhosts: Vec<VhostConfig>,
     /// Automatic HTTPS settings (`[acme]`, or its defaults when a host says `tls = "acme"`).
@@ -176,6 +214,9 @@ impl Config {
             settings: Settings::default(),
             cache: CacheConfig::default(),
             log: LogConfig::default(),
+            error_log: ErrorLogConfig::default(),
+            user: None,
+            group: None,
             vhosts: vec![VhostConfig {
                 hosts: Vec::new(),
                 routes: vec![RouteConfig {
@@ -303,6 +344,25 @@ impl Config {
                 "stdout" | "-" => LogTarget::Stdout,
                 p => LogTarget::File(abs(p)),
             };
+        }
+        let mut error_log = ErrorLogConfig::default();
+        match raw.log.error.as_deref() {
+            None | Some("stderr" | "-" | "") => {}
+            Some(p) => error_log.target = ErrorTarget::File(abs(p)),
+        }
+        error_log.format = match &raw.log.error_format {
+            None => ErrorFormat::Text,
+            Some(f) if f.get_ref() == "text" => ErrorFormat::Text,
+            Some(f) if f.get_ref() == "json" => ErrorFormat::Json,
+            Some(f) => {
+                return Err(err(Some(f.span()), format!("error_format {:?}: \"text\" or \"json\"", f.get_ref())))
+            }
+        };
+        if let Some(l) = &raw.log.level {
+            if let Err(e) = tracing_subscriber::EnvFilter::try_new(l.get_ref()) {
+                return Err(err(Some(l.span()), format!("level {:?}: {e}", l.get_ref())));
+            }
+            error_log.level = Some(l.get_ref().clone());
         }
         log.size = raw.log.size.map_or(log.size, Size::get);
         log.backups = raw.log.backups.map_or(log.backups, Count::get_u32);
@@ -439,6 +499,9 @@ impl Config {
             settings,
             cache,
             log,
+            error_log,
+            user: raw.server.user.clone(),
+            group: raw.server.group.clone(),
             vhosts,
             acme,
         })
@@ -524,6 +587,8 @@ struct RawServer {
     workers: Option<Count<1, 4096>>,
     server_tokens: Option<bool>,
     backlog: Option<Count<1, { i32::MAX as u64 }>>,
+    user: Option<String>,
+    group: Option<String>,
     pid_file: Option<String>,
     hsts: Option<String>,
 }
@@ -689,6 +754,9 @@ struct RawCache {
 #[serde(deny_unknown_fields)]
 struct RawLog {
     access: Option<String>,
+    error: Option<String>,
+    error_format: Option<Spanned<String>>,
+    level: Option<Spanned<String>>,
     size: Option<Size>,
     backups: Option<Count<0, 1000>>,
 }

@@ -5,8 +5,11 @@
 pub mod access_log;
 pub mod acme;
 pub mod cgi;
+pub mod cli;
 pub mod config;
+pub mod diag;
 pub mod mime;
 pub mod proxy;
 pub mod routes;
+pub mod service;
 pub mod static_files;

@@ -1,112 +1,67 @@
-//! `selvedge`: the web server on the selvedge engine.
+//! `selvedge`: the web server on the selvedge engine. `selvedge --help` lists the commands
+//! (`serve [DIR]`, `run -c FILE`, `check -c FILE`, `completions`, `man`); `docs/config.md`
+//! describes the configuration file.
 //!
-//! ```text
-//! selvedge serve [DIR] [--host H] [--port P] [--workers N] [--log FILE|stdout] [--pid-file F]
-//! selvedge --config FILE [--check]
-//! ```
-//! `serve` needs no configuration (DIR defaults to the bundled example site; the
-//! `SELVEDGE_ADDR` and `SELVEDGE_WORKERS` environment variables give defaults for the
-//! address and workers, as the benchmark scripts use). `--config` reads everything from a
-//! TOML file (see `examples/selvedge.toml`); `--check` only validates it.
-//!
-//! Signals: SIGTERM/SIGINT shut down gracefully (in-flight requests finish); SIGHUP
-//! reloads the configuration file and reopens the access log, keeping the listeners and
-//! every connection.
+//! Signals: SIGHUP reloads the configuration and the certificates and reopens the logs
+//! (listeners and connections stay); SIGUSR1 only reopens the logs; SIGUSR2 starts the
+//! binary on disk on the same listening sockets, then drains and exits once it is ready;
+//! SIGTERM, SIGINT and SIGQUIT stop gracefully (in-flight requests finish) and exit 0.
 
-use std::net::{IpAddr, SocketAddr};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-use selvedge::Server;
+use selvedge::{Listen, Server, ServerHandle};
 use tokio::signal::unix::{signal, SignalKind};
+use tracing::{error, info, warn};
 
 use selvedge_server::access_log::AccessLog;
 use selvedge_server::acme::{self, Acme};
+use selvedge_server::cli::{self, Action};
 use selvedge_server::config::{self, Config, LogConfig, LogTarget};
+use selvedge_server::diag::{self, ErrorLog};
 use selvedge_server::routes::{self, Front, Site};
+use selvedge_server::service::{self, notify, UpgradeOutcome};
 
-const USAGE: &str = "usage: selvedge serve [DIR] [--host H] [--port P] [--workers N] [--log FILE|stdout] \
-                     [--pid-file F]\n       selvedge --config FILE [--check]";
-
-enum Mode {
-    Run(Box<Config>),
-    Check(PathBuf),
+fn main() -> ExitCode {
+    // The binary's path now, before an upgrade replaces the file (SIGUSR2 starts the file
+    // then at this path).
+    let exe = std::env::current_exe().ok();
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let (action, level) = cli::parse();
+    match action {
+        Action::Completions(shell) => {
+            clap_complete::generate(shell, &mut cli::command(), "selvedge", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Action::Man => match clap_mangen::Man::new(cli::command()).render(&mut std::io::stdout()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("selvedge: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Action::Check(file) => check(&file),
+        Action::Run(cfg) => run(*cfg, level.as_deref(), exe, args),
+    }
 }
 
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Mode, String> {
-    match args.next().as_deref() {
-        Some("serve") => {}
-        Some("--config") => {
-            let file = PathBuf::from(args.next().ok_or("--config needs a file")?);
-            return match args.next().as_deref() {
-                None => Config::load(&file).map(|c| Mode::Run(Box::new(c))).map_err(|e| e.to_string()),
-                Some("--check") => Ok(Mode::Check(file)),
-                Some(other) => Err(format!("unexpected argument {other:?}\n{USAGE}")),
-            };
+/// `selvedge check`: the file parses, every path and certificate is there, the user exists.
+fn check(file: &std::path::Path) -> ExitCode {
+    let result = Config::load(file).map_err(|e| e.to_string()).and_then(|cfg| {
+        Site::build(&cfg).map_err(|e| e.to_string())?;
+        service::identity(cfg.user.as_deref(), cfg.group.as_deref()).map(|_| ())
+    });
+    match result {
+        Ok(()) => {
+            eprintln!("selvedge: {} is valid", file.display());
+            ExitCode::SUCCESS
         }
-        Some("-h" | "--help") | None => return Err(USAGE.into()),
-        Some(other) => return Err(format!("unknown command {other:?}\n{USAGE}")),
-    }
-    let env_addr: Option<SocketAddr> = std::env::var("SELVEDGE_ADDR").ok().and_then(|a| a.parse().ok());
-    let mut host = env_addr.map_or(IpAddr::from([127, 0, 0, 1]), |a| a.ip());
-    let mut port = env_addr.map_or(8080, |a| a.port());
-    let mut workers: Option<usize> = std::env::var("SELVEDGE_WORKERS").ok().and_then(|w| w.parse().ok());
-    let mut root = default_root();
-    let mut log = LogConfig::default();
-    let mut pid_file = None;
-    let mut tls_cert: Option<PathBuf> = None;
-    let mut tls_key: Option<PathBuf> = None;
-    while let Some(a) = args.next() {
-        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
-        match a.as_str() {
-            "--host" => host = value("--host")?.parse().map_err(|e| format!("--host: {e}"))?,
-            "--port" => port = value("--port")?.parse().map_err(|e| format!("--port: {e}"))?,
-            "--workers" => {
-                let n: usize = value("--workers")?.parse().map_err(|e| format!("--workers: {e}"))?;
-                workers = Some(n.max(1));
-            }
-            "--log" => {
-                log.target = match value("--log")?.as_str() {
-                    "stdout" | "-" => LogTarget::Stdout,
-                    "off" => LogTarget::Off,
-                    p => LogTarget::File(PathBuf::from(p)),
-                }
-            }
-            "--pid-file" => pid_file = Some(PathBuf::from(value("--pid-file")?)),
-            "--tls-cert" => tls_cert = Some(PathBuf::from(value("--tls-cert")?)),
-            "--tls-key" => tls_key = Some(PathBuf::from(value("--tls-key")?)),
-            s if s.starts_with('-') => return Err(format!("unknown option {s}\n{USAGE}")),
-            dir => root = PathBuf::from(dir),
+        Err(e) => {
+            eprintln!("selvedge: {e}");
+            ExitCode::from(2)
         }
-    }
-    if !root.is_dir() {
-        return Err(format!("selvedge: {} is not a directory", root.display()));
-    }
-    let mut cfg = Config::simple(root, SocketAddr::new(host, port), workers);
-    if let Some(n) = workers {
-        cfg.settings.workers = selvedge::Workers::PerCore(n);
-    }
-    cfg.log = log;
-    cfg.pid_file = pid_file;
-    match (tls_cert, tls_key) {
-        (Some(cert), Some(key)) => {
-            selvedge::tls::CertKey::from_pem_files(vec![], &cert, &key).map_err(|e| format!("selvedge: tls: {e}"))?;
-            let addr = cfg.listen.remove(0);
-            cfg.tls.push(config::TlsListen { addr, cert: Some(cert), key: Some(key), strict_sni: false });
-        }
-        (None, None) => {}
-        _ => return Err("--tls-cert and --tls-key go together".into()),
-    }
-    Ok(Mode::Run(Box::new(cfg)))
-}
-
-/// The bundled example site: next to the binary's source tree, or `./examples/site`.
-fn default_root() -> PathBuf {
-    let bundled = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/site"));
-    if bundled.is_dir() {
-        bundled
-    } else {
-        PathBuf::from("examples/site")
     }
 }
 
@@ -117,70 +72,110 @@ fn open_log(cfg: &LogConfig) -> std::io::Result<Option<AccessLog>> {
     AccessLog::open(cfg.clone()).map(Some)
 }
 
-fn main() -> ExitCode {
-    let cfg = match parse_args(std::env::args().skip(1)) {
-        Ok(Mode::Run(c)) => *c,
-        Ok(Mode::Check(file)) => {
-            return match Config::load(&file) {
-                Ok(_) => {
-                    eprintln!("selvedge: {} is valid", file.display());
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("selvedge: {e}");
-                    ExitCode::from(2)
-                }
-            };
-        }
-        Err(msg) => {
-            eprintln!("{msg}");
+/// Everything the signal loop works with.
+struct Running {
+    cfg: Config,
+    front: Front,
+    errors: ErrorLog,
+    handle: ServerHandle,
+    redirect: Option<ServerHandle>,
+    cert_stores: Vec<(config::TlsListen, selvedge::tls::CertStore)>,
+    /// Automatic HTTPS, if a virtual host has `tls = "acme"`.
+    acme: Option<Acme>,
+    /// The name of each listener of `handle` (then of `redirect`), by `bind*` index.
+    names: (Vec<String>, Vec<String>),
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    error!("{msg}");
+    ExitCode::from(2)
+}
+
+fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsString>) -> ExitCode {
+    let errors = match ErrorLog::open(&cfg.error_log.target) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("selvedge: error log: {e}");
             return ExitCode::from(2);
         }
+    };
+    match diag::filter(level, &cfg.error_log) {
+        Ok(f) => diag::install(&errors, cfg.error_log.format, f),
+        Err(e) => {
+            eprintln!("selvedge: log level: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    // Signal handlers before anything is served: a signal that comes as soon as the
+    // startup line is out is handled, not fatal.
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(format_args!("signal runtime: {e}")),
+    };
+    let signals = match rt.block_on(async { Signals::new() }) {
+        Ok(s) => s,
+        Err(e) => return fail(format_args!("signal handlers: {e}")),
+    };
+    let inherited = match selvedge::server::listen_fds() {
+        Ok(v) => v,
+        Err(e) => return fail(format_args!("inherited sockets (LISTEN_FDS): {e}")),
+    };
+    let upgraded = std::env::var_os(service::UPGRADE_NOTIFY).is_some();
+    let identity = match service::identity(cfg.user.as_deref(), cfg.group.as_deref()) {
+        Ok(i) => i,
+        Err(e) => return fail(e),
     };
     let site = match Site::build(&cfg) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("selvedge: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return fail(e),
     };
     let log = match open_log(&cfg.log) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("selvedge: access log: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return fail(format_args!("access log: {e}")),
     };
     let roots = site.roots();
     let hsts = cfg.hsts.as_deref().and_then(|v| selvedge::http::HeaderValue::from_str(v).ok());
     let front = Front::new(site, routes::engine_pages(&cfg), log, hsts);
     let mut settings = cfg.settings.clone();
     settings.error_response = Some(routes::error_hook(front.pages.clone()));
-    let mut server = Server::new(settings.clone());
-    for a in &cfg.listen {
-        server = server.bind(a.clone());
-    }
+    settings.on_exception = Some(std::sync::Arc::new(|e: &selvedge::Error| tracing::debug!("connection: {e}")));
+
     let acme_specs = acme::specs(&cfg);
     let acme = match cfg.acme.as_ref().filter(|_| !acme_specs.is_empty()) {
         None => None,
         Some(a) => match Acme::new(a, &acme_specs) {
             Ok(m) => Some(m),
-            Err(e) => {
-                eprintln!("selvedge: acme storage: {e}");
-                return ExitCode::from(2);
-            }
+            Err(e) => return fail(format_args!("acme storage: {e}")),
         },
     };
     // HTTP-01 answers on the cleartext listeners, before routes and redirects.
     let http01 = acme.as_ref().filter(|a| a.http01()).map(Acme::challenges);
+
+    let from_fds = inherited.len();
+    let mut assigned = service::assign(&cfg, inherited);
+    let mut server = Server::new(settings.clone());
+    let mut names = Vec::new();
+    for (i, a) in cfg.listen.iter().enumerate() {
+        let fds = std::mem::take(&mut assigned.http[i]);
+        if fds.is_empty() {
+            server = server.bind(a.clone());
+            names.push(format!("http:{i}"));
+        }
+        for fd in fds {
+            server = server.bind_fd(fd);
+            names.push(format!("http:{i}"));
+        }
+    }
+    for fd in std::mem::take(&mut assigned.extra_http) {
+        server = server.bind_fd(fd);
+        names.push("http".into());
+    }
     let mut cert_stores = Vec::new();
-    for t in &cfg.tls {
+    let mut first_tls = None;
+    for (i, t) in cfg.tls.iter().enumerate() {
         let store = match load_certs(t, &cfg) {
             Ok(certs) => selvedge::tls::CertStore::new(certs),
-            Err(e) => {
-                eprintln!("selvedge: tls: {e}");
-                return ExitCode::from(2);
-            }
+            Err(e) => return fail(format_args!("tls: {e}")),
         };
         let store = match &acme {
             Some(a) => store.with_managed(a.managed()),
@@ -188,84 +183,131 @@ fn main() -> ExitCode {
         };
         // Without a default certificate, unknown names are refused.
         let strict_sni = t.strict_sni || t.cert.is_none();
-        match selvedge::tls::server_config_with_store(store.clone(), strict_sni, true) {
-            Ok(tc) => server = server.bind_tls(t.addr.clone(), tc),
-            Err(e) => {
-                eprintln!("selvedge: tls: {e}");
-                return ExitCode::from(2);
-            }
+        let tc = match selvedge::tls::server_config_with_store(store.clone(), strict_sni, true) {
+            Ok(tc) => tc,
+            Err(e) => return fail(format_args!("tls: {e}")),
+        };
+        let fds = std::mem::take(&mut assigned.tls[i]);
+        if fds.is_empty() {
+            server = server.bind_tls(t.addr.clone(), tc.clone());
+            names.push(format!("https:{i}"));
         }
+        for fd in fds {
+            server = server.bind_fd_tls(fd, tc.clone());
+            names.push(format!("https:{i}"));
+        }
+        first_tls.get_or_insert(tc);
         cert_stores.push((t.clone(), store));
     }
-    let redirect = if cfg.redirect.is_empty() {
+    for fd in std::mem::take(&mut assigned.extra_tls) {
+        match &first_tls {
+            Some(tc) => {
+                server = server.bind_fd_tls(fd, tc.clone());
+                names.push("https".into());
+            }
+            None => warn!("an inherited socket named https* is closed: no TLS listener in the configuration"),
+        }
+    }
+    let listening = match server.listen() {
+        Ok(l) => l,
+        Err(e) => return fail(format_args!("cannot listen on {:?}: {e}", cfg.listen)),
+    };
+    let mut redirect_names = Vec::new();
+    let redirect = if cfg.redirect.is_empty() && assigned.extra_redirect.is_empty() {
         None
     } else {
-        let https_port = cfg.tls.iter().find_map(|t| match &t.addr {
-            selvedge::Listen::Tcp(a) => Some(a.port()),
-            selvedge::Listen::Unix(_) => None,
-        });
         let mut r = Server::new(settings);
-        for a in &cfg.redirect {
-            r = r.bind(a.clone());
+        for (i, a) in cfg.redirect.iter().enumerate() {
+            let fds = std::mem::take(&mut assigned.redirect[i]);
+            if fds.is_empty() {
+                r = r.bind(a.clone());
+                redirect_names.push(format!("redirect:{i}"));
+            }
+            for fd in fds {
+                r = r.bind_fd(fd);
+                redirect_names.push(format!("redirect:{i}"));
+            }
         }
-        let http01 = http01.clone();
-        let app = move |req: selvedge::Request| {
-            let answer = http01.as_ref().and_then(|c| c.answer(&req));
-            async move { answer.unwrap_or_else(|| redirect_to_https(&req, https_port)) }
-        };
-        match r.start(app) {
-            Ok(h) => Some(h),
-            Err(e) => {
-                eprintln!("selvedge: cannot listen on {:?}: {e}", cfg.redirect);
-                return ExitCode::FAILURE;
+        for fd in std::mem::take(&mut assigned.extra_redirect) {
+            r = r.bind_fd(fd);
+            redirect_names.push("redirect".into());
+        }
+        match r.listen() {
+            Ok(l) => Some(l),
+            Err(e) => return fail(format_args!("cannot listen on {:?}: {e}", cfg.redirect)),
+        }
+    };
+    // Every socket is bound: now the process can stop being root.
+    if let Some(id) = &identity {
+        if let Err(e) = id.drop_privileges() {
+            return fail(format_args!("dropping privileges to {}: {e}", id.describe()));
+        }
+        info!("running as {}", id.describe());
+    }
+    let https_port = cfg.tls.iter().find_map(|t| match &t.addr {
+        Listen::Tcp(a) => Some(a.port()),
+        Listen::Unix(_) => None,
+    });
+    let redirect = match redirect {
+        None => None,
+        Some(l) => {
+            let http01 = http01.clone();
+            let app = move |req: selvedge::Request| {
+                let answer = http01.as_ref().and_then(|c| c.answer(&req));
+                async move { answer.unwrap_or_else(|| redirect_to_https(&req, https_port)) }
+            };
+            match l.start(app) {
+                Ok(h) => Some(h),
+                Err(e) => return fail(format_args!("redirect listener: {e}")),
             }
         }
     };
     let started = match http01 {
-        Some(c) => server.start(acme::Http01::new(front.clone(), c)),
-        None => server.start(front.clone()),
+        Some(c) => listening.start(acme::Http01::new(front.clone(), c)),
+        None => listening.start(front.clone()),
     };
     let handle = match started {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("selvedge: cannot listen on {:?}: {e}", cfg.listen);
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(format_args!("cannot start the workers: {e}")),
     };
     if let Some(p) = &cfg.pid_file {
         let written = p
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
             .and_then(|()| std::fs::write(p, format!("{}\n", std::process::id())));
-        if let Err(e) = written {
-            eprintln!("selvedge: pid file {}: {e}", p.display());
-            handle.shutdown();
-            handle.join();
-            return ExitCode::FAILURE;
+        match written {
+            Ok(()) => {}
+            Err(e) if upgraded => warn!("pid file {}: {e}", p.display()),
+            Err(e) => {
+                handle.shutdown();
+                handle.join();
+                return fail(format_args!("pid file {}: {e}", p.display()));
+            }
         }
     }
-    let addrs: Vec<String> = handle.local_addrs().iter().map(|l| format!("{l:?}")).collect();
+    let tls_urls = |a: &std::net::SocketAddr| {
+        cfg.tls.iter().any(|t| matches!(&t.addr, Listen::Tcp(t) if t.port() == a.port()))
+            || names.iter().zip(handle.local_addrs()).any(|(n, l)| n.starts_with("https") && *l == Listen::Tcp(*a))
+    };
     let mut urls: Vec<String> = handle
         .local_addrs()
         .iter()
-        .enumerate()
-        .map(|(i, l)| match l {
-            // Bound in order: the cleartext listeners, then the TLS ones (port 0 resolved).
-            selvedge::Listen::Tcp(a) if i >= cfg.listen.len() => format!("https://{a}/"),
-            selvedge::Listen::Tcp(a) => format!("http://{a}/"),
-            selvedge::Listen::Unix(p) => format!("unix:{}", p.display()),
+        .map(|l| match l {
+            Listen::Tcp(a) if tls_urls(a) => format!("https://{a}/"),
+            Listen::Tcp(a) => format!("http://{a}/"),
+            Listen::Unix(p) => format!("unix:{}", p.display()),
         })
         .collect();
-    drop(addrs);
+    urls.dedup();
     if let Some(r) = &redirect {
         for l in r.local_addrs() {
-            if let selvedge::Listen::Tcp(a) = l {
+            if let Listen::Tcp(a) = l {
                 urls.push(format!("(redirect to https) http://{a}/"));
             }
         }
     }
-    eprintln!(
-        "selvedge: listening on {} with {} workers, root {}, config {}, access log {}",
+    let status = format!(
+        "listening on {} with {} workers, root {}, config {}, access log {}{}",
         urls.join(" "),
         cfg.worker_count(),
         roots.join(" "),
@@ -274,114 +316,239 @@ fn main() -> ExitCode {
             LogTarget::Off => "off".to_string(),
             LogTarget::Stdout => "stdout".to_string(),
             LogTarget::File(p) => p.display().to_string(),
-        }
+        },
+        if from_fds > 0 { format!(", {from_fds} inherited sockets") } else { String::new() },
     );
-
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("signal runtime");
+    info!("{status}");
     if let Some(a) = &acme {
         a.start(rt.handle(), &acme_specs);
     }
-    let mut current = cfg;
-    rt.block_on(async {
-        let mut term = signal(SignalKind::terminate()).expect("SIGTERM");
-        let mut int = signal(SignalKind::interrupt()).expect("SIGINT");
-        let mut hup = signal(SignalKind::hangup()).expect("SIGHUP");
+    notify::ready("serving");
+    service::tell_upgrading_parent();
+
+    let running = Running { cfg, front, errors, handle, redirect, cert_stores, acme, names: (names, redirect_names) };
+    signal_loop(running, rt, signals, exe, args)
+}
+
+/// The signals the server handles.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            quit: signal(SignalKind::quit())?,
+            hup: signal(SignalKind::hangup())?,
+            usr1: signal(SignalKind::user_defined1())?,
+            usr2: signal(SignalKind::user_defined2())?,
+        })
+    }
+}
+
+/// What ends the signal loop.
+enum Stop {
+    /// TERM, INT or QUIT: graceful shutdown.
+    Graceful,
+    /// A new process took over: drain, then shut down.
+    Upgraded,
+}
+
+fn signal_loop(
+    mut r: Running,
+    rt: tokio::runtime::Runtime,
+    mut s: Signals,
+    exe: Option<PathBuf>,
+    args: Vec<OsString>,
+) -> ExitCode {
+    let stop = rt.block_on(async {
         loop {
             tokio::select! {
-                _ = int.recv() => break,
-                _ = term.recv() => break,
-                _ = hup.recv() => {
-                    reload(&mut current, &front);
-                    reload_certs(&cert_stores, &current);
-                    let specs = acme::specs(&current);
-                    match &acme {
-                        Some(a) => a.reload(&tokio::runtime::Handle::current(), current.acme.as_ref(), &specs),
-                        None if !specs.is_empty() => eprintln!("selvedge: note: tls = \"acme\" applies on restart"),
-                        None => {}
+                _ = s.term.recv() => return Stop::Graceful,
+                _ = s.int.recv() => return Stop::Graceful,
+                _ = s.quit.recv() => return Stop::Graceful,
+                _ = s.hup.recv() => {
+                    notify::reloading();
+                    reload(&mut r);
+                    notify::ready("serving (reloaded)");
+                }
+                _ = s.usr1.recv() => {
+                    reopen_logs(&r, &r.cfg.log.clone(), &r.cfg.error_log.target.clone());
+                    info!("reopened the logs");
+                }
+                _ = s.usr2.recv() => {
+                    if upgrade(&r, exe.as_deref(), &args).await {
+                        return Stop::Upgraded;
                     }
                 }
             }
         }
     });
-    eprintln!("selvedge: shutting down (draining in-flight requests)");
-    handle.shutdown();
-    if let Some(r) = &redirect {
-        r.shutdown();
+    notify::stopping();
+    if let Stop::Upgraded = stop {
+        // Connections end after their next exchange; give idle ones until the graceful
+        // timeout (or until they are all gone), then shut down.
+        r.handle.drain();
+        if let Some(x) = &r.redirect {
+            x.drain();
+        }
+        let deadline = Instant::now() + r.cfg.settings.graceful_timeout;
+        let live = |r: &Running| r.handle.live_connections() + r.redirect.as_ref().map_or(0, |x| x.live_connections());
+        while live(&r) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        info!("drained; {} connections left are closed", live(&r));
+    } else {
+        info!("shutting down (draining in-flight requests)");
     }
-    handle.join();
-    if let Some(r) = redirect {
-        r.join();
+    r.handle.shutdown();
+    if let Some(x) = &r.redirect {
+        x.shutdown();
     }
-    if let Some(log) = front.log.load().as_ref() {
+    r.handle.join();
+    if let Some(x) = r.redirect {
+        x.join();
+    }
+    if let Some(log) = r.front.log.load().as_ref() {
         log.flush();
     }
-    if let Some(p) = &current.pid_file {
-        let _ = std::fs::remove_file(p);
+    if let Some(p) = &r.cfg.pid_file {
+        // After an upgrade the file names the new process: leave it.
+        let ours = std::fs::read_to_string(p).is_ok_and(|t| t.trim() == std::process::id().to_string());
+        if ours {
+            let _ = std::fs::remove_file(p);
+        }
     }
-    eprintln!("selvedge: stopped");
+    info!("stopped");
     ExitCode::SUCCESS
 }
 
-/// SIGHUP: reread the configuration file (if any), swap in the new site, reopen the log.
-/// A bad file is reported and the running configuration kept.
-fn reload(current: &mut Config, front: &Front) {
-    let new = match &current.file {
-        None => current.clone(),
-        Some(f) => match Config::load(f) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("selvedge: reload failed, keeping the running configuration: {e}");
-                return;
-            }
-        },
+/// SIGUSR2: starts the binary on disk on our listening sockets and waits until it is
+/// ready. `true`: it serves, this process should drain and exit.
+async fn upgrade(r: &Running, exe: Option<&std::path::Path>, args: &[OsString]) -> bool {
+    let Some(exe) = exe else {
+        error!("upgrade: the path of the running binary is unknown");
+        return false;
     };
-    let site = match Site::build(&new) {
-        Ok(s) => s,
+    let mut fds = Vec::new();
+    for (handle, names) in [(Some(&r.handle), &r.names.0), (r.redirect.as_ref(), &r.names.1)] {
+        let Some(h) = handle else { continue };
+        match h.listener_fds() {
+            Ok(v) => fds.extend(v.into_iter().map(|(fd, i)| (fd, names.get(i).cloned().unwrap_or_default()))),
+            Err(e) => {
+                error!("upgrade: duplicating the listening sockets: {e}");
+                return false;
+            }
+        }
+    }
+    info!("upgrade: starting {} on {} sockets ({})", exe.display(), fds.len(), service::describe_fds(&fds));
+    let up = match service::upgrade(exe, args, fds) {
+        Ok(u) => u,
         Err(e) => {
-            eprintln!("selvedge: reload failed, keeping the running configuration: {e}");
-            return;
+            error!("upgrade: cannot start {}: {e}", exe.display());
+            return false;
         }
     };
-    let old_log = front.log.load_full();
-    let log = match (old_log.as_ref(), &new.log.target) {
+    let pid = up.child.id();
+    match up.wait(Duration::from_secs(60)).await {
+        UpgradeOutcome::Ready(pid) => {
+            info!("upgrade: process {pid} is ready; this one ({}) drains and exits", std::process::id());
+            notify::main_pid(pid);
+            true
+        }
+        UpgradeOutcome::Exited(st) => {
+            error!("upgrade: process {pid} exited ({st}) before it was ready; still serving");
+            false
+        }
+        UpgradeOutcome::TimedOut => {
+            error!("upgrade: process {pid} was not ready within 60 s and was stopped; still serving");
+            false
+        }
+    }
+}
+
+/// Reopens the access log (with `log`'s settings) and the error log (at `errors`).
+/// Failures are reported and the files in use kept.
+fn reopen_logs(r: &Running, log: &LogConfig, errors: &config::ErrorTarget) {
+    if let Err(e) = r.errors.reopen(errors) {
+        error!("reopening the error log: {e}");
+    }
+    let old = r.front.log.load_full();
+    let new = match (old.as_ref(), &log.target) {
         (_, LogTarget::Off) => None,
-        (Some(l), _) => match l.reopen(new.log.clone()) {
-            Ok(()) => Some(l.clone()),
-            Err(e) => {
-                eprintln!("selvedge: reopening the access log: {e}");
-                Some(l.clone())
+        (Some(l), _) => {
+            if let Err(e) = l.reopen(log.clone()) {
+                error!("reopening the access log: {e}");
             }
-        },
-        (None, _) => match open_log(&new.log) {
+            Some(l.clone())
+        }
+        (None, _) => match open_log(log) {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("selvedge: opening the access log: {e}");
+                error!("opening the access log: {e}");
                 None
             }
         },
     };
-    if new.listen != current.listen || new.workers != current.workers {
-        eprintln!("selvedge: note: listeners and workers change only on restart");
+    if new.is_some() != old.is_some() {
+        r.front.log.store(std::sync::Arc::new(new));
     }
-    front.swap(site, routes::engine_pages(&new), log);
-    if let Some(l) = old_log.as_ref() {
-        l.flush();
-    }
-    let listen = std::mem::take(&mut current.listen);
-    let workers = current.workers;
-    *current = new;
-    current.listen = listen;
-    current.workers = workers;
-    eprintln!("selvedge: reloaded configuration");
 }
 
-/// SIGHUP: reload each TLS listener's certificate and key from their files; new handshakes
-/// use them, open connections are untouched. A bad pair is reported and the old one kept.
+/// SIGHUP: reread the configuration file (if any), swap in the new site, reload the
+/// certificates, reopen the logs. A bad file is reported and the running configuration
+/// kept; the logs are reopened all the same (logrotate may have moved them).
+fn reload(r: &mut Running) {
+    let new = match &r.cfg.file {
+        None => Ok(r.cfg.clone()),
+        Some(f) => Config::load(f).map_err(|e| e.to_string()),
+    };
+    let built = new.and_then(|new| Site::build(&new).map(|site| (new, site)).map_err(|e| e.to_string()));
+    let (new, site) = match built {
+        Ok(b) => b,
+        Err(e) => {
+            error!("reload failed, keeping the running configuration: {e}");
+            let (log, errors) = (r.cfg.log.clone(), r.cfg.error_log.target.clone());
+            reopen_logs(r, &log, &errors);
+            info!("reopened the logs");
+            return;
+        }
+    };
+    reopen_logs(r, &new.log, &new.error_log.target);
+    if new.listen != r.cfg.listen || new.workers != r.cfg.workers || new.user != r.cfg.user {
+        warn!("listeners, workers and user change only on restart (or upgrade, SIGUSR2)");
+    }
+    let log = Option::clone(&r.front.log.load());
+    r.front.swap(site, routes::engine_pages(&new), log);
+    reload_certs(&r.cert_stores, &new);
+    let specs = acme::specs(&new);
+    match &r.acme {
+        Some(a) => a.reload(&tokio::runtime::Handle::current(), new.acme.as_ref(), &specs),
+        None if !specs.is_empty() => warn!("tls = \"acme\" applies on restart"),
+        None => {}
+    }
+    let listen = std::mem::take(&mut r.cfg.listen);
+    let workers = r.cfg.workers;
+    r.cfg = new;
+    r.cfg.listen = listen;
+    r.cfg.workers = workers;
+    info!("reloaded configuration");
+}
+
+/// Reloads each TLS listener's certificate and key from their files; new handshakes use
+/// them, open connections are untouched. A bad pair is reported and the old one kept.
 fn reload_certs(stores: &[(config::TlsListen, selvedge::tls::CertStore)], cfg: &Config) {
     for (t, store) in stores {
         match load_certs(t, cfg) {
             Ok(certs) => store.replace(certs),
-            Err(e) => eprintln!("selvedge: tls reload kept the old certificates for {:?}: {e}", t.addr),
+            Err(e) => error!("tls reload kept the old certificates for {:?}: {e}", t.addr),
         }
     }
 }

@@ -220,7 +220,8 @@ fn graceful_shutdown_finishes_in_flight_and_removes_pid_file() {
 
 #[test]
 fn serve_needs_no_config() {
-    let s = Srv::start(&["serve", "--port", "0", "--workers", "1"]);
+    let site = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/site");
+    let s = Srv::start(&["serve", site, "--port", "0", "--workers", "1"]);
     let r = s.get("/");
     assert_eq!(r.status, 200);
     assert!(r.text().contains("<html") || r.text().contains("<!doctype") || r.text().contains("<!DOCTYPE"));

@@ -60,7 +60,7 @@ pub use body::Body;
 pub use error::Error;
 pub use request::{percent_decode, Request, Segments};
 pub use response::{BodyWriter, Cleanup, FieldsSlot, FileBody, IntoHeaderValue, Response, ResponseBody, SharedFields};
-pub use server::{Listen, Server, ServerHandle};
+pub use server::{Listen, Listening, Server, ServerHandle};
 pub use settings::{ErrorResponseHook, ExceptionHook, Settings, Workers};
 pub use sys::PeerAddr;
 

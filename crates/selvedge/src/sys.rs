@@ -203,3 +203,22 @@ pub(crate) fn register(fd: OwnedFd, interest: tokio::io::Interest) -> io::Result
     // (and with it the OwnedFd) is dropped, after deregistration.
     unsafe { Ok(tokio::io::unix::AsyncFd::register_with_interest(fd, interest)?) }
 }
+
+/// Takes ownership of descriptor `fd`, inherited from the process that started this one
+/// (socket activation), after checking that it is open; marks it close-on-exec.
+///
+/// # Errors
+/// `fd` is not an open descriptor.
+pub(crate) fn take_inherited(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_GETFD takes no pointer; it only reports whether `fd` is open.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor is open (checked above) and, by the socket-activation protocol
+    // (LISTEN_FDS, checked by the caller against LISTEN_PID), handed to this process alone;
+    // nothing else in the process owns it, so making it an OwnedFd is the only owner.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: F_SETFD with a flag value takes no pointer.
+    unsafe { libc::fcntl(owned.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    Ok(owned)
+}

@@ -215,7 +215,7 @@ impl Cgi {
         let permit = match tokio::time::timeout(self.cfg.timeout, self.slots.clone().acquire_owned()).await {
             Ok(Ok(p)) => p,
             _ => {
-                eprintln!("selvedge: cgi {name}: {} scripts running, none ended in time", self.cfg.max_processes);
+                tracing::warn!("cgi {name}: {} scripts running, none ended in time", self.cfg.max_processes);
                 return Outcome::Response(plain(StatusCode::SERVICE_UNAVAILABLE));
             }
         };
@@ -236,7 +236,7 @@ impl Cgi {
         let mut run = match Run::spawn(spawn, body) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("selvedge: cgi {name}: cannot run {}: {e}", script.path.display());
+                tracing::warn!("cgi {name}: cannot run {}: {e}", script.path.display());
                 return Outcome::Response(plain(StatusCode::BAD_GATEWAY));
             }
         };
@@ -250,13 +250,13 @@ impl Cgi {
             if local && head.status.is_none() {
                 run.finish();
                 if redirects >= self.cfg.max_local_redirects {
-                    eprintln!("selvedge: cgi {name}: more than {redirects} local redirects");
+                    tracing::warn!("cgi {name}: more than {redirects} local redirects");
                     return Outcome::Response(plain(StatusCode::INTERNAL_SERVER_ERROR));
                 }
                 return match redirect_request(&req, loc) {
                     Some(r) => Outcome::Redirect(r),
                     None => {
-                        eprintln!("selvedge: cgi {name}: bad local Location {loc:?}");
+                        tracing::warn!("cgi {name}: bad local Location {loc:?}");
                         Outcome::Response(plain(StatusCode::BAD_GATEWAY))
                     }
                 };
@@ -300,7 +300,7 @@ impl Cgi {
     /// for the time limit). The script is killed, except after a clean end of output, when
     /// it is left to exit (and its status logged).
     fn failed(&self, run: Run, f: &Fail, when: &str) -> Response {
-        eprintln!("selvedge: cgi {}: {f} {when}", run.name());
+        tracing::warn!("cgi {}: {f} {when}", run.name());
         match f {
             Fail::TimedOut => plain(StatusCode::GATEWAY_TIMEOUT),
             Fail::Body => plain(StatusCode::BAD_REQUEST),

@@ -182,7 +182,7 @@ impl Run {
             if !self.buf.is_empty() {
                 let take = limit.map_or(self.buf.len(), |l| self.buf.len().min((l - sent) as usize));
                 if let Err(e) = write_feeding(&mut w, &self.buf[..take], &mut self.feed).await {
-                    eprintln!("selvedge: cgi {}: client gone ({e}): killed", self.name());
+                    tracing::warn!("cgi {}: client gone ({e}): killed", self.name());
                     return Err(e);
                 }
                 sent += take as u64;
@@ -197,13 +197,13 @@ impl Run {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) => {
-                    eprintln!("selvedge: cgi {}: {e}; response cut short", self.name());
+                    tracing::warn!("cgi {}: {e}; response cut short", self.name());
                     return Err(io::Error::new(io::ErrorKind::TimedOut, e.to_string()));
                 }
             }
         }
         if limit.is_some_and(|l| sent < l) {
-            eprintln!("selvedge: cgi {}: output shorter than its Content-Length; response cut short", self.name());
+            tracing::warn!("cgi {}: output shorter than its Content-Length; response cut short", self.name());
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
         self.finish();
@@ -376,16 +376,16 @@ async fn reap(mut proc: Proc, grace: Duration) {
     let status = match tokio::time::timeout(grace, child.wait()).await {
         Ok(s) => s,
         Err(_) => {
-            eprintln!("selvedge: cgi {name}: still running {grace:?} after its output ended: killed");
+            tracing::warn!("cgi {name}: still running {grace:?} after its output ended: killed");
             kill_group(child);
             child.wait().await
         }
     };
     proc.child = None;
     match status {
-        Ok(s) if !s.success() => eprintln!("selvedge: cgi {name}: {s}"),
+        Ok(s) if !s.success() => tracing::warn!("cgi {name}: {s}"),
         Ok(_) => {}
-        Err(e) => eprintln!("selvedge: cgi {name}: waiting for exit: {e}"),
+        Err(e) => tracing::warn!("cgi {name}: waiting for exit: {e}"),
     }
 }
 
@@ -395,7 +395,7 @@ async fn forward_stderr(mut err: ChildStderr, name: Arc<str>) {
     let mut line = Vec::with_capacity(256);
     let emit = |line: &[u8]| {
         let text = String::from_utf8_lossy(line);
-        eprintln!("selvedge: cgi {name}: {}", text.trim_end_matches('\r'));
+        tracing::warn!("cgi {name}: {}", text.trim_end_matches('\r'));
     };
     loop {
         let n = match err.read(&mut buf).await {

@@ -42,6 +42,17 @@ impl Drop for TempDir {
     }
 }
 
+/// Removes the variables the server reads from its environment (`SELVEDGE_*`, systemd's,
+/// `RUST_LOG`), so that the caller's environment does not change what a test runs.
+pub fn clean_env(cmd: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("SELVEDGE_") || k.starts_with("LISTEN_") || k == "NOTIFY_SOCKET" || k == "RUST_LOG" {
+            cmd.env_remove(&*k);
+        }
+    }
+}
+
 /// A running `selvedge` process.
 pub struct Srv {
     pub child: Child,
@@ -56,15 +67,10 @@ impl Srv {
     }
 
     pub fn try_start(args: &[&str]) -> Result<Srv, Vec<String>> {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env_remove("SELVEDGE_ADDR")
-            .env_remove("SELVEDGE_WORKERS")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut cmd = Command::new(BIN);
+        clean_env(&mut cmd);
+        let mut child =
+            cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
         let err = BufReader::new(child.stderr.take().unwrap());
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel();

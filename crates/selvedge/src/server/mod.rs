@@ -8,7 +8,19 @@
 //! Graceful shutdown ([`ServerHandle::shutdown`]): listeners close at once; idle keep-alive
 //! connections are closed by the timeout manager's next pass (requested immediately);
 //! requests in flight finish and are answered with `Connection: close`; after
-//! `graceful_timeout` whatever is left is dropped.
+//! `graceful_timeout` whatever is left is dropped. [`ServerHandle::drain`] is the gentler
+//! first step for handing over to another process: listeners close, every connection ends
+//! after its next exchange (`Connection: close`, HTTP/2 GOAWAY), idle ones stay open until
+//! they send a request or shutdown begins.
+//!
+//! Listening sockets can also be inherited ([`listen_fds`], socket activation) and served
+//! with [`Server::bind_fd`]; [`ServerHandle::listener_fds`] duplicates the running server's
+//! sockets for a new process. [`Server::listen`] binds without serving yet, so a process can
+//! bind privileged ports and then drop its privileges before the workers start.
+
+mod inherit;
+
+pub use inherit::{listen_fds, local_listen, Inherited, LISTEN_FDS_START};
 
 use std::io;
 use std::net::SocketAddr;
@@ -53,12 +65,32 @@ impl From<PathBuf> for Listen {
 #[derive(Debug, Clone, Default)]
 struct TlsOpt(#[cfg(feature = "tls")] Option<Arc<rustls::ServerConfig>>);
 
+/// Where a listener comes from.
+#[derive(Debug)]
+enum Source {
+    /// Bind this address.
+    Bind(Listen),
+    /// An already bound socket (inherited, or made by the caller).
+    Fd(OwnedFd),
+}
+
 /// A server: settings and addresses; [`Server::start`] or [`Server::run`] serve an app.
 #[derive(Debug)]
 pub struct Server {
     settings: Settings,
-    listen: Vec<Listen>,
+    listen: Vec<Source>,
     tls: Vec<TlsOpt>,
+}
+
+/// A server whose sockets are bound and listening, not yet serving ([`Server::listen`]).
+#[derive(Debug)]
+pub struct Listening {
+    cfg: Settings,
+    /// sockets[w] = the listeners of worker w, with the index of their `bind*` call.
+    sockets: Vec<Vec<(OwnedFd, TlsOpt, usize)>>,
+    bound: Vec<Listen>,
+    threads_n: usize,
+    per_core: bool,
 }
 
 /// A running server.
@@ -67,6 +99,9 @@ pub struct ServerHandle {
     group: Arc<Group>,
     threads: Vec<JoinHandle<()>>,
     bound: Vec<Listen>,
+    /// A duplicate of every listening socket (with its `bind*` index), for
+    /// [`ServerHandle::listener_fds`]; dropped by `drain` and `shutdown`.
+    listeners: std::sync::Mutex<Vec<(OwnedFd, usize)>>,
 }
 
 impl Server {
@@ -77,8 +112,25 @@ impl Server {
 
     /// Adds an address to listen on.
     pub fn bind(mut self, addr: impl Into<Listen>) -> Server {
-        self.listen.push(addr.into());
+        self.listen.push(Source::Bind(addr.into()));
         self.tls.push(TlsOpt::default());
+        self
+    }
+
+    /// Adds a socket that is already bound (a TCP or Unix stream socket, for example one
+    /// from [`listen_fds`]): it is made non-blocking, `listen` is called on it with the
+    /// configured backlog (harmless if it already listens), and every worker accepts on it.
+    pub fn bind_fd(mut self, fd: OwnedFd) -> Server {
+        self.listen.push(Source::Fd(fd));
+        self.tls.push(TlsOpt::default());
+        self
+    }
+
+    /// [`Server::bind_fd`] for TLS, as [`Server::bind_tls`].
+    #[cfg(feature = "tls")]
+    pub fn bind_fd_tls(mut self, fd: OwnedFd, config: Arc<rustls::ServerConfig>) -> Server {
+        self.listen.push(Source::Fd(fd));
+        self.tls.push(TlsOpt(Some(config)));
         self
     }
 
@@ -87,7 +139,7 @@ impl Server {
     /// HTTP/2 if ALPN chose `h2`, else HTTP/1.1.
     #[cfg(feature = "tls")]
     pub fn bind_tls(mut self, addr: impl Into<Listen>, config: Arc<rustls::ServerConfig>) -> Server {
-        self.listen.push(addr.into());
+        self.listen.push(Source::Bind(addr.into()));
         self.tls.push(TlsOpt(Some(config)));
         self
     }
@@ -97,66 +149,53 @@ impl Server {
     /// # Errors
     /// Binding or listening failed, or a worker thread could not start.
     pub fn start<A: App>(self, app: A) -> io::Result<ServerHandle> {
+        self.listen()?.start(app)
+    }
+
+    /// Binds every listener (one `SO_REUSEPORT` socket per TCP address and worker with
+    /// [`Workers::PerCore`]) without serving yet: [`Listening::start`] starts the workers.
+    ///
+    /// # Errors
+    /// Binding or listening failed.
+    pub fn listen(self) -> io::Result<Listening> {
         if self.listen.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "no address to listen on"));
         }
-        timeout::start();
-        let cfg = Arc::new(self.settings);
-        let app = Arc::new(app);
-        let group = Arc::new(Group::new(cfg.max_connections));
+        let cfg = self.settings;
         let (threads_n, per_core) = match cfg.workers {
             Workers::PerCore(n) => (n.max(1), true),
             Workers::MultiThread(n) => (n.max(1), false),
         };
         let sockets_per_addr = if per_core { threads_n } else { 1 };
-        // sockets[w] = the listeners of worker w.
-        let mut sockets: Vec<Vec<(OwnedFd, TlsOpt)>> = (0..sockets_per_addr).map(|_| Vec::new()).collect();
+        let mut sockets: Vec<Vec<(OwnedFd, TlsOpt, usize)>> = (0..sockets_per_addr).map(|_| Vec::new()).collect();
         let mut bound = Vec::new();
-        for (l, tls) in self.listen.iter().zip(&self.tls) {
+        for (i, (l, tls)) in self.listen.into_iter().zip(self.tls).enumerate() {
             match l {
-                Listen::Tcp(addr) => {
-                    let mut addr = *addr;
+                Source::Bind(Listen::Tcp(mut addr)) => {
                     for (w, socks) in sockets.iter_mut().enumerate() {
                         let s = tcp_listener(addr, &cfg, per_core)?;
                         if w == 0 {
                             addr = s.local_addr()?.as_socket().unwrap_or(addr);
                             bound.push(Listen::Tcp(addr));
                         }
-                        socks.push((s.into(), tls.clone()));
+                        socks.push((s.into(), tls.clone(), i));
                     }
                 }
-                Listen::Unix(path) => {
-                    let s = unix_listener(path, cfg.backlog)?;
-                    bound.push(Listen::Unix(path.clone()));
-                    for socks in sockets.iter_mut() {
-                        socks.push((s.try_clone()?.into(), tls.clone()));
-                    }
+                Source::Bind(Listen::Unix(path)) => {
+                    let s: OwnedFd = unix_listener(&path, cfg.backlog)?.into();
+                    bound.push(Listen::Unix(path));
+                    share(&mut sockets, s, &tls, i)?;
+                }
+                Source::Fd(fd) => {
+                    let s = socket2::SockRef::from(&fd);
+                    s.set_nonblocking(true)?;
+                    s.listen(cfg.backlog)?;
+                    bound.push(local_listen(&fd)?);
+                    share(&mut sockets, fd, &tls, i)?;
                 }
             }
         }
-        let mut threads = Vec::new();
-        if per_core {
-            for (w, socks) in sockets.into_iter().enumerate() {
-                let (app, cfg, group) = (app.clone(), cfg.clone(), group.clone());
-                let t = std::thread::Builder::new().name(format!("selvedge-w{w}")).spawn(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
-                    match rt {
-                        Ok(rt) => rt.block_on(worker(socks, app, cfg, group)),
-                        Err(e) => eprintln!("selvedge: worker {w}: {e}"),
-                    }
-                })?;
-                threads.push(t);
-            }
-        } else {
-            let socks = sockets.pop().unwrap_or_default();
-            let group = group.clone();
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads_n).enable_all().build()?;
-            let t = std::thread::Builder::new().name("selvedge-mt".into()).spawn(move || {
-                rt.block_on(worker(socks, app, cfg, group));
-            })?;
-            threads.push(t);
-        }
-        Ok(ServerHandle { group, threads, bound })
+        Ok(Listening { cfg, sockets, bound, threads_n, per_core })
     }
 
     /// Starts the server and blocks until it has shut down.
@@ -169,7 +208,93 @@ impl Server {
     }
 }
 
+/// Gives every worker a duplicate of socket `s` (Unix and inherited listeners: one
+/// socket that all workers accept on).
+fn share(sockets: &mut [Vec<(OwnedFd, TlsOpt, usize)>], s: OwnedFd, tls: &TlsOpt, i: usize) -> io::Result<()> {
+    for socks in sockets.iter_mut() {
+        socks.push((s.try_clone()?, tls.clone(), i));
+    }
+    Ok(())
+}
+
+impl Listening {
+    /// The addresses bound (port 0 resolved), in the order of the `bind*` calls.
+    pub fn local_addrs(&self) -> &[Listen] {
+        &self.bound
+    }
+
+    /// Starts the workers on the bound sockets and returns at once.
+    ///
+    /// # Errors
+    /// A worker thread or the multi-threaded runtime could not start.
+    pub fn start<A: App>(self, app: A) -> io::Result<ServerHandle> {
+        timeout::start();
+        let Listening { cfg, sockets, bound, threads_n, per_core } = self;
+        let cfg = Arc::new(cfg);
+        let app = Arc::new(app);
+        let group = Arc::new(Group::new(cfg.max_connections));
+        // One duplicate per distinct socket (per-core TCP sockets are distinct; a shared
+        // socket appears once per worker, so only worker 0's copies are kept for those).
+        let mut listeners = Vec::new();
+        for (w, socks) in sockets.iter().enumerate() {
+            for (fd, _, i) in socks {
+                let distinct = per_core && matches!(bound.get(*i), Some(Listen::Tcp(_)));
+                if w == 0 || distinct {
+                    listeners.push((fd.try_clone()?, *i));
+                }
+            }
+        }
+        let sockets: Vec<Vec<(OwnedFd, TlsOpt)>> =
+            sockets.into_iter().map(|v| v.into_iter().map(|(fd, tls, _)| (fd, tls)).collect()).collect();
+        let mut threads = Vec::new();
+        if per_core {
+            for (w, socks) in sockets.into_iter().enumerate() {
+                let (app, cfg, group) = (app.clone(), cfg.clone(), group.clone());
+                let t = std::thread::Builder::new().name(format!("selvedge-w{w}")).spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+                    match rt {
+                        Ok(rt) => rt.block_on(worker(socks, app, cfg, group)),
+                        Err(e) => tracing::error!("worker {w}: cannot start its runtime: {e}"),
+                    }
+                })?;
+                threads.push(t);
+            }
+        } else {
+            let mut sockets = sockets;
+            let socks = sockets.pop().unwrap_or_default();
+            let group = group.clone();
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads_n).enable_all().build()?;
+            let t = std::thread::Builder::new().name("selvedge-mt".into()).spawn(move || {
+                rt.block_on(worker(socks, app, cfg, group));
+            })?;
+            threads.push(t);
+        }
+        Ok(ServerHandle { group, threads, bound, listeners: std::sync::Mutex::new(listeners) })
+    }
+}
+
 impl ServerHandle {
+    /// Duplicates of every listening socket, each with the index of the `bind*` call that
+    /// made it (several per index for per-core TCP listeners), to hand to another process
+    /// (binary upgrade). Empty once [`ServerHandle::drain`] or `shutdown` has run.
+    ///
+    /// # Errors
+    /// `dup` failed (out of descriptors).
+    pub fn listener_fds(&self) -> io::Result<Vec<(OwnedFd, usize)>> {
+        let l = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        l.iter().map(|(fd, i)| Ok((fd.try_clone()?, *i))).collect()
+    }
+
+    /// Stops accepting (the listening sockets close, unless another process holds them)
+    /// and asks every connection to end after its current exchange: HTTP/1.1 answers its
+    /// next request with `Connection: close`, HTTP/2 sends GOAWAY. Idle connections stay
+    /// open until they send a request or [`ServerHandle::shutdown`] is called; watch
+    /// [`ServerHandle::live_connections`] to know when they are gone.
+    pub fn drain(&self) {
+        self.listeners.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.group.begin_drain();
+    }
+
     /// The addresses actually bound (port 0 resolved).
     pub fn local_addrs(&self) -> &[Listen] {
         &self.bound
@@ -190,6 +315,7 @@ impl ServerHandle {
 
     /// Begins graceful shutdown and returns at once; [`ServerHandle::join`] waits for it.
     pub fn shutdown(&self) {
+        self.listeners.lock().unwrap_or_else(|p| p.into_inner()).clear();
         self.group.begin_shutdown();
     }
 
@@ -216,7 +342,7 @@ fn tcp_listener(addr: SocketAddr, cfg: &Settings, reuse_port: bool) -> io::Resul
     if let Some(n) = cfg.notsent_lowat {
         // A tuning, not a requirement: a kernel without it (before 3.12) still serves.
         if let Err(e) = sys::set_notsent_lowat(&s, n) {
-            eprintln!("selvedge: TCP_NOTSENT_LOWAT not set on {addr}: {e}");
+            tracing::warn!("TCP_NOTSENT_LOWAT not set on {addr}: {e}");
         }
     }
     s.bind(&addr.into())?;
@@ -244,7 +370,7 @@ async fn worker<A: App>(socks: Vec<(OwnedFd, TlsOpt)>, app: Arc<A>, cfg: Arc<Set
             Ok(l) => {
                 tokio::spawn(accept_loop(l, tls, app.clone(), cfg.clone(), group.clone()));
             }
-            Err(e) => eprintln!("selvedge: listener registration failed: {e}"),
+            Err(e) => tracing::error!("listener registration failed: {e}"),
         }
     }
     group.wait_shutdown().await;
@@ -274,10 +400,10 @@ async fn accept_loop<A: App>(
                 Ok(g) => g,
                 Err(_) => return,
             },
-            _ = group.wait_shutdown() => return,
+            _ = group.wait_drain() => return,
         };
         loop {
-            if group.is_shutting_down() {
+            if group.is_draining() {
                 return;
             }
             match sys::accept(fd) {

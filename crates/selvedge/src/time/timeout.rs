@@ -49,6 +49,9 @@ pub fn now_ms() -> u64 {
 #[derive(Debug)]
 pub struct Group {
     shutting_down: AtomicBool,
+    /// Set by [`Group::begin_drain`] (and by shutdown): no new connections; open ones close
+    /// after their current exchange.
+    draining: AtomicBool,
     live: AtomicUsize,
     max: usize,
     /// Signalled when shutdown begins.
@@ -62,6 +65,7 @@ impl Group {
     pub fn new(max: usize) -> Group {
         Group {
             shutting_down: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             live: AtomicUsize::new(0),
             max: max.max(1),
             shutdown: Notify::new(),
@@ -78,10 +82,38 @@ impl Group {
     /// Starts graceful shutdown: idle connections are closed on the manager's next pass,
     /// which is requested at once.
     pub fn begin_shutdown(&self) {
+        self.draining.store(true, Ordering::SeqCst);
         self.shutting_down.store(true, Ordering::SeqCst);
         manager().wake();
         self.shutdown.notify_waiters();
         self.freed.notify_waiters();
+    }
+
+    /// Starts draining: listeners stop accepting, HTTP/1.1 connections close after their
+    /// next response (`Connection: close`) and HTTP/2 connections send GOAWAY, but idle
+    /// connections stay open until they send a request or shutdown begins.
+    pub fn begin_drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+        self.shutdown.notify_waiters();
+        self.freed.notify_waiters();
+    }
+
+    /// Whether draining (or shutdown, which implies it) has begun.
+    #[inline]
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once draining (or shutdown) has begun.
+    pub async fn wait_drain(&self) {
+        loop {
+            let mut n = std::pin::pin!(self.shutdown.notified());
+            n.as_mut().enable();
+            if self.is_draining() {
+                return;
+            }
+            n.await;
+        }
     }
 
     /// Number of live connections.
@@ -106,12 +138,12 @@ impl Group {
         }
     }
 
-    /// Resolves when the group has room for another connection or is shutting down.
+    /// Resolves when the group has room for another connection or is draining.
     pub async fn wait_room(&self) {
         loop {
             let mut n = std::pin::pin!(self.freed.notified());
             n.as_mut().enable();
-            if !self.is_full() || self.is_shutting_down() {
+            if !self.is_full() || self.is_draining() {
                 return;
             }
             n.await;
@@ -217,15 +249,16 @@ impl TimerHandle {
         self.slot.deadline.store(PAUSED, Ordering::Relaxed);
     }
 
-    /// Whether the connection's server is shutting down.
+    /// Whether the connection's server is draining or shutting down: the connection
+    /// should end after its current exchange.
     #[inline]
     pub fn shutting_down(&self) -> bool {
-        self.slot.group.is_shutting_down()
+        self.slot.group.is_draining()
     }
 
-    /// Resolves once the connection's server begins graceful shutdown.
+    /// Resolves once the connection's server begins draining or graceful shutdown.
     pub async fn wait_shutdown(&self) {
-        self.slot.group.wait_shutdown().await;
+        self.slot.group.wait_drain().await;
     }
 }
 

@@ -1,0 +1,259 @@
+//! The command line (clap): `serve [DIR]`, `run -c FILE`, `check -c FILE`,
+//! `completions SHELL`, `man`, and the older `--config FILE [--check]`. Every `serve` flag
+//! can also come from a `SELVEDGE_*` environment variable (shown in `--help`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+use crate::config::{Config, LogConfig, LogTarget, TlsListen};
+
+const ABOUT: &str = "selvedge: a fast HTTP/1.1 and HTTP/2 web server (static files, TLS, CGI, reverse proxy)";
+
+const AFTER_HELP: &str = "\
+Examples:
+  selvedge serve                      serve the current directory on http://127.0.0.1:8080/
+  selvedge serve ./public -b 0.0.0.0 -p 80 --user nobody
+  selvedge run -c /etc/selvedge/selvedge.toml
+  selvedge check -c /etc/selvedge/selvedge.toml
+
+Signals: HUP reloads the configuration and certificates and reopens the logs; USR1 reopens
+the logs; USR2 starts the binary on disk on the same sockets, then this process drains and
+exits; TERM, INT and QUIT finish in-flight requests and exit.";
+
+/// The parsed command line.
+#[derive(Debug, Parser)]
+#[command(name = "selvedge", version, about = ABOUT, after_help = AFTER_HELP, arg_required_else_help = true)]
+pub struct Cli {
+    /// Run with this configuration file (the same as `selvedge run -c FILE`)
+    #[arg(short = 'c', long = "config", value_name = "FILE", env = "SELVEDGE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// With --config: check the file and exit (the same as `selvedge check -c FILE`)
+    #[arg(short = 't', long = "check", requires = "config")]
+    pub check: bool,
+    /// Diagnostics level: error, warn, info, debug, trace, or a filter such as
+    /// "selvedge=debug,warn" (overrides RUST_LOG and [log] level)
+    #[arg(long, global = true, value_name = "LEVEL", env = "SELVEDGE_LOG_LEVEL")]
+    pub log_level: Option<String>,
+    /// What to do
+    #[command(subcommand)]
+    pub command: Option<Cmd>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Serve a directory, no configuration file needed
+    Serve(Box<ServeArgs>),
+    /// Run with a configuration file
+    Run {
+        /// The configuration file (TOML)
+        #[arg(short = 'c', long = "config", value_name = "FILE", env = "SELVEDGE_CONFIG")]
+        config: PathBuf,
+    },
+    /// Check a configuration file and exit: 0 if it is valid, 2 if not
+    Check {
+        /// The configuration file (TOML)
+        #[arg(short = 'c', long = "config", value_name = "FILE", env = "SELVEDGE_CONFIG")]
+        config: PathBuf,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions {
+        /// The shell
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff; `selvedge man | man -l -`)
+    Man,
+}
+
+/// `selvedge serve`'s flags.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Directory to serve [default: the current directory]
+    #[arg(value_name = "DIR", env = "SELVEDGE_ROOT")]
+    pub dir: Option<PathBuf>,
+    /// Address to listen on
+    #[arg(
+        short = 'b',
+        long,
+        visible_alias = "bind",
+        value_name = "IP",
+        env = "SELVEDGE_HOST",
+        default_value = "127.0.0.1"
+    )]
+    pub host: IpAddr,
+    /// Port to listen on
+    #[arg(short, long, value_name = "PORT", env = "SELVEDGE_PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// Listen on these addresses instead of --host/--port: "IP:PORT" or "unix:PATH",
+    /// comma-separated or repeated
+    #[arg(short, long, value_name = "ADDR", env = "SELVEDGE_LISTEN", value_delimiter = ',')]
+    pub listen: Vec<String>,
+    /// Worker threads [default: one per core]
+    #[arg(short, long, value_name = "N", env = "SELVEDGE_WORKERS")]
+    pub workers: Option<NonZeroUsize>,
+    /// Access log: a file, "stdout" or "off"
+    #[arg(
+        short = 'a',
+        long = "access-log",
+        visible_alias = "log",
+        value_name = "FILE",
+        env = "SELVEDGE_ACCESS_LOG",
+        default_value = "off"
+    )]
+    pub access_log: String,
+    /// Write the process id to this file (removed at exit)
+    #[arg(long, value_name = "FILE", env = "SELVEDGE_PID_FILE")]
+    pub pid_file: Option<PathBuf>,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key
+    #[arg(long, value_name = "FILE", env = "SELVEDGE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM); needs --tls-cert
+    #[arg(long, value_name = "FILE", env = "SELVEDGE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Cache-Control max-age for the files served: "1h", "30s", "1d"...
+    #[arg(long, value_name = "DURATION", env = "SELVEDGE_MAX_AGE", value_parser = crate::config::units::parse_duration)]
+    pub max_age: Option<std::time::Duration>,
+    /// After binding, run as this user (started as root)
+    #[arg(short, long, value_name = "USER", env = "SELVEDGE_USER")]
+    pub user: Option<String>,
+    /// After binding, run as this group [default: the user's primary group]
+    #[arg(short, long, value_name = "GROUP", env = "SELVEDGE_GROUP")]
+    pub group: Option<String>,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Action {
+    /// Serve with this configuration (from `serve`, or a file).
+    Run(Box<Config>),
+    /// Check the file.
+    Check(PathBuf),
+    /// Print completions.
+    Completions(clap_complete::Shell),
+    /// Print the manual page.
+    Man,
+}
+
+/// The clap command (for completions and the manual page).
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+/// Parses the process's arguments. `--help` and `--version` print to stdout and exit 0; a
+/// usage error prints one line to stderr and exits 2.
+pub fn parse() -> (Action, Option<String>) {
+    let matches = match command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => exit_with(e),
+    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| exit_with(e));
+    let level = cli.log_level.clone();
+    match action(cli, &matches) {
+        Ok(a) => (a, level),
+        Err(msg) => {
+            eprintln!("selvedge: {msg}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn exit_with(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            e.exit()
+        }
+        _ => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            eprintln!("selvedge: {} (see 'selvedge --help')", first.trim_start_matches("error: "));
+            std::process::exit(2);
+        }
+    }
+}
+
+fn action(cli: Cli, matches: &clap::ArgMatches) -> Result<Action, String> {
+    match cli.command {
+        None => match cli.config {
+            Some(f) if cli.check => Ok(Action::Check(f)),
+            Some(f) => Config::load(&f).map(|c| Action::Run(Box::new(c))).map_err(|e| e.to_string()),
+            None => Err("nothing to do (see 'selvedge --help')".into()),
+        },
+        Some(Cmd::Run { config }) => Config::load(&config).map(|c| Action::Run(Box::new(c))).map_err(|e| e.to_string()),
+        Some(Cmd::Check { config }) => Ok(Action::Check(config)),
+        Some(Cmd::Completions { shell }) => Ok(Action::Completions(shell)),
+        Some(Cmd::Man) => Ok(Action::Man),
+        Some(Cmd::Serve(args)) => {
+            let sub = matches.subcommand_matches("serve");
+            let defaulted =
+                |id: &str| sub.and_then(|m| m.value_source(id)) == Some(clap::parser::ValueSource::DefaultValue);
+            serve_config(*args, defaulted("host") && defaulted("port")).map(|c| Action::Run(Box::new(c)))
+        }
+    }
+}
+
+/// The configuration `selvedge serve` runs. `default_addr`: neither --host nor --port was
+/// given (then `SELVEDGE_ADDR=IP:PORT`, the older variable, is taken if set).
+fn serve_config(a: ServeArgs, default_addr: bool) -> Result<Config, String> {
+    let root = match a.dir {
+        Some(d) => d,
+        None => std::env::current_dir().map_err(|e| format!("current directory: {e}"))?,
+    };
+    if !root.is_dir() {
+        return Err(format!("{} is not a directory", root.display()));
+    }
+    let mut addr = SocketAddr::new(a.host, a.port);
+    if default_addr {
+        if let Some(env) = std::env::var("SELVEDGE_ADDR").ok().filter(|v| !v.is_empty()) {
+            addr = env.parse().map_err(|_| format!("SELVEDGE_ADDR {env:?}: expected IP:PORT"))?;
+        }
+    }
+    let workers = a.workers.map(NonZeroUsize::get);
+    let mut cfg = Config::simple(root, addr, workers);
+    if let Some(n) = workers {
+        cfg.settings.workers = selvedge::Workers::PerCore(n);
+    }
+    if !a.listen.is_empty() {
+        cfg.listen.clear();
+        for l in &a.listen {
+            cfg.listen.push(parse_listen(l)?);
+        }
+    }
+    cfg.log = LogConfig {
+        target: match a.access_log.as_str() {
+            "off" | "" => LogTarget::Off,
+            "stdout" | "-" => LogTarget::Stdout,
+            p => LogTarget::File(PathBuf::from(p)),
+        },
+        ..LogConfig::default()
+    };
+    cfg.pid_file = a.pid_file;
+    cfg.user = a.user;
+    cfg.group = a.group;
+    if let Some(age) = a.max_age {
+        for r in cfg.vhosts.iter_mut().flat_map(|v| v.routes.iter_mut()) {
+            if let crate::config::RouteKind::Static { opts, .. } = &mut r.kind {
+                opts.max_age = Some(age.as_secs());
+            }
+        }
+    }
+    if let (Some(cert), Some(key)) = (a.tls_cert, a.tls_key) {
+        selvedge::tls::CertKey::from_pem_files(vec![], &cert, &key).map_err(|e| format!("tls: {e}"))?;
+        for addr in std::mem::take(&mut cfg.listen) {
+            cfg.tls.push(TlsListen { addr, cert: Some(cert.clone()), key: Some(key.clone()), strict_sni: false });
+        }
+    }
+    Ok(cfg)
+}
+
+fn parse_listen(text: &str) -> Result<selvedge::Listen, String> {
+    if let Some(p) = text.strip_prefix("unix:").filter(|p| !p.is_empty()) {
+        return Ok(selvedge::Listen::Unix(PathBuf::from(p)));
+    }
+    text.parse()
+        .map(selvedge::Listen::Tcp)
+        .map_err(|_| format!("--listen {text:?}: expected IP:PORT (\"[::]:8080\") or unix:PATH"))
+}
