@@ -69,8 +69,17 @@ impl Srv {
     pub fn try_start(args: &[&str]) -> Result<Srv, Vec<String>> {
         let mut cmd = Command::new(BIN);
         clean_env(&mut cmd);
-        let mut child =
-            cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        cmd.args(args);
+        Srv::try_spawn(cmd)
+    }
+
+    /// Runs `cmd` (stdin and stdout closed, stderr read) and waits for its startup line.
+    pub fn spawn(cmd: Command) -> Srv {
+        Srv::try_spawn(cmd).unwrap_or_else(|lines| panic!("server did not start: {lines:?}"))
+    }
+
+    pub fn try_spawn(mut cmd: Command) -> Result<Srv, Vec<String>> {
+        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
         let err = BufReader::new(child.stderr.take().unwrap());
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -105,8 +114,24 @@ impl Srv {
     }
 
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status().unwrap();
-        assert!(ok.success());
+        kill(sig, self.pid());
+    }
+
+    /// Whether a stderr line so far contains `text`.
+    pub fn said(&self, text: &str) -> bool {
+        self.stderr.lock().unwrap().iter().any(|l| l.contains(text))
+    }
+
+    /// Waits up to `secs` for the process to exit; its exit code.
+    pub fn wait_exit(&mut self, secs: u64) -> Option<i32> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            assert!(Instant::now() < deadline, "server did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Open file descriptors of the server process that are regular files (not sockets,
@@ -190,6 +215,17 @@ impl Drop for Srv {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Sends signal `sig` (`TERM`, `HUP`...) to process `pid`.
+pub fn kill(sig: &str, pid: u32) {
+    let ok = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap();
+    assert!(ok.success(), "kill -{sig} {pid}");
+}
+
+/// Whether `prog` is on the PATH.
+pub fn have(prog: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {prog}")).output().is_ok_and(|o| o.status.success())
 }
 
 /// A parsed response.
