@@ -514,10 +514,10 @@ fn reload(r: &mut Running) {
     let (new, site) = match built {
         Ok(b) => b,
         Err(e) => {
-            error!("reload failed, keeping the running configuration: {e}");
+            // The logs first, so that the failure is in the new error log.
             let (log, errors) = (r.cfg.log.clone(), r.cfg.error_log.target.clone());
             reopen_logs(r, &log, &errors);
-            info!("reopened the logs");
+            error!("reload failed, keeping the running configuration (the logs were reopened): {e}");
             return;
         }
     };

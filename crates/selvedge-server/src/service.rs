@@ -7,7 +7,8 @@
 //! `http:N`, `https:N` or `redirect:N` (the names an upgrading selvedge gives) takes the
 //! place of listener N of that kind when that one's port is 0; any other socket is served
 //! as cleartext HTTP, or as TLS (with the first TLS listener's certificates) if its name
-//! starts with `https`, or redirects if it starts with `redirect`.
+//! starts with `https`, or redirects if it starts with `redirect`. `selvedge serve` (no
+//! file) serves every inherited socket in place of its `--host`/`--port` address.
 //!
 //! **Upgrade.** The running process starts the binary it was started from (the file now on
 //! disk at that path) with the same arguments, its listening sockets at descriptors 3… and
@@ -194,6 +195,14 @@ pub fn assign(cfg: &Config, inherited: Vec<Inherited>) -> Assigned {
                     target = Some((k, i));
                 }
             }
+        }
+        // `selvedge serve` takes every socket in place of its own address.
+        if target.is_none() && cfg.file.is_none() {
+            target = match (cfg.listen.is_empty(), cfg.tls.is_empty()) {
+                (false, _) => Some((0, 0)),
+                (true, false) => Some((1, 0)),
+                (true, true) => None,
+            };
         }
         match target {
             Some((0, i)) => a.http[i].push(inh.fd),
