@@ -34,7 +34,7 @@ pub struct Cli {
     #[arg(short = 't', long = "check", requires = "config")]
     pub check: bool,
     /// Diagnostics level: error, warn, info, debug, trace, or a filter such as
-    /// "selvedge=debug,warn" (overrides RUST_LOG and [log] level)
+    /// "selvedge=debug,warn" (overrides RUST_LOG and the level in the file)
     #[arg(long, global = true, value_name = "LEVEL", env = "SELVEDGE_LOG_LEVEL")]
     pub log_level: Option<String>,
     /// What to do

@@ -29,6 +29,34 @@
 //!     .run(|_req| async { Response::bytes(StatusCode::OK, "hello\n") })
 //!     .unwrap();
 //! ```
+//!
+//! [`Server::start`] returns at once with a [`ServerHandle`]; this one binds port 0 (the
+//! kernel picks a free port), answers one request over a real socket, and shuts down:
+//!
+//! ```
+//! use std::io::{Read, Write};
+//! use selvedge::{Request, Response, Server, Settings, Workers};
+//! use http::StatusCode;
+//!
+//! let settings = Settings { workers: Workers::PerCore(1), ..Settings::default() };
+//! let handle = Server::new(settings)
+//!     .bind("127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap())
+//!     .start(|req: Request| async move {
+//!         Response::bytes(StatusCode::OK, format!("hello from {}\n", req.path()))
+//!     })
+//!     .unwrap();
+//! let addr = handle.tcp_addr().unwrap();
+//!
+//! let mut conn = std::net::TcpStream::connect(addr).unwrap();
+//! conn.write_all(b"GET /docs HTTP/1.1\r\nHost: example\r\nConnection: close\r\n\r\n").unwrap();
+//! let mut answer = String::new();
+//! conn.read_to_string(&mut answer).unwrap();
+//! assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"));
+//! assert!(answer.ends_with("\r\n\r\nhello from /docs\n"));
+//!
+//! handle.shutdown();
+//! handle.join();
+//! ```
 
 #![warn(missing_docs)]
 
