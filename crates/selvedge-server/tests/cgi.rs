@@ -412,7 +412,7 @@ fn failing_scripts_give_502() {
     let r = get(&s, "/cgi/fail.sh");
     assert_eq!(r.status, 502);
     assert!(t.elapsed() < Duration::from_millis(1400), "not the time limit: {:?}", t.elapsed());
-    eventually(5, "stderr logged with the script's name", || log_has(&s, "selvedge: cgi /cgi/fail.sh: oops, failing"));
+    eventually(5, "stderr logged with the script's name", || log_has(&s, "WARN cgi /cgi/fail.sh: oops, failing"));
     eventually(5, "exit status logged", || log_has(&s, "cgi /cgi/fail.sh: exit status: 3"));
     for (q, why) in [("bad", "a line without ':'"), ("big", "over the limit"), ("short", "output ended early")] {
         let r = get(&s, &format!("/cgi/answers.sh?{q}"));
