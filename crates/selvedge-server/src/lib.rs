@@ -2,10 +2,6 @@
 //! them: configuration, routes (static files, CGI, reverse proxy), access log, automatic
 //! HTTPS (ACME). The binary (`src/main.rs`) wires them to the engine and handles signals.
 
-// The modules' docs describe their internals too, for who works on the server: links to
-// private items are intended.
-#![allow(rustdoc::private_intra_doc_links)]
-
 pub mod access_log;
 pub mod acme;
 pub mod cgi;
