@@ -184,6 +184,39 @@ impl Request {
         self.secure = secure;
     }
 
+    /// Replaces the request-target with `target` (an origin-form path with an optional
+    /// query, `/a/b?x=1`), keeping the method, headers, body and origin: for a server's
+    /// internal rewrite, which serves another path than the one asked for. Later reads of
+    /// [`target`](Self::target), [`path`](Self::path), [`query`](Self::query) and
+    /// [`segments`](Self::segments) see the new one. The head's bytes are copied once.
+    ///
+    /// # Errors
+    /// `target` does not start with `/`, or has bytes other than visible ASCII (a bad
+    /// request, status 400).
+    pub fn set_target(&mut self, target: &str) -> Result<(), crate::Error> {
+        let t = target.as_bytes();
+        if !t.starts_with(b"/") || !t.iter().all(|b| b.is_ascii_graphic()) || t.len() > u32::MAX as usize / 2 {
+            return Err(crate::Error::new(crate::error::Kind::BadRequest, "invalid request-target").with_status(400));
+        }
+        let mut buf = bytes::BytesMut::with_capacity(self.buf.len() + t.len());
+        buf.extend_from_slice(&self.buf);
+        let start = buf.len() as u32;
+        buf.extend_from_slice(t);
+        self.buf = buf.freeze();
+        self.target = Span { start, len: t.len() as u32 };
+        match t.iter().position(|&b| b == b'?') {
+            Some(i) => {
+                self.path = Span { start, len: i as u32 };
+                self.query = Some(Span { start: start + i as u32 + 1, len: (t.len() - i - 1) as u32 });
+            }
+            None => {
+                self.path = self.target;
+                self.query = None;
+            }
+        }
+        Ok(())
+    }
+
     /// The request body.
     pub fn body_mut(&mut self) -> &mut Body {
         &mut self.body
@@ -325,6 +358,29 @@ pub fn percent_decode(s: &[u8]) -> Cow<'_, [u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn set_target_keeps_the_rest() {
+        let mut req: Request = http::Request::builder()
+            .method("POST")
+            .uri("/old/a%20b?x=1")
+            .header("host", "example.com")
+            .header("x-one", "1")
+            .body(Bytes::from_static(b"body"))
+            .unwrap()
+            .into();
+        req.set_target("/new/a%20b").unwrap();
+        assert_eq!((req.target(), req.path(), req.query()), ("/new/a%20b", "/new/a%20b", None));
+        assert_eq!(req.segments().map(|s| s.into_owned()).collect::<Vec<_>>(), [&b"new"[..], b"a b"]);
+        assert_eq!((req.method(), req.authority()), (&Method::POST, Some("example.com")));
+        assert_eq!(req.header("x-one"), Some(&b"1"[..]));
+        assert_eq!(req.body_mut().content_length(), Some(4));
+        req.set_target("/q?y=2&z").unwrap();
+        assert_eq!((req.path(), req.query()), ("/q", Some("y=2&z")));
+        assert!(req.set_target("relative").is_err());
+        assert!(req.set_target("/a b").is_err());
+        assert_eq!(req.path(), "/q");
+    }
 
     #[test]
     fn segments_decode_lazily() {

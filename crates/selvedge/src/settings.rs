@@ -65,6 +65,10 @@ pub struct Settings {
     pub linger_timeout: Duration,
     /// Most connections served at once (others wait in the listen backlog): 10,000.
     pub max_connections: usize,
+    /// Most connections served at once from one client address (IPv4-mapped IPv6
+    /// addresses count as their IPv4 address; Unix-socket peers are not counted): no limit.
+    /// A connection over it is closed at accept, before any byte is read.
+    pub max_connections_per_ip: Option<usize>,
     /// How long graceful shutdown waits for in-flight requests: 30 s.
     pub graceful_timeout: Duration,
     /// Time allowed for a TLS handshake: 10 s.
@@ -105,6 +109,7 @@ impl Default for Settings {
             send_timeout: Duration::from_secs(30),
             linger_timeout: Duration::from_secs(2),
             max_connections: 10_000,
+            max_connections_per_ip: None,
             graceful_timeout: Duration::from_secs(30),
             tls_handshake_timeout: Duration::from_secs(10),
             backlog: 1024,
@@ -130,6 +135,7 @@ impl fmt::Debug for Settings {
             .field("min_body_rate", &self.min_body_rate)
             .field("send_timeout", &self.send_timeout)
             .field("max_connections", &self.max_connections)
+            .field("max_connections_per_ip", &self.max_connections_per_ip)
             .field("workers", &self.workers)
             .finish_non_exhaustive()
     }

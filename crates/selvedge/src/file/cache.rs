@@ -19,6 +19,7 @@
 //! - The map holds at most [`CacheConfig::max_entries`]; past that, lookups return fresh
 //!   uncached entries (the descriptor then lives exactly as long as the response).
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fmt;
@@ -28,7 +29,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -163,6 +164,39 @@ pub struct Sibling {
     pub info: FileInfo,
 }
 
+/// What an app derives from a cached path and keeps with its entry (a directory's
+/// listing, a compressed copy of a file), by a key of its choosing. It goes when the entry
+/// does, so a path that changed on disk (noticed by the sweep) gets it made anew.
+#[derive(Default)]
+pub struct Derived(Mutex<Vec<(u64, Arc<dyn Any + Send + Sync>)>>);
+
+impl Derived {
+    /// The value kept under `key`, if it is a `T`.
+    pub fn get<T: Any + Send + Sync>(&self, key: u64) -> Option<Arc<T>> {
+        let v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        v.iter().find(|(k, _)| *k == key).and_then(|(_, d)| d.clone().downcast().ok())
+    }
+
+    /// Keeps `value` under `key` (replacing what was there).
+    pub fn set<T: Any + Send + Sync>(&self, key: u64, value: Arc<T>) {
+        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|(k, _)| *k != key);
+        v.push((key, value));
+    }
+
+    /// Drops the value kept under `key`.
+    pub fn remove(&self, key: u64) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).retain(|(k, _)| *k != key);
+    }
+}
+
+impl fmt::Debug for Derived {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.lock().map_or(0, |v| v.len());
+        write!(f, "Derived({n})")
+    }
+}
+
 /// One cached path.
 #[derive(Debug)]
 pub struct Entry {
@@ -170,6 +204,8 @@ pub struct Entry {
     pub kind: Kind,
     /// Siblings that exist (regular files), in [`CacheConfig::siblings`] order.
     pub siblings: Vec<Sibling>,
+    /// What apps derived from this path (see [`Derived`]).
+    pub derived: Derived,
     stamp: Option<Stamp>,
     /// What each configured sibling path was at load time (`None`: absent).
     sibling_stamps: Vec<Option<Stamp>>,
@@ -186,7 +222,14 @@ impl Entry {
     }
 
     fn new(kind: Kind, stamp: Option<Stamp>) -> Entry {
-        Entry { kind, siblings: Vec::new(), stamp, sibling_stamps: Vec::new(), used: AtomicBool::new(true) }
+        Entry {
+            kind,
+            siblings: Vec::new(),
+            derived: Derived::default(),
+            stamp,
+            sibling_stamps: Vec::new(),
+            used: AtomicBool::new(true),
+        }
     }
 
     /// Builds the entry for `path` with system calls (`stat`, `open`, `fstat`, `realpath`).
@@ -553,6 +596,25 @@ mod tests {
         std::fs::write(&p, b"back").unwrap();
         c.sweep();
         assert_eq!(c.lookup(&p).file().unwrap().size, 4);
+    }
+
+    #[test]
+    fn derived_values_go_with_the_entry() {
+        let d = tmpdir("derived");
+        let p = d.join("f");
+        std::fs::write(&p, b"one").unwrap();
+        let c = manual();
+        let e = c.lookup(&p);
+        assert!(e.derived.get::<String>(1).is_none());
+        e.derived.set(1, Arc::new("listing".to_string()));
+        e.derived.set(2, Arc::new(7u32));
+        assert_eq!(c.lookup(&p).derived.get::<String>(1).as_deref().map(String::as_str), Some("listing"));
+        assert!(c.lookup(&p).derived.get::<u32>(1).is_none(), "another type under the key");
+        e.derived.remove(2);
+        assert!(e.derived.get::<u32>(2).is_none());
+        std::fs::write(&p, b"changed").unwrap();
+        c.sweep();
+        assert!(c.lookup(&p).derived.get::<String>(1).is_none(), "a changed file starts afresh");
     }
 
     #[test]

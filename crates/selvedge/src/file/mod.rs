@@ -12,6 +12,6 @@ pub mod cache;
 pub mod conditional;
 pub mod range;
 
-pub use cache::{CacheConfig, Entry, FileCache, FileInfo, Kind, Sibling};
+pub use cache::{CacheConfig, Derived, Entry, FileCache, FileInfo, Kind, Sibling};
 pub use conditional::{evaluate, parse_http_date, Precondition, Preconditions};
 pub use range::{ByteRange, Ranges};

@@ -68,17 +68,49 @@ impl Compress {
         self.brotli_quality = q.min(11);
         self
     }
+
+    /// The smallest body compressed.
+    pub fn min_len(&self) -> u64 {
+        self.min_size
+    }
+
+    /// The coding this middleware picks for an `Accept-Encoding` value (`None`: identity):
+    /// for an app that compresses some responses itself (and keeps the result).
+    pub fn choose(&self, accept_encoding: &[u8]) -> Option<Coding> {
+        negotiate(accept_encoding, self.gzip, self.brotli)
+    }
+
+    /// Compresses `data` in one go with `coding` at this middleware's level.
+    ///
+    /// # Errors
+    /// The encoder failed (it does not on in-memory data).
+    pub fn encode(&self, coding: Coding, data: &[u8]) -> io::Result<Vec<u8>> {
+        let mut enc = Encoder::new(coding, self);
+        let mut out = enc.push(data, false)?;
+        out.extend(enc.finish()?);
+        Ok(out)
+    }
+
+    /// Compresses `res` with `coding` as the middleware would (same skips, `Vary`, weak
+    /// `ETag`; files and streams as they are sent): for an app that decides per response,
+    /// such as a server whose routes turn compression on and off.
+    pub fn response(&self, res: Response, coding: Option<Coding>) -> Response {
+        compress(res, coding, self)
+    }
 }
 
-/// An accepted content coding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Coding {
+/// A content coding the middleware produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Coding {
+    /// `gzip` (RFC 1952).
     Gzip,
+    /// `br` (RFC 7932).
     Brotli,
 }
 
 impl Coding {
-    fn token(self) -> &'static str {
+    /// The token in `Content-Encoding` (`gzip`, `br`).
+    pub fn token(self) -> &'static str {
         match self {
             Coding::Gzip => "gzip",
             Coding::Brotli => "br",
@@ -163,8 +195,9 @@ fn parse_q(s: &[u8]) -> Option<u32> {
     (v <= 1000).then_some(v)
 }
 
-/// Whether a `Content-Type` is worth compressing.
-pub(crate) fn compressible(ct: &[u8]) -> bool {
+/// Whether a `Content-Type` is worth compressing (text, JSON, XML, JavaScript, SVG, WASM,
+/// TTF/OTF fonts...; not images, audio, video or archives, which are compressed already).
+pub fn compressible(ct: &[u8]) -> bool {
     let ct = ct.split(|&b| b == b';').next().map(trim).unwrap_or_default();
     let lower: Vec<u8> = ct.to_ascii_lowercase();
     let l = lower.as_slice();

@@ -40,6 +40,9 @@ use crate::socket::Socket;
 use crate::sys;
 use crate::time::timeout::{self, Group, Timer};
 
+mod per_ip;
+use per_ip::PerIp;
+
 /// An address to listen on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Listen {
@@ -233,6 +236,7 @@ impl Listening {
         let cfg = Arc::new(cfg);
         let app = Arc::new(app);
         let group = Arc::new(Group::new(cfg.max_connections));
+        let per_ip = cfg.max_connections_per_ip.map(PerIp::new);
         // One duplicate per distinct socket (per-core TCP sockets are distinct; a shared
         // socket appears once per worker, so only worker 0's copies are kept for those).
         let mut listeners = Vec::new();
@@ -249,11 +253,11 @@ impl Listening {
         let mut threads = Vec::new();
         if per_core {
             for (w, socks) in sockets.into_iter().enumerate() {
-                let (app, cfg, group) = (app.clone(), cfg.clone(), group.clone());
+                let (app, cfg, group, per_ip) = (app.clone(), cfg.clone(), group.clone(), per_ip.clone());
                 let t = std::thread::Builder::new().name(format!("selvedge-w{w}")).spawn(move || {
                     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
                     match rt {
-                        Ok(rt) => rt.block_on(worker(socks, app, cfg, group)),
+                        Ok(rt) => rt.block_on(worker(socks, app, cfg, group, per_ip)),
                         Err(e) => tracing::error!("worker {w}: cannot start its runtime: {e}"),
                     }
                 })?;
@@ -265,7 +269,7 @@ impl Listening {
             let group = group.clone();
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads_n).enable_all().build()?;
             let t = std::thread::Builder::new().name("selvedge-mt".into()).spawn(move || {
-                rt.block_on(worker(socks, app, cfg, group));
+                rt.block_on(worker(socks, app, cfg, group, per_ip));
             })?;
             threads.push(t);
         }
@@ -364,11 +368,17 @@ fn unix_listener(path: &std::path::Path, backlog: i32) -> io::Result<socket2::So
 }
 
 /// A worker: an accept loop per listener, then the drain after shutdown.
-async fn worker<A: App>(socks: Vec<(OwnedFd, TlsOpt)>, app: Arc<A>, cfg: Arc<Settings>, group: Arc<Group>) {
+async fn worker<A: App>(
+    socks: Vec<(OwnedFd, TlsOpt)>,
+    app: Arc<A>,
+    cfg: Arc<Settings>,
+    group: Arc<Group>,
+    per_ip: Option<Arc<PerIp>>,
+) {
     for (s, tls) in socks {
         match sys::register(s, Interest::READABLE) {
             Ok(l) => {
-                tokio::spawn(accept_loop(l, tls, app.clone(), cfg.clone(), group.clone()));
+                tokio::spawn(accept_loop(l, tls, app.clone(), cfg.clone(), group.clone(), per_ip.clone()));
             }
             Err(e) => tracing::error!("listener registration failed: {e}"),
         }
@@ -389,6 +399,7 @@ async fn accept_loop<A: App>(
     app: Arc<A>,
     cfg: Arc<Settings>,
     group: Arc<Group>,
+    per_ip: Option<Arc<PerIp>>,
 ) {
     #[cfg(not(feature = "tls"))]
     let _ = tls;
@@ -408,6 +419,12 @@ async fn accept_loop<A: App>(
             }
             match sys::accept(fd) {
                 Ok((conn, peer)) => {
+                    // Over `max_connections_per_ip`: `conn` is dropped here, closing it.
+                    let slot = match per_ip.as_ref().map(|t| t.enter(&peer)) {
+                        None => None,
+                        Some(Ok(slot)) => slot,
+                        Some(Err(())) => continue,
+                    };
                     let sock = match Socket::new(conn) {
                         Ok(s) => s,
                         Err(_) => continue,
@@ -416,11 +433,20 @@ async fn accept_loop<A: App>(
                     let handle = timer.handle();
                     #[cfg(feature = "tls")]
                     let task = match &tls.0 {
-                        Some(tc) => tokio::spawn(serve_tls(sock, tc.clone(), peer, app.clone(), cfg.clone(), timer)),
-                        None => tokio::spawn(crate::h1::conn::serve(sock, peer, app.clone(), cfg.clone(), timer)),
+                        Some(tc) => tokio::spawn(per_ip::holding(
+                            slot,
+                            serve_tls(sock, tc.clone(), peer, app.clone(), cfg.clone(), timer),
+                        )),
+                        None => tokio::spawn(per_ip::holding(
+                            slot,
+                            crate::h1::conn::serve(sock, peer, app.clone(), cfg.clone(), timer),
+                        )),
                     };
                     #[cfg(not(feature = "tls"))]
-                    let task = tokio::spawn(crate::h1::conn::serve(sock, peer, app.clone(), cfg.clone(), timer));
+                    let task = tokio::spawn(per_ip::holding(
+                        slot,
+                        crate::h1::conn::serve(sock, peer, app.clone(), cfg.clone(), timer),
+                    ));
                     handle.set_abort(task.abort_handle());
                     if group.is_full() {
                         break;
