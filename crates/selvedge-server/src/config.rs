@@ -123,6 +123,10 @@ pub struct RouteConfig {
     pub prefix: String,
     /// What serves it.
     pub kind: RouteKind,
+    /// Checks and fields around it (`allow`, `rate`, `auth`, `headers`...).
+    pub policy: crate::policy::PolicyConfig,
+    /// Compress its responses on the fly (`compress`, on by default).
+    pub compress: bool,
 }
 
 /// What serves a route: exactly one of `root`, `cgi` or `proxy` in the file.
@@ -162,6 +166,8 @@ pub struct VhostConfig {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// `tls = "acme"`: this host's certificate is obtained and renewed by ACME.
     pub acme: bool,
+    /// `[[vhost.redirect]]` rules, in order.
+    pub redirects: Vec<crate::redirect::Rule>,
 }
 
 /// A whole configuration.
@@ -197,6 +203,8 @@ pub struct Config {
     pub vhosts: Vec<VhostConfig>,
     /// Automatic HTTPS settings (`[acme]`, or its defaults when a host says `tls = "acme"`).
     pub acme: Option<crate::acme::AcmeConfig>,
+    /// On-the-fly compression settings (`[compress]`).
+    pub compress: crate::compression::CompressConfig,
 }
 
 impl Config {
@@ -221,12 +229,17 @@ impl Config {
                 hosts: Vec::new(),
                 routes: vec![RouteConfig {
                     prefix: "/".into(),
-                    kind: RouteKind::Static { root, opts: StaticOptions::default() },
+                    // Like miniserve and `python3 -m http.server`: directories are listed.
+                    kind: RouteKind::Static { root, opts: StaticOptions { listing: true, ..StaticOptions::default() } },
+                    policy: Default::default(),
+                    compress: true,
                 }],
                 tls: None,
                 acme: false,
+                redirects: Vec::new(),
             }],
             acme: None,
+            compress: Default::default(),
         }
     }
 
@@ -265,6 +278,7 @@ impl Config {
             settings.server_name = None;
         }
         settings.backlog = raw.server.backlog.map_or(settings.backlog, |b| b.get() as i32);
+        settings.max_connections_per_ip = raw.server.max_connections_per_ip.map(Count::get_usize);
         let workers = raw.server.workers.map(Count::get_usize);
         if let Some(n) = workers {
             settings.workers = Workers::PerCore(n);
@@ -384,6 +398,18 @@ impl Config {
                 if !r.path.starts_with('/') {
                     return Err(err(Some(span), format!("route path {:?} must start with '/'", r.path)));
                 }
+                let policy = route_policy(&r, &abs).map_err(|(sp, e)| err(Some(sp.unwrap_or(span.clone())), e))?;
+                let compress = r.compress.unwrap_or(true);
+                let static_only = [
+                    ("listing", r.listing.is_some()),
+                    ("listing_max", r.listing_max.is_some()),
+                    ("fallback", r.fallback.is_some()),
+                ];
+                if r.root.is_none() {
+                    if let Some((key, _)) = static_only.iter().find(|(_, set)| *set) {
+                        return Err(err(Some(span), format!("`{key}` applies to static routes (`root`)")));
+                    }
+                }
                 let kind = match (r.root, r.cgi, r.proxy) {
                     (Some(root), None, None) => {
                         let root_span = root.span();
@@ -400,6 +426,24 @@ impl Config {
                         opts.symlinks_outside = r.symlinks_outside.unwrap_or(opts.symlinks_outside);
                         opts.precompressed = r.precompressed.unwrap_or(opts.precompressed);
                         opts.max_age = r.max_age.or(raw.cache.max_age).map(|d| d.get().as_secs());
+                        opts.listing = r.listing.unwrap_or(false);
+                        opts.listing_max = r.listing_max.map_or(opts.listing_max, Count::get_usize);
+                        opts.compress = compress;
+                        opts.fields = crate::policy::Policy::fixed_fields(&policy);
+                        if let Some(f) = &r.fallback {
+                            let rel = f.get_ref().trim_start_matches('/');
+                            let bad = !f.get_ref().starts_with('/')
+                                || rel.is_empty()
+                                || rel.split('/').any(|s| s.is_empty() || s == "." || s == "..")
+                                || rel.contains(['\\', '\0']);
+                            if bad {
+                                return Err(err(
+                                    Some(f.span()),
+                                    format!("fallback {:?}: a file under the root (\"/index.html\")", f.get_ref()),
+                                ));
+                            }
+                            opts.fallback = Some(f.get_ref().clone());
+                        }
                         for (code, page) in r.error_pages.unwrap_or_default() {
                             let n: u16 = match code.parse() {
                                 Ok(n) if (400..600).contains(&n) => n,
@@ -424,7 +468,7 @@ impl Config {
                         return Err(err(Some(span), "a route needs exactly one of `root`, `cgi` or `proxy`".into()));
                     }
                 };
-                routes.push(RouteConfig { prefix: r.path, kind });
+                routes.push(RouteConfig { prefix: r.path, kind, policy, compress });
             }
             let mut hosts = Vec::new();
             for h in &v.hosts {
@@ -460,7 +504,11 @@ impl Config {
                     Some((cert, key))
                 }
             };
-            vhosts.push(VhostConfig { hosts, routes, tls, acme });
+            let mut redirects = Vec::new();
+            for rd in &v.redirect {
+                redirects.push(crate::redirect::Rule::from_raw(rd.get_ref()).map_err(|e| err(Some(rd.span()), e))?);
+            }
+            vhosts.push(VhostConfig { hosts, routes, tls, acme, redirects });
         }
         if vhosts.is_empty() {
             return Err(err(Some(0..0), "no [[vhost]]: nothing to serve".into()));
@@ -504,6 +552,7 @@ impl Config {
             group: raw.server.group.clone(),
             vhosts,
             acme,
+            compress: crate::compression::CompressConfig::from_raw(&raw.compress),
         })
     }
 
@@ -579,6 +628,8 @@ struct Raw {
     #[serde(default)]
     vhost: Vec<Spanned<RawVhost>>,
     acme: Option<Spanned<crate::acme::config::RawAcme>>,
+    #[serde(default)]
+    compress: crate::compression::RawCompress,
 }
 
 #[derive(Deserialize, Default)]
@@ -589,6 +640,7 @@ struct RawServer {
     backlog: Option<Count<1, { i32::MAX as u64 }>>,
     user: Option<String>,
     group: Option<String>,
+    max_connections_per_ip: Option<Count<1, { u32::MAX as u64 }>>,
     pid_file: Option<String>,
     hsts: Option<String>,
 }
@@ -770,6 +822,8 @@ struct RawVhost {
     tls: Option<Spanned<toml::Value>>,
     #[serde(default)]
     route: Vec<Spanned<RawRoute>>,
+    #[serde(default)]
+    redirect: Vec<Spanned<crate::redirect::RawRedirect>>,
 }
 
 #[derive(Deserialize)]
@@ -785,6 +839,45 @@ struct RawRoute {
     precompressed: Option<bool>,
     max_age: Option<Dur>,
     error_pages: Option<HashMap<String, String>>,
+    listing: Option<bool>,
+    listing_max: Option<Count<1, 10_000_000>>,
+    fallback: Option<Spanned<String>>,
+    compress: Option<bool>,
+    headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
+    cors: Option<Spanned<crate::policy::cors::RawCors>>,
+    auth: Option<Spanned<crate::policy::auth::RawAuth>>,
+    allow: Option<Vec<Spanned<String>>>,
+    deny: Option<Vec<Spanned<String>>>,
+    max_body: Option<Size>,
+    rate: Option<Spanned<crate::policy::rate::RawRate>>,
+}
+
+/// A route's checks and fields ([`crate::policy`]), or the position and reason of an error.
+fn route_policy(
+    r: &RawRoute,
+    abs: &dyn Fn(&str) -> PathBuf,
+) -> Result<crate::policy::PolicyConfig, (Option<std::ops::Range<usize>>, String)> {
+    use crate::policy::{self, PolicyConfig};
+    let mut p = PolicyConfig::default();
+    for (list, out) in [(&r.allow, &mut p.ip.allow), (&r.deny, &mut p.ip.deny)] {
+        for entry in list.iter().flatten() {
+            out.push(policy::ip::parse_net(entry.get_ref()).map_err(|e| (Some(entry.span()), e))?);
+        }
+    }
+    if let Some(h) = &r.headers {
+        p.headers = policy::HeaderRules::from_raw(h.get_ref()).map_err(|e| (Some(h.span()), e))?;
+    }
+    if let Some(c) = &r.cors {
+        p.cors = Some(policy::cors::CorsConfig::from_raw(c.get_ref()).map_err(|e| (Some(c.span()), e))?);
+    }
+    if let Some(a) = &r.auth {
+        p.auth = Some(policy::auth::AuthConfig::from_raw(a.get_ref(), abs).map_err(|e| (Some(a.span()), e))?);
+    }
+    if let Some(rt) = &r.rate {
+        p.rate = Some(policy::rate::RateConfig::from_raw(rt.get_ref()).map_err(|e| (Some(rt.span()), e))?);
+    }
+    p.max_body = r.max_body.map(Size::get);
+    Ok(p)
 }
 
 /// The config fuzz target's entry point (also replayed over the committed corpus by the

@@ -1,15 +1,21 @@
 //! The `selvedge` web server's parts, as a library so tests and fuzz targets can reach
-//! them: configuration, routes (static files, CGI, reverse proxy), access log, automatic
-//! HTTPS (ACME). The binary (`src/main.rs`) wires them to the engine and handles signals.
+//! them: configuration, routes (static files, CGI, reverse proxy), route checks and fields
+//! (`policy`), redirects and rewrites, directory listings, compression, access log,
+//! automatic HTTPS (ACME). The binary (`src/main.rs`) wires them to the engine and handles signals.
 
 pub mod access_log;
 pub mod acme;
 pub mod cgi;
 pub mod cli;
+pub mod client;
+pub mod compression;
 pub mod config;
 pub mod diag;
+pub mod listing;
 pub mod mime;
+pub mod policy;
 pub mod proxy;
+pub mod redirect;
 pub mod routes;
 pub mod service;
 pub mod static_files;

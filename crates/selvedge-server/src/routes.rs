@@ -17,8 +17,11 @@ use selvedge::{App, Request, Response};
 
 use crate::access_log::AccessLog;
 use crate::cgi::Cgi;
+use crate::compression::Compression;
 use crate::config::{Config, RouteKind};
+use crate::policy::{Admitted, Check, Policy};
 use crate::proxy::Proxy;
+use crate::redirect::{self, Redirects};
 use crate::static_files::StaticFiles;
 
 /// One route.
@@ -26,6 +29,10 @@ use crate::static_files::StaticFiles;
 struct Route {
     prefix: String,
     app: RouteApp,
+    /// Its checks and fields (`None`: it has none, and pays nothing for them).
+    policy: Option<Box<Policy>>,
+    /// The compressor of a CGI or proxy route that compresses (a static route has its own).
+    compress: Option<Compression>,
 }
 
 /// What serves a route.
@@ -59,16 +66,35 @@ impl RouteApp {
     }
 }
 
-/// A virtual host: routes, longest prefix first.
+/// A virtual host: redirect rules, then routes, longest prefix first.
 #[derive(Debug, Default)]
 struct Vhost {
     routes: Vec<Route>,
+    redirects: Redirects,
 }
 
 impl Vhost {
-    fn route(&self, path: &[u8]) -> Option<&Route> {
-        self.routes.iter().find(|r| prefix_matches(&r.prefix, path))
+    fn route(&self, path: &[u8]) -> Option<usize> {
+        self.routes.iter().position(|r| prefix_matches(&r.prefix, path))
     }
+}
+
+/// What [`Site::respond_now`] made of a request.
+#[derive(Debug)]
+pub enum Now {
+    /// The answer.
+    Done(Response),
+    /// The route waits (CGI, proxy, or a bcrypt check): [`Site::handle_waiting`].
+    Wait(Waiting),
+}
+
+/// A routed request that waits: where it goes and what its checks found.
+#[derive(Debug)]
+pub struct Waiting {
+    vhost: usize,
+    route: usize,
+    admitted: Option<Admitted>,
+    verify: Option<crate::policy::auth::Verify>,
 }
 
 /// `prefix` matches `path` on a segment boundary (`/a` matches `/a`, `/a/b`, not `/ab`).
@@ -98,6 +124,7 @@ impl Site {
             content_type: Some(crate::mime::for_path),
             ..cfg.cache
         });
+        let compression = Compression::new(cfg.compress);
         let mut vhosts = Vec::new();
         let mut by_host = HashMap::new();
         let mut default = None;
@@ -105,18 +132,29 @@ impl Site {
             let mut routes = Vec::new();
             for r in &v.routes {
                 let app = match &r.kind {
-                    RouteKind::Static { root, opts } => {
-                        RouteApp::Static(StaticFiles::new(root, &r.prefix, opts.clone(), cache.clone()).map_err(
-                            |e| io::Error::new(e.kind(), format!("route {}: root {}: {e}", r.prefix, root.display())),
-                        )?)
-                    }
+                    RouteKind::Static { root, opts } => RouteApp::Static(
+                        StaticFiles::new(root, &r.prefix, opts.clone(), cache.clone())
+                            .map_err(|e| {
+                                io::Error::new(e.kind(), format!("route {}: root {}: {e}", r.prefix, root.display()))
+                            })?
+                            .with_compression(&compression),
+                    ),
                     RouteKind::Cgi(c) => RouteApp::Cgi(Cgi::new(c, &r.prefix)?),
                     RouteKind::Proxy(p) => RouteApp::Proxy(Proxy::new(p, &r.prefix)?),
                 };
-                routes.push(Route { prefix: r.prefix.clone(), app });
+                let compress = match app {
+                    RouteApp::Static(_) => None,
+                    _ => r.compress.then(|| compression.clone()),
+                };
+                routes.push(Route {
+                    prefix: r.prefix.clone(),
+                    app,
+                    policy: Policy::new(&r.policy).map(Box::new),
+                    compress,
+                });
             }
             routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
-            vhosts.push(Vhost { routes });
+            vhosts.push(Vhost { routes, redirects: Redirects::new(v.redirects.clone()) });
             if v.hosts.is_empty() {
                 default = Some(i);
             }
@@ -128,7 +166,7 @@ impl Site {
         Ok(Site { vhosts, by_host, wildcards, default })
     }
 
-    fn vhost(&self, req: &Request) -> Option<&Vhost> {
+    fn vhost(&self, req: &Request) -> Option<usize> {
         if !self.by_host.is_empty() {
             if let Some(auth) = req.authority() {
                 let host = match auth.rfind(':') {
@@ -142,12 +180,12 @@ impl Site {
                     }
                     let lower = std::str::from_utf8(&buf[..host.len()]).unwrap_or("");
                     if let Some(&i) = self.by_host.get(lower).or_else(|| self.wildcard(lower)) {
-                        return self.vhosts.get(i);
+                        return Some(i);
                     }
                 }
             }
         }
-        self.default.and_then(|i| self.vhosts.get(i))
+        self.default
     }
 
     /// The host of a `*.example.com` entry matching `host` (one label in place of `*`, as
@@ -164,32 +202,89 @@ impl Site {
         self.by_host.get(std::str::from_utf8(&key[..=rest.len()]).ok()?)
     }
 
-    /// Answers at once what needs no waiting: static files and unrouted paths. `None`: the
-    /// route is CGI or a proxy (served by `handle_waiting`).
-    pub fn respond_now(&self, req: &Request) -> Option<Response> {
-        match self.vhost(req).and_then(|v| v.route(req.path_bytes())) {
-            None => Some(not_found()),
-            Some(Route { app: RouteApp::Static(s), .. }) => Some(s.respond(req)),
-            Some(_) => None,
+    /// Answers at once what needs no waiting: redirects, static files, unrouted paths, the
+    /// answers of a route's checks. A rewrite changes `req` in place. [`Now::Wait`]: the
+    /// route is CGI or a proxy, or a bcrypt check is due ([`Site::handle_waiting`]).
+    pub fn respond_now(&self, req: &mut Request) -> Now {
+        let Some(vi) = self.vhost(req) else { return Now::Done(not_found()) };
+        let vhost = &self.vhosts[vi];
+        if !vhost.redirects.is_empty() {
+            if let redirect::Outcome::Answer(res) = vhost.redirects.apply(req) {
+                return Now::Done(res);
+            }
+        }
+        let Some(ri) = vhost.route(req.path_bytes()) else { return Now::Done(not_found()) };
+        let route = &vhost.routes[ri];
+        let wait = |admitted, verify| Now::Wait(Waiting { vhost: vi, route: ri, admitted, verify });
+        let Some(policy) = &route.policy else {
+            return match &route.app {
+                RouteApp::Static(s) => Now::Done(s.respond(req)),
+                _ => wait(None, None),
+            };
+        };
+        match policy.check(req) {
+            Check::Answer(res) => Now::Done(policy.finish(res, None, false)),
+            Check::Pass(admitted) => match &route.app {
+                RouteApp::Static(s) => Now::Done(policy.finish(s.respond(req), Some(&admitted), true)),
+                _ => wait(Some(admitted), None),
+            },
+            Check::Verify(admitted, v) => wait(Some(admitted), Some(v)),
         }
     }
 
-    /// Serves a request whose route waits (CGI or proxy; routed again after a CGI
-    /// script's local redirect). [`Front`] answers the rest with [`Site::respond_now`].
-    async fn handle_waiting(&self, mut req: Request) -> Response {
+    /// Serves a request [`Site::respond_now`] left waiting: the bcrypt check, then the app
+    /// (routed again after a CGI script's local redirect, with that route's checks).
+    pub async fn handle_waiting(&self, mut req: Request, w: Waiting) -> Response {
+        let vhost = &self.vhosts[w.vhost];
+        let (mut ri, mut admitted, mut verify) = (w.route, w.admitted, w.verify);
         let mut redirects = 0;
         loop {
-            let Some(route) = self.vhost(&req).and_then(|v| v.route(req.path_bytes())) else {
-                return not_found();
-            };
-            if let RouteApp::Cgi(c) = &route.app {
-                match Box::pin(c.run(req, redirects)).await {
-                    crate::cgi::Outcome::Response(res) => return res,
-                    crate::cgi::Outcome::Redirect(next) => (req, redirects) = (next, redirects + 1),
+            let route = &vhost.routes[ri];
+            let policy = route.policy.as_deref();
+            if let (Some(p), Some(v)) = (policy, verify.take()) {
+                if let Some(res) = Box::pin(p.verify(v)).await {
+                    return p.finish(res, None, false);
                 }
-                continue;
             }
-            return route.app.handle(req).await;
+            let coding = match &route.compress {
+                Some(c) if req.upgrade().is_none() => c.choose(req.header("accept-encoding")),
+                _ => None,
+            };
+            let res = match &route.app {
+                RouteApp::Static(s) => {
+                    let res = s.respond(&req);
+                    return match policy {
+                        Some(p) => p.finish(res, admitted.as_ref(), true),
+                        None => res,
+                    };
+                }
+                RouteApp::Cgi(c) => match Box::pin(c.run(req, redirects)).await {
+                    crate::cgi::Outcome::Response(res) => res,
+                    crate::cgi::Outcome::Redirect(next) => {
+                        (req, redirects) = (next, redirects + 1);
+                        let Some(next_ri) = vhost.route(req.path_bytes()) else { return not_found() };
+                        ri = next_ri;
+                        admitted = None;
+                        if let Some(p) = &vhost.routes[ri].policy {
+                            match p.check(&mut req) {
+                                Check::Answer(res) => return p.finish(res, None, false),
+                                Check::Pass(a) => admitted = Some(a),
+                                Check::Verify(a, v) => (admitted, verify) = (Some(a), Some(v)),
+                            }
+                        }
+                        continue;
+                    }
+                },
+                RouteApp::Proxy(_) => route.app.handle(req).await,
+            };
+            let res = match &route.compress {
+                Some(c) => c.stream(res, coding),
+                None => res,
+            };
+            return match policy {
+                Some(p) => p.finish(res, admitted.as_ref(), false),
+                None => res,
+            };
         }
     }
 
@@ -309,19 +404,21 @@ impl Front {
 }
 
 impl App for Front {
-    async fn handle(&self, req: Request) -> Response {
+    async fn handle(&self, mut req: Request) -> Response {
         let hsts = if req.is_secure() { self.hsts.clone() } else { None };
-        // Static files are answered right here; only CGI and proxy routes wait (boxed).
+        // Static files are answered right here; only CGI and proxy routes (and bcrypt
+        // checks) wait (boxed), with the site they were routed on.
         let (log, pending, now) = self.with_current(|site, log| {
             let pending = log.as_ref().map(|l| l.begin(&req));
-            (log.clone(), pending, site.respond_now(&req))
+            let now = match site.respond_now(&mut req) {
+                Now::Done(res) => Ok(res),
+                Now::Wait(w) => Err((site.clone(), w)),
+            };
+            (log.clone(), pending, now)
         });
         let mut res = match now {
-            Some(res) => res,
-            None => {
-                let site = self.site.load_full();
-                Box::pin(async move { site.handle_waiting(req).await }).await
-            }
+            Ok(res) => res,
+            Err((site, w)) => Box::pin(async move { site.handle_waiting(req, w).await }).await,
         };
         if let (Some(log), Some(p)) = (&log, pending) {
             log.finish(p, &res);

@@ -15,7 +15,6 @@
 //!    `If-Modified-Since`) give 304/412; then `If-Range` + `Range` give 206 (one range from
 //!    the file, several as `multipart/byteranges`) or 416; else 200.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -25,11 +24,12 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use selvedge::file::range::{self, ByteRange, Ranges};
-use selvedge::file::{conditional, FileCache, FileInfo, Kind, Precondition, Preconditions, Sibling};
-use selvedge::http::{header, HeaderValue, Method, StatusCode};
+use selvedge::file::{conditional, Entry, FileCache, FileInfo, Kind, Precondition, Preconditions, Sibling};
+use selvedge::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use selvedge::{Request, Response, SharedFields};
 
-use crate::mime;
+use crate::compression::Compression;
+use crate::{listing, mime};
 
 /// Multipart bodies are built in memory up to this size; a larger request is answered with
 /// the whole file instead (RFC 9110 lets a server ignore `Range`).
@@ -53,6 +53,18 @@ pub struct StaticOptions {
     pub max_age: Option<u64>,
     /// Error pages by status: files served (with that status) instead of the plain text.
     pub error_pages: HashMap<u16, PathBuf>,
+    /// List directories without an index file: off (on under `selvedge serve`).
+    pub listing: bool,
+    /// Most entries a listing reads: 10,000.
+    pub listing_max: usize,
+    /// A file under the root (`"/index.html"`) served with 200 for page requests of paths
+    /// with no file (a single-page app's deep links): none.
+    pub fallback: Option<String>,
+    /// Compress compressible types on the fly: on.
+    pub compress: bool,
+    /// Fields added to every response (the route's `headers`, `Vary: Origin`), rendered
+    /// once per file with the file's own fields.
+    pub fields: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl Default for StaticOptions {
@@ -64,6 +76,11 @@ impl Default for StaticOptions {
             precompressed: true,
             max_age: None,
             error_pages: HashMap::new(),
+            listing: false,
+            listing_max: 10_000,
+            fallback: None,
+            compress: true,
+            fields: Vec::new(),
         }
     }
 }
@@ -81,6 +98,15 @@ pub struct StaticFiles {
     /// of the settings they depend on (root, `Cache-Control`, precompression, symlinks),
     /// so routes that would render the same fields share them, across reloads too.
     fields_key: u64,
+    /// The route's fixed fields (see [`StaticOptions::fields`]).
+    fixed: Arc<[(HeaderName, HeaderValue)]>,
+    /// The fallback file's path, if any.
+    fallback: Option<PathBuf>,
+    /// Tags a listing's scan kept with a directory's cache entry (by the settings it
+    /// depends on).
+    listing_key: u64,
+    /// The compressor, when the route compresses.
+    compression: Option<Compression>,
 }
 
 /// Why a path cannot be mapped.
@@ -106,10 +132,55 @@ impl StaticFiles {
             let mut h = std::hash::DefaultHasher::new();
             root.hash(&mut h);
             cache_control.as_ref().map(HeaderValue::as_bytes).hash(&mut h);
-            (opts.precompressed, opts.symlinks_outside).hash(&mut h);
+            (opts.precompressed, opts.symlinks_outside, opts.compress).hash(&mut h);
+            for (n, v) in &opts.fields {
+                (n.as_str(), v.as_bytes()).hash(&mut h);
+            }
             h.finish()
         };
-        Ok(StaticFiles { root, skip, opts: Arc::new(opts), cache, cache_control, fields_key })
+        let listing_key = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::hash::DefaultHasher::new();
+            ("listing", &root, opts.dotfiles, opts.symlinks_outside, opts.listing_max).hash(&mut h);
+            h.finish()
+        };
+        let fallback = match &opts.fallback {
+            Some(f) => {
+                let rel = f.trim_start_matches('/');
+                let bad = rel.is_empty()
+                    || rel.split('/').any(|s| s.is_empty() || s == "." || s == ".." || s.contains('\\'))
+                    || rel.contains('\0');
+                if bad {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("fallback {f:?}: a file under the root (\"/index.html\")"),
+                    ));
+                }
+                Some(root.join(rel))
+            }
+            None => None,
+        };
+        let fixed = opts.fields.clone().into();
+        Ok(StaticFiles {
+            root,
+            skip,
+            opts: Arc::new(opts),
+            cache,
+            cache_control,
+            fields_key,
+            fixed,
+            fallback,
+            listing_key,
+            compression: None,
+        })
+    }
+
+    /// Compresses with `c` when the options say so.
+    pub fn with_compression(mut self, c: &Compression) -> StaticFiles {
+        if self.opts.compress {
+            self.compression = Some(c.clone());
+        }
+        self
     }
 
     /// The canonical root.
@@ -165,41 +236,44 @@ impl StaticFiles {
             static PATH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
         let mut buf = PATH.with(|p| std::mem::take(&mut *p.borrow_mut()));
-        let res = self.respond_with(req, &mut buf);
+        let (mut res, fixed_done) = self.respond_with(req, &mut buf);
         if buf.capacity() <= 4096 {
             buf.clear();
             PATH.with(|p| *p.borrow_mut() = buf);
         }
+        if !fixed_done && !self.fixed.is_empty() {
+            let h = res.headers_mut();
+            h.retain(|(n, _)| !self.fixed.iter().any(|(f, _)| f == n && f != header::VARY));
+            h.extend(self.fixed.iter().cloned());
+        }
         res
     }
 
-    fn respond_with(&self, req: &Request, buf: &mut Vec<u8>) -> Response {
+    fn respond_with(&self, req: &Request, buf: &mut Vec<u8>) -> (Response, bool) {
         let get = req.method() == Method::GET;
         if !get && req.method() != Method::HEAD {
-            return self.error(StatusCode::METHOD_NOT_ALLOWED).header(header::ALLOW, "GET, HEAD");
+            return (self.error(StatusCode::METHOD_NOT_ALLOWED).header(header::ALLOW, "GET, HEAD"), false);
         }
         buf.clear();
         match self.resolve(req, buf) {
             Ok(()) => {}
-            Err(Refused::Bad) => return self.error(StatusCode::BAD_REQUEST),
-            Err(Refused::Hidden) => return self.error(StatusCode::NOT_FOUND),
+            Err(Refused::Bad) => return (self.error(StatusCode::BAD_REQUEST), false),
+            Err(Refused::Hidden) => return self.missing(req, get),
         }
-        let mut path: Cow<'_, Path> = Cow::Borrowed(Path::new(OsStr::from_bytes(buf)));
+        let path = Path::new(OsStr::from_bytes(buf));
         let fields = Fields::of(req);
-        let entry = self.cache.lookup(&path);
-        let entry = match entry.kind {
-            Kind::File(_) => entry,
-            Kind::Missing => return self.error(StatusCode::NOT_FOUND),
-            Kind::Unavailable => {
-                return self.error(StatusCode::SERVICE_UNAVAILABLE).header(header::RETRY_AFTER, "1");
-            }
+        let entry = self.cache.lookup(path);
+        match entry.kind {
+            Kind::File(_) => self.serve(get, &fields, &entry, path),
+            Kind::Missing => self.missing(req, get),
+            Kind::Unavailable => (self.error(StatusCode::SERVICE_UNAVAILABLE).header(header::RETRY_AFTER, "1"), false),
             Kind::Dir => {
                 if !req.path().ends_with('/') {
                     let loc = match req.query() {
                         Some(q) => format!("{}/?{q}", req.path()),
                         None => format!("{}/", req.path()),
                     };
-                    return self.error(StatusCode::MOVED_PERMANENTLY).header(header::LOCATION, loc);
+                    return (self.error(StatusCode::MOVED_PERMANENTLY).header(header::LOCATION, loc), false);
                 }
                 let found = self.opts.index.iter().find_map(|name| {
                     let p = path.join(name);
@@ -207,21 +281,86 @@ impl StaticFiles {
                     e.file().is_some().then_some((p, e))
                 });
                 match found {
-                    Some((p, e)) => {
-                        path = Cow::Owned(p);
-                        e
+                    Some((p, e)) => self.serve(get, &fields, &e, &p),
+                    None if self.opts.listing => (self.listing(req, &entry, path), false),
+                    None => self.missing(req, get),
+                }
+            }
+        }
+    }
+
+    /// No file for the path: the `fallback` file for a page request (status 200, with
+    /// conditionals and ranges, `Vary: Accept`), else 404.
+    fn missing(&self, req: &Request, get: bool) -> (Response, bool) {
+        let Some(fallback) = &self.fallback else { return (self.error(StatusCode::NOT_FOUND), false) };
+        if !accepts_html(req.header("accept")) {
+            return (self.error(StatusCode::NOT_FOUND).header(header::VARY, "Accept"), false);
+        }
+        let entry = self.cache.lookup(fallback);
+        if entry.file().is_none() {
+            return (self.error(StatusCode::NOT_FOUND).header(header::VARY, "Accept"), false);
+        }
+        let (res, _) = self.serve(get, &Fields::of(req), &entry, fallback);
+        // The shared fields of the file do not say that this answer depends on `Accept`.
+        (res.header(header::VARY, "Accept"), false)
+    }
+
+    /// A directory's listing (HTML, or JSON by `Accept`), from the scan kept with the
+    /// directory's cache entry until the cache's next sweep.
+    fn listing(&self, req: &Request, entry: &Entry, dir: &Path) -> Response {
+        let sweep = self.cache.sweeps();
+        let scan = match entry.derived.get::<listing::Scan>(self.listing_key) {
+            Some(s) if s.sweep == sweep => s,
+            _ => {
+                let show = |p: &Path| match p.canonicalize() {
+                    Ok(real) => self.opts.symlinks_outside || self.inside(&real),
+                    Err(_) => false,
+                };
+                match listing::scan(dir, self.opts.dotfiles, self.opts.listing_max, &show, sweep) {
+                    Ok(s) => {
+                        let s = Arc::new(s);
+                        entry.derived.set(self.listing_key, s.clone());
+                        s
                     }
-                    None => return self.error(StatusCode::NOT_FOUND),
+                    Err(_) => return self.error(StatusCode::NOT_FOUND),
                 }
             }
         };
-        let Some(f) = entry.file() else { return self.error(StatusCode::NOT_FOUND) };
+        let view = listing::View::from_query(req.query());
+        let mut res = if listing::wants_json(req.header("accept")) {
+            let mut r = Response::bytes(StatusCode::OK, listing::json(&scan, view))
+                .header(header::CONTENT_TYPE, "application/json");
+            if scan.truncated() {
+                r = r.header(
+                    HeaderName::from_static("x-listing-truncated"),
+                    format!("shown={}; total={}", scan.items.len(), scan.total),
+                );
+            }
+            r
+        } else {
+            let title = String::from_utf8_lossy(&selvedge::percent_decode(req.path_bytes())).into_owned();
+            let at_root = req.segments().skip(self.skip).all(|s| s.is_empty());
+            Response::bytes(StatusCode::OK, listing::html(&scan, &title, at_root, view))
+                .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        };
+        res = res.header(header::VARY, "Accept").header(header::CACHE_CONTROL, "no-cache");
+        match (&self.compression, listing_coding(self, req)) {
+            (Some(c), Some(coding)) => c.stream(res, Some(coding)),
+            (Some(_), None) => res.header(header::VARY, "Accept-Encoding"),
+            _ => res,
+        }
+    }
+
+    /// Serves the regular file of `entry` (at `path`). The flag: the response carries the
+    /// route's fixed fields already (in the file's shared fields).
+    fn serve(&self, get: bool, fields: &Fields<'_>, entry: &Entry, path: &Path) -> (Response, bool) {
+        let Some(f) = entry.file() else { return (self.error(StatusCode::NOT_FOUND), false) };
         if !self.opts.symlinks_outside && !self.inside(&f.real) {
-            return self.error(StatusCode::NOT_FOUND);
+            return (self.error(StatusCode::NOT_FOUND), false);
         }
         // The main file's type (a precompressed sibling goes out with it), looked up once
         // when the file was cached (the same table, see `routes.rs`).
-        let ct = f.content_type.clone().unwrap_or_else(|| HeaderValue::from_static(mime::for_path(&path)));
+        let ct = f.content_type.clone().unwrap_or_else(|| HeaderValue::from_static(mime::for_path(path)));
         let content_type = || ct.to_str().unwrap_or(mime::DEFAULT);
 
         // Precompressed siblings (found and validated with the file by the cache).
@@ -241,6 +380,28 @@ impl StaticFiles {
                 }
             }
         }
+        // On-the-fly compression: a copy kept with the entry, or compressed as sent.
+        let mut variant = None;
+        let mut stream = None;
+        if let Some(c) = &self.compression {
+            if encoding.is_none() && f.size >= c.config().min_size && mime::compressible(content_type()) {
+                vary = true;
+                if let (None, Some(coding)) = (fields.range, c.choose(fields.accept_encoding)) {
+                    match c.variant(entry, f, coding) {
+                        Some(v) if v.bytes.is_some() => variant = Some((v, coding)),
+                        Some(_) => {}
+                        None => stream = Some(coding),
+                    }
+                }
+            }
+        }
+        let etag = match &variant {
+            Some((v, _)) => &v.etag,
+            None => &f.etag,
+        };
+        if let Some((_, coding)) = &variant {
+            encoding = Some(coding.token());
+        }
 
         let pre = Preconditions {
             if_match: fields.if_match,
@@ -252,7 +413,7 @@ impl StaticFiles {
         // 412, 416), and the type and coding of those carrying its bytes.
         let push_common = |h: &mut Vec<_>| {
             h.push((header::LAST_MODIFIED, f.last_modified.clone()));
-            h.push((header::ETAG, f.etag.clone()));
+            h.push((header::ETAG, etag.clone()));
             if let Some(cc) = &self.cache_control {
                 h.push((header::CACHE_CONTROL, cc.clone()));
             }
@@ -269,27 +430,48 @@ impl StaticFiles {
         };
         let common = |mut res: Response| {
             push_common(res.headers_mut());
-            res
+            (res, false)
         };
-        match conditional::evaluate(&pre, true, f.etag.as_bytes(), f.mtime) {
+        match conditional::evaluate(&pre, true, etag.as_bytes(), f.mtime) {
             Precondition::Proceed => {}
             Precondition::NotModified => return common(Response::new(StatusCode::NOT_MODIFIED)),
             Precondition::Failed => return common(self.error(StatusCode::PRECONDITION_FAILED)),
         }
+        if let Some((v, _)) = &variant {
+            // The kept compressed copy, with fields rendered once for it.
+            let shared = v.fields.get_or_make(self.fields_key, || {
+                let mut h = Vec::with_capacity(7 + self.fixed.len());
+                push_typed(&mut h);
+                h.extend(self.fixed.iter().cloned());
+                SharedFields::new(h)
+            });
+            let bytes = v.bytes.clone().unwrap_or_default();
+            return (Response::bytes(StatusCode::OK, bytes).shared_fields(shared), true);
+        }
         let typed = |mut res: Response| {
             push_typed(res.headers_mut());
-            res
+            (res, false)
         };
         // The whole file: its fields are rendered once per file (and route settings) and
         // shared by every such response (the HTTP/1.1 head is then one copy).
         let whole = || {
-            let fields = f.fields.get_or_make(self.fields_key, || {
-                let mut v = Vec::with_capacity(7);
+            let shared = f.fields.get_or_make(self.fields_key, || {
+                let mut v = Vec::with_capacity(7 + self.fixed.len());
                 push_typed(&mut v);
                 v.push((header::ACCEPT_RANGES, BYTES.clone()));
+                v.extend(self.fixed.iter().cloned());
                 SharedFields::new(v)
             });
-            bare(StatusCode::OK, f, 0, f.size).shared_fields(fields)
+            let res = bare(StatusCode::OK, f, 0, f.size).shared_fields(shared);
+            match (&self.compression, stream) {
+                // Too large to keep compressed (or the memory is spent): compressed as sent.
+                (Some(c), Some(coding)) => {
+                    let mut res = c.stream(res, Some(coding));
+                    res.headers_mut().retain(|(n, _)| n != header::ACCEPT_RANGES);
+                    (res, true)
+                }
+                _ => (res, true),
+            }
         };
 
         let ranges = match fields.range {
@@ -301,26 +483,48 @@ impl StaticFiles {
         };
         match ranges {
             Ranges::Ignore => whole(),
-            Ranges::Unsatisfiable => common(self.error(StatusCode::RANGE_NOT_SATISFIABLE))
-                .header(header::CONTENT_RANGE, format!("bytes */{}", f.size)),
+            Ranges::Unsatisfiable => {
+                let (res, _) = common(self.error(StatusCode::RANGE_NOT_SATISFIABLE));
+                (res.header(header::CONTENT_RANGE, format!("bytes */{}", f.size)), false)
+            }
             Ranges::Satisfiable(rs) if rs.len() == 1 => {
                 let r = rs[0];
-                typed(body_of(StatusCode::PARTIAL_CONTENT, f, r.start, r.len))
-                    .header(header::CONTENT_RANGE, range::content_range(r, f.size))
+                let (res, _) = typed(body_of(StatusCode::PARTIAL_CONTENT, f, r.start, r.len));
+                (res.header(header::CONTENT_RANGE, range::content_range(r, f.size)), false)
             }
             Ranges::Satisfiable(rs) => match multipart(f, &rs, content_type()) {
                 Some((boundary, body)) => {
-                    let mut res = common(Response::bytes(StatusCode::PARTIAL_CONTENT, body))
-                        .header(header::CONTENT_TYPE, format!("multipart/byteranges; boundary={boundary}"));
+                    let (mut res, _) = common(Response::bytes(StatusCode::PARTIAL_CONTENT, body));
+                    res = res.header(header::CONTENT_TYPE, format!("multipart/byteranges; boundary={boundary}"));
                     if let Some(c) = encoding {
                         res = res.header(header::CONTENT_ENCODING, HeaderValue::from_static(c));
                     }
-                    res
+                    (res, false)
                 }
                 None => whole(),
             },
         }
     }
+}
+
+/// The coding for a listing page (compressed as it is sent).
+fn listing_coding(s: &StaticFiles, req: &Request) -> Option<selvedge::middleware::Coding> {
+    s.compression.as_ref().and_then(|c| c.choose(req.header("accept-encoding")))
+}
+
+/// Whether an `Accept` value names HTML (`text/html` or XHTML with a non-zero q): a page
+/// load, not a script's or an image's request, which `*/*` is.
+fn accepts_html(accept: Option<&[u8]>) -> bool {
+    let Some(a) = accept else { return false };
+    a.split(|&b| b == b',').any(|item| {
+        let mut parts = item.split(|&b| b == b';');
+        let ty = trim(parts.next().unwrap_or(b""));
+        let html = ty.eq_ignore_ascii_case(b"text/html") || ty.eq_ignore_ascii_case(b"application/xhtml+xml");
+        html && !parts.any(|p| {
+            let p = trim(p);
+            p.len() >= 2 && p[..2].eq_ignore_ascii_case(b"q=") && trim(&p[2..]).iter().all(|&b| b == b'0' || b == b'.')
+        })
+    })
 }
 
 /// The request fields the handler reads, found in one pass over the headers (the first

@@ -1,0 +1,290 @@
+//! `[[vhost.redirect]]`: ordered rules on the request path, checked before routes.
+//!
+//! Each rule has a regular expression `from` (the `regex` crate: linear time whatever the
+//! input, so no pattern can be made to backtrack) matched against the path as the client
+//! sent it (percent-encoded, without the query), and a target `to` where `$1`, `${1}`,
+//! `${name}` stand for captures (`$$` for a dollar). The first rule that matches applies:
+//! - a redirect (`status` 301, 302, 307 or 308; 302 by default) answers with `Location:
+//!   to`; `to` may be an absolute URL;
+//! - a rewrite (`rewrite = true`) serves `to` (a path) instead, internally, and the rules
+//!   are checked again on the new path, so rewrites chain. A rewrite to the same target
+//!   ends the chain (a rule like `^/app/.*` → `/app/index.html` is not a loop). More
+//!   than [`MAX_REWRITES`] rewrites is a loop: 500, and a log line with the chain.
+//!
+//! The query is kept unless `to` has one. A redirect that would come back to the same
+//! path through the rules (after at most [`MAX_REWRITES`] steps) is a loop too: 500 and a
+//! log line, instead of a browser bouncing between two URLs.
+
+use regex::Regex;
+use selvedge::http::{header, HeaderValue, StatusCode};
+use selvedge::{Request, Response};
+use serde::Deserialize;
+
+/// Rewrites (and redirect steps followed to detect loops) allowed per request.
+pub const MAX_REWRITES: usize = 10;
+
+/// A `[[vhost.redirect]]` table as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedirect {
+    from: String,
+    to: String,
+    status: Option<u16>,
+    rewrite: Option<bool>,
+}
+
+/// What a rule does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Answer with this status and `Location`.
+    Redirect(StatusCode),
+    /// Serve the target internally.
+    Rewrite,
+}
+
+/// One rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    from: Regex,
+    to: String,
+    action: Action,
+}
+
+impl Rule {
+    /// Checks a rule as written.
+    ///
+    /// # Errors
+    /// A bad regular expression, a status that is not a redirect, a rewrite target that
+    /// is not a path, a target that cannot go in a header.
+    pub fn from_raw(r: &RawRedirect) -> Result<Rule, String> {
+        let from = regex::RegexBuilder::new(&r.from)
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|e| format!("redirect from: {}", e.to_string().lines().last().unwrap_or("invalid")))?;
+        if r.to.is_empty() || !r.to.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!("redirect to {:?}: visible ASCII, no spaces (percent-encode them)", r.to));
+        }
+        let action = match (r.rewrite.unwrap_or(false), r.status) {
+            (true, Some(_)) => return Err("redirect: `status` or `rewrite = true`, not both".into()),
+            (true, None) => {
+                if !r.to.starts_with('/') && !r.to.starts_with('$') {
+                    return Err(format!("rewrite to {:?}: a path on this host (\"/new/$1\")", r.to));
+                }
+                Action::Rewrite
+            }
+            (false, s) => match s.unwrap_or(302) {
+                s @ (301 | 302 | 307 | 308) => Action::Redirect(StatusCode::from_u16(s).expect("valid")),
+                s => return Err(format!("redirect status {s}: 301, 302, 307 or 308")),
+            },
+        };
+        Ok(Rule { from, to: r.to.clone(), action })
+    }
+
+    /// The target for `path` (`None`: no match), the query kept unless the target has one.
+    fn target(&self, path: &str, query: Option<&str>) -> Option<String> {
+        let caps = self.from.captures(path)?;
+        let mut t = String::new();
+        caps.expand(&self.to, &mut t);
+        if let (false, Some(q)) = (t.contains('?'), query) {
+            t.push('?');
+            t.push_str(q);
+        }
+        Some(t)
+    }
+}
+
+/// A virtual host's rules, in order.
+#[derive(Debug, Clone, Default)]
+pub struct Redirects {
+    rules: Vec<Rule>,
+}
+
+/// What the rules made of a request.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Route the request (rewritten or not).
+    Route,
+    /// Answer this (a redirect, or 500 for a loop).
+    Answer(Response),
+}
+
+fn split(target: &str) -> (&str, Option<&str>) {
+    match target.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (target, None),
+    }
+}
+
+impl Redirects {
+    /// The rules, in order.
+    pub fn new(rules: Vec<Rule>) -> Redirects {
+        Redirects { rules }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    fn first(&self, path: &str, query: Option<&str>) -> Option<(&Rule, String)> {
+        self.rules.iter().find_map(|r| r.target(path, query).map(|t| (r, t)))
+    }
+
+    /// Applies the rules to `req`: rewrites it in place, or answers.
+    pub fn apply(&self, req: &mut Request) -> Outcome {
+        let mut chain: Vec<String> = Vec::new();
+        loop {
+            let Some((rule, target)) = self.first(req.path(), req.query()) else { return Outcome::Route };
+            match rule.action {
+                Action::Rewrite => {
+                    if target == req.target() {
+                        return Outcome::Route;
+                    }
+                    if chain.is_empty() {
+                        chain.push(req.target().to_string());
+                    }
+                    chain.push(target.clone());
+                    if chain.len() > MAX_REWRITES + 1 {
+                        return Outcome::Answer(looped("rewrite", &chain));
+                    }
+                    if req.set_target(&target).is_err() {
+                        tracing::warn!("rewrite of {} gave {target:?}, not a path: answered 500", chain[0]);
+                        return Outcome::Answer(crate::policy::plain(StatusCode::INTERNAL_SERVER_ERROR));
+                    }
+                }
+                Action::Redirect(status) => {
+                    if let Some(chain) = self.redirect_loop(req.path(), &target) {
+                        return Outcome::Answer(looped("redirect", &chain));
+                    }
+                    let Ok(location) = HeaderValue::try_from(target.as_str()) else {
+                        return Outcome::Answer(crate::policy::plain(StatusCode::INTERNAL_SERVER_ERROR));
+                    };
+                    return Outcome::Answer(
+                        Response::bytes(status, format!("{} {}: {target}\n", status.as_u16(), reason(status)))
+                            .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                            .header(header::LOCATION, location),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Follows a redirect to a path of this host through the rules: `Some(chain)` when it
+    /// comes back to a path already on the way (or goes on past the bound).
+    fn redirect_loop(&self, from: &str, target: &str) -> Option<Vec<String>> {
+        if !target.starts_with('/') || target.starts_with("//") {
+            return None;
+        }
+        let mut seen = vec![from.to_string()];
+        let mut cur = target.to_string();
+        for _ in 0..MAX_REWRITES {
+            let (path, query) = split(&cur);
+            if seen.iter().any(|s| s == path) {
+                seen.push(path.to_string());
+                return Some(seen);
+            }
+            let (rule, next) = self.first(path, query)?;
+            if rule.action == Action::Rewrite && next == cur {
+                return None;
+            }
+            seen.push(path.to_string());
+            if let Action::Redirect(_) = rule.action {
+                if !next.starts_with('/') || next.starts_with("//") {
+                    return None;
+                }
+            }
+            cur = next;
+        }
+        seen.push(cur);
+        Some(seen)
+    }
+}
+
+fn reason(s: StatusCode) -> &'static str {
+    s.canonical_reason().unwrap_or("Redirect")
+}
+
+fn looped(what: &str, chain: &[String]) -> Response {
+    tracing::warn!("{what} loop, answered 500: {}", chain.join(" -> "));
+    crate::policy::plain(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn rules(list: &[(&str, &str, Option<u16>, bool)]) -> Redirects {
+        Redirects::new(
+            list.iter()
+                .map(|(f, t, s, rw)| {
+                    Rule::from_raw(&RawRedirect {
+                        from: f.to_string(),
+                        to: t.to_string(),
+                        status: *s,
+                        rewrite: Some(*rw),
+                    })
+                    .unwrap()
+                })
+                .collect(),
+        )
+    }
+
+    fn req(target: &str) -> Request {
+        selvedge::http::Request::builder().uri(target).body(Bytes::new()).unwrap().into()
+    }
+
+    fn location(o: Outcome) -> (u16, Option<String>) {
+        match o {
+            Outcome::Answer(r) => {
+                (r.status().as_u16(), r.header_value(&header::LOCATION).map(|v| v.to_str().unwrap().to_string()))
+            }
+            Outcome::Route => (0, None),
+        }
+    }
+
+    #[test]
+    fn captures_query_and_status() {
+        let r = rules(&[
+            ("^/old/(.*)$", "/new/$1", Some(301), false),
+            ("^/ext/(?P<rest>.*)$", "https://example.com/${rest}?from=ext", Some(308), false),
+            ("^/app/.*$", "/app/index.html", None, true),
+        ]);
+        assert_eq!(location(r.apply(&mut req("/old/a/b?x=1"))), (301, Some("/new/a/b?x=1".into())));
+        assert_eq!(location(r.apply(&mut req("/ext/p?q=1"))), (308, Some("https://example.com/p?from=ext".into())));
+        let mut q = req("/app/deep/link?z=9");
+        assert!(matches!(r.apply(&mut q), Outcome::Route));
+        assert_eq!(q.target(), "/app/index.html?z=9");
+        let mut q = req("/other");
+        assert!(matches!(r.apply(&mut q), Outcome::Route));
+        assert_eq!(q.target(), "/other");
+    }
+
+    #[test]
+    fn loops_are_500() {
+        let r = rules(&[("^/a$", "/b", None, true), ("^/b$", "/a", None, true)]);
+        assert_eq!(location(r.apply(&mut req("/a"))).0, 500);
+        let r = rules(&[("^/x$", "/y", Some(302), false), ("^/y$", "/x", Some(302), false)]);
+        assert_eq!(location(r.apply(&mut req("/x"))).0, 500);
+        let r = rules(&[("^/(.*)$", "/new/$1", Some(301), false)]);
+        assert_eq!(location(r.apply(&mut req("/p"))).0, 500, "/new/p matches again, and again");
+        // A chain that ends is fine.
+        let r = rules(&[("^/1$", "/2", Some(301), false), ("^/2$", "/3", Some(301), false)]);
+        assert_eq!(location(r.apply(&mut req("/1"))), (301, Some("/2".into())));
+        // A rewrite into a redirect.
+        let r = rules(&[("^/r$", "/s", None, true), ("^/s$", "/t", Some(307), false)]);
+        assert_eq!(location(r.apply(&mut req("/r"))), (307, Some("/t".into())));
+    }
+
+    #[test]
+    fn config_errors() {
+        let raw = |f: &str, t: &str, s: Option<u16>, rw: Option<bool>| {
+            Rule::from_raw(&RawRedirect { from: f.into(), to: t.into(), status: s, rewrite: rw })
+        };
+        assert!(raw("(", "/x", None, None).is_err());
+        assert!(raw("^/a", "/x", Some(200), None).is_err());
+        assert!(raw("^/a", "https://x", None, Some(true)).is_err());
+        assert!(raw("^/a", "/x y", None, None).is_err());
+        assert!(raw("^/a", "/x", Some(301), Some(true)).is_err());
+    }
+}
