@@ -122,6 +122,32 @@ pub struct ServeArgs {
     /// After binding, run as this group [default: the user's primary group]
     #[arg(short, long, value_name = "GROUP", env = "SELVEDGE_GROUP")]
     pub group: Option<String>,
+    /// Answer 404 for directories without an index file instead of listing them
+    #[arg(long, env = "SELVEDGE_NO_LISTING")]
+    pub no_listing: bool,
+    /// A single-page app: serve this file (under DIR, "/index.html") with 200 for page
+    /// requests of paths with no file
+    #[arg(long, visible_alias = "spa", value_name = "FILE", env = "SELVEDGE_FALLBACK")]
+    pub fallback: Option<String>,
+    /// Allow cross-origin requests (CORS) from these origins ("https://app.example", or
+    /// "*" for any), comma-separated or repeated
+    #[arg(long, value_name = "ORIGIN", env = "SELVEDGE_CORS", value_delimiter = ',')]
+    pub cors: Vec<String>,
+    /// Require HTTP Basic authentication against this htpasswd file (bcrypt or {SHA} entries)
+    #[arg(long, value_name = "HTPASSWD", env = "SELVEDGE_AUTH")]
+    pub auth: Option<PathBuf>,
+    /// Add a field to every response: "Name: value" ("-Name" removes one), repeated
+    #[arg(
+        long = "header",
+        value_name = "NAME: VALUE",
+        env = "SELVEDGE_HEADERS",
+        value_delimiter = '\n',
+        allow_hyphen_values = true
+    )]
+    pub headers: Vec<String>,
+    /// Do not compress responses on the fly (gzip/brotli for compressible types is on)
+    #[arg(long, env = "SELVEDGE_NO_COMPRESS")]
+    pub no_compress: bool,
 }
 
 /// What the command line asks for.
@@ -197,7 +223,15 @@ fn action(cli: Cli, matches: &clap::ArgMatches) -> Result<Action, String> {
 
 /// The configuration `selvedge serve` runs. `default_addr`: neither --host nor --port was
 /// given (then `SELVEDGE_ADDR=IP:PORT`, the older variable, is taken if set).
-fn serve_config(a: ServeArgs, default_addr: bool) -> Result<Config, String> {
+fn serve_config(mut a: ServeArgs, default_addr: bool) -> Result<Config, String> {
+    let flags = RouteFlags {
+        no_listing: a.no_listing,
+        fallback: a.fallback.take(),
+        cors: std::mem::take(&mut a.cors),
+        auth: a.auth.take(),
+        headers: std::mem::take(&mut a.headers),
+        no_compress: a.no_compress,
+    };
     let root = match a.dir {
         Some(d) => d,
         None => std::env::current_dir().map_err(|e| format!("current directory: {e}"))?,
@@ -230,6 +264,7 @@ fn serve_config(a: ServeArgs, default_addr: bool) -> Result<Config, String> {
         },
         ..LogConfig::default()
     };
+    route_flags(&mut cfg, &flags)?;
     cfg.pid_file = a.pid_file;
     cfg.user = a.user;
     cfg.group = a.group;
@@ -247,6 +282,58 @@ fn serve_config(a: ServeArgs, default_addr: bool) -> Result<Config, String> {
         }
     }
     Ok(cfg)
+}
+
+/// The route settings `serve` takes as flags.
+struct RouteFlags {
+    no_listing: bool,
+    fallback: Option<String>,
+    cors: Vec<String>,
+    auth: Option<PathBuf>,
+    headers: Vec<String>,
+    no_compress: bool,
+}
+
+/// Applies the route flags (listing, fallback, CORS, auth, headers, compression) to the
+/// route `serve` makes.
+fn route_flags(cfg: &mut Config, a: &RouteFlags) -> Result<(), String> {
+    use crate::policy::{auth::AuthConfig, cors::CorsConfig, HeaderRules, Policy};
+    for r in cfg.vhosts.iter_mut().flat_map(|v| v.routes.iter_mut()) {
+        if !a.cors.is_empty() {
+            r.policy.cors = Some(CorsConfig::for_origins(&a.cors).map_err(|e| format!("--{e}"))?);
+        }
+        if let Some(f) = &a.auth {
+            let realm = "selvedge".to_string();
+            r.policy.auth = Some(AuthConfig::from_file(f, realm).map_err(|e| format!("--{e}"))?);
+        }
+        let mut table = std::collections::BTreeMap::new();
+        for h in &a.headers {
+            match h.strip_prefix('-') {
+                Some(name) => table.insert(format!("-{}", name.trim()), String::new()),
+                None => {
+                    let (n, v) = h.split_once(':').ok_or_else(|| format!("--header {h:?}: write \"Name: value\""))?;
+                    table.insert(n.trim().to_string(), v.trim().to_string())
+                }
+            };
+        }
+        r.policy.headers = HeaderRules::from_raw(&table).map_err(|e| format!("--header: {e}"))?;
+        r.compress = !a.no_compress;
+        let fields = Policy::fixed_fields(&r.policy);
+        if let crate::config::RouteKind::Static { opts, .. } = &mut r.kind {
+            opts.listing = !a.no_listing;
+            opts.compress = !a.no_compress;
+            opts.fields = fields;
+            if let Some(f) = &a.fallback {
+                let f = if f.starts_with('/') { f.clone() } else { format!("/{f}") };
+                let inside = f.trim_start_matches('/').split('/').all(|s| !s.is_empty() && s != "." && s != "..");
+                if !inside {
+                    return Err(format!("--fallback {f:?}: a file under the directory (\"/index.html\")"));
+                }
+                opts.fallback = Some(f);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn parse_listen(text: &str) -> Result<selvedge::Listen, String> {

@@ -179,6 +179,48 @@ fn serve_lists_directories_and_a_config_route_only_when_asked() {
 }
 
 #[test]
+fn serve_flags_for_route_features() {
+    let d = TempDir::new("serve-flags");
+    d.write("site/index.html", "<html>shell</html>\n");
+    d.write("site/sub/a.js", "let x = 1;\n".repeat(100));
+    let sha = "{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M="; // "test"
+    d.write("users", format!("u:{sha}\n"));
+    let site = d.path().join("site");
+    let users = d.path().join("users");
+    let srv = Srv::start(&[
+        "serve",
+        site.to_str().unwrap(),
+        "--port",
+        "0",
+        "--spa",
+        "index.html",
+        "--cors",
+        "https://app.example",
+        "--header",
+        "X-Frame-Options: DENY",
+        "--header",
+        "-Last-Modified",
+        "--no-compress",
+        "--no-listing",
+        "--auth",
+        users.to_str().unwrap(),
+    ]);
+    let auth = "Authorization: Basic dTp0ZXN0";
+    for p in BOTH {
+        assert_eq!(fetch(p, &srv, "/deep/link", &[]).status, 401);
+        let r =
+            fetch(p, &srv, "/deep/link", &["-H", auth, "-H", "Accept: text/html", "-H", "Origin: https://app.example"]);
+        assert_eq!((r.status, r.text().as_str()), (200, "<html>shell</html>\n"));
+        assert_eq!(r.header("access-control-allow-origin"), Some("https://app.example"));
+        assert_eq!(r.header("x-frame-options"), Some("DENY"));
+        assert!(r.header("last-modified").is_none());
+        let js = fetch(p, &srv, "/sub/a.js", &["-H", auth, "-H", "Accept-Encoding: br"]);
+        assert_eq!((js.status, js.header("content-encoding")), (200, None), "--no-compress");
+        assert_eq!(fetch(p, &srv, "/sub/", &["-H", auth]).status, 404, "--no-listing");
+    }
+}
+
+#[test]
 fn spa_fallback_serves_the_app_for_page_requests_only() {
     let d = TempDir::new("fallback");
     let index = "<!DOCTYPE html><html><body><div id=\"app\">the app</div></body></html>\n";

@@ -81,6 +81,15 @@ impl AuthConfig {
         Ok(AuthConfig { realm, users })
     }
 
+    /// Reads `file` (`serve --auth`).
+    ///
+    /// # Errors
+    /// As [`AuthConfig::from_raw`].
+    pub fn from_file(file: &Path, realm: String) -> Result<AuthConfig, String> {
+        let raw = RawAuth { realm: Some(realm), htpasswd: file.display().to_string() };
+        AuthConfig::from_raw(&raw, &|p| std::path::PathBuf::from(p))
+    }
+
     /// Number of users.
     pub fn len(&self) -> usize {
         self.users.len()

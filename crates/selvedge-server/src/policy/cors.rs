@@ -53,6 +53,21 @@ pub struct CorsConfig {
 }
 
 impl CorsConfig {
+    /// The settings for these origins and every default (`serve --cors`).
+    ///
+    /// # Errors
+    /// As [`CorsConfig::from_raw`].
+    pub fn for_origins(origins: &[String]) -> Result<CorsConfig, String> {
+        CorsConfig::from_raw(&RawCors {
+            origins: origins.to_vec(),
+            methods: None,
+            headers: None,
+            expose: None,
+            credentials: None,
+            max_age: None,
+        })
+    }
+
     /// Checks the table as written.
     ///
     /// # Errors
