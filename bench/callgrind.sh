@@ -5,11 +5,21 @@
 #
 #   bench/callgrind.sh hello            # examples/hello, the 612-byte page from memory
 #   bench/callgrind.sh server           # selvedge --config, bench/site/index.html from its cache
+#   bench/callgrind.sh server FEATURE   # the same with one route feature on (docs/config.md,
+#                                       # "What the route features cost"):
+#     idle      listing, fallback, a redirect rule, cors and compress configured, none matching
+#     headers   three response fields (headers = {...})
+#     cors      an allowed Origin on every request (cors = { origins = [...] })
+#     auth      Basic auth, the same bcrypt credentials on every request (remembered)
+#     rate      a rate limit every request passes (one client address)
+#     ip        an allow list the client is on
+#     compress  Accept-Encoding: br on every request (the page's kept brotli copy)
 #
 # Env: PORT (18081), DURATION (8s), OUT (callgrind output file; kept for callgrind_annotate).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 what=${1:-hello}
+feature=${2:-}
 PORT=${PORT:-18081}
 DURATION=${DURATION:-8s}
 OUT=${OUT:-$(mktemp -t callgrind.XXXXXX)}
@@ -17,6 +27,7 @@ for t in valgrind wrk callgrind_annotate; do
     command -v "$t" >/dev/null || { echo "needs $t" >&2; exit 1; }
 done
 tmp=$(mktemp -d)
+wrk_args=()
 trap 'rm -rf "$tmp"' EXIT
 case $what in
     hello)
@@ -26,6 +37,33 @@ case $what in
         path=/index.html ;;
     server)
         cargo build -q --release -p selvedge-server
+        extra=""
+        case $feature in
+            "") ;;
+            idle)
+                extra='listing = true
+fallback = "/index.html"
+cors = { origins = ["https://app.example"] }
+[[vhost.redirect]]
+from = "^/old/(.*)$"
+to = "/new/$1"' ;;
+            headers)
+                extra='headers = { "X-Frame-Options" = "DENY", "X-Content-Type-Options" = "nosniff", "Content-Security-Policy" = "default-src '"'self'"'" }' ;;
+            cors)
+                extra='cors = { origins = ["https://app.example"] }'
+                wrk_args=(-H "Origin: https://app.example") ;;
+            auth)
+                echo 'u:$2b$10$GvUhoKSiy4oupMl7Tz1vduIA7ow/z1kMzg1g9pUvA./CLQIX/h4am' >"$tmp/users"
+                extra="auth = { htpasswd = \"$tmp/users\" }"
+                wrk_args=(-H "Authorization: Basic dTpiZW5jaA==") ;;
+            rate)
+                extra='rate = { requests = 1000000000, per = "1s" }' ;;
+            ip)
+                extra='allow = ["10.0.0.0/8", "127.0.0.0/8", "::1"]' ;;
+            compress)
+                wrk_args=(-H "Accept-Encoding: br") ;;
+            *) echo "unknown feature $feature" >&2; exit 2 ;;
+        esac
         cat >"$tmp/selvedge.toml" <<TOML
 [server]
 workers = 1
@@ -40,18 +78,19 @@ access = "off"
 [[vhost.route]]
 path = "/"
 root = "$PWD/bench/site"
+$extra
 TOML
         cmd=(target/release/selvedge --config "$tmp/selvedge.toml")
         path=/index.html ;;
-    *) echo "usage: $0 hello|server" >&2; exit 2 ;;
+    *) echo "usage: $0 hello|server [FEATURE]" >&2; exit 2 ;;
 esac
 valgrind --tool=callgrind --callgrind-out-file="$OUT" "${cmd[@]}" >"$tmp/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 50); do
-    curl -sf -o /dev/null "http://127.0.0.1:$PORT$path" && break
+    curl -sf -o /dev/null "${wrk_args[@]}" "http://127.0.0.1:$PORT$path" && break
     sleep 0.2
 done
-n=$(wrk -t1 -c50 -d"$DURATION" "http://127.0.0.1:$PORT$path" | awk '/requests in/ { print $1 }')
+n=$(wrk -t1 -c50 -d"$DURATION" "${wrk_args[@]}" "http://127.0.0.1:$PORT$path" | awk '/requests in/ { print $1 }')
 kill -INT "$pid" 2>/dev/null || true
 sleep 3
 kill "$pid" 2>/dev/null || true
@@ -62,4 +101,4 @@ if [[ -z $total || -z $n || $n == 0 ]]; then
     cat "$tmp/server.log" >&2
     exit 1
 fi
-echo "$what: $n requests, $total instructions, $((total / n)) per request (profile: $OUT)"
+echo "$what${feature:+ $feature}: $n requests, $total instructions, $((total / n)) per request (profile: $OUT)"

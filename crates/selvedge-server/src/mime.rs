@@ -111,7 +111,17 @@ pub fn for_path(path: &Path) -> &'static str {
 
 /// Whether a type is worth a precompressed sibling (text-like).
 pub fn compressible(mime: &str) -> bool {
-    mime.starts_with("text/") || mime.contains("json") || mime.contains("xml") || mime.ends_with("javascript")
+    compressible_bytes(mime.as_bytes())
+}
+
+/// [`compressible`] on a header value's bytes.
+pub fn compressible_bytes(m: &[u8]) -> bool {
+    let has = |t: &[u8]| m.windows(t.len()).any(|w| w == t);
+    m.starts_with(b"text/")
+        || has(b"json")
+        || has(b"xml")
+        || m.ends_with(b"javascript")
+        || matches!(m, b"application/wasm" | b"image/x-icon" | b"font/ttf" | b"font/otf")
 }
 
 #[cfg(test)]

@@ -79,18 +79,11 @@ impl Vhost {
     }
 }
 
-/// What [`Site::respond_now`] made of a request.
-#[derive(Debug)]
-pub enum Now {
-    /// The answer.
-    Done(Response),
-    /// The route waits (CGI, proxy, or a bcrypt check): [`Site::handle_waiting`].
-    Wait(Waiting),
-}
-
-/// A routed request that waits: where it goes and what its checks found.
+/// A routed request that waits (CGI, proxy, or a bcrypt check): the site it was routed
+/// on, where it goes and what its checks found; [`Site::handle_waiting`] serves it.
 #[derive(Debug)]
 pub struct Waiting {
+    site: Arc<Site>,
     vhost: usize,
     route: usize,
     admitted: Option<Admitted>,
@@ -203,29 +196,33 @@ impl Site {
     }
 
     /// Answers at once what needs no waiting: redirects, static files, unrouted paths, the
-    /// answers of a route's checks. A rewrite changes `req` in place. [`Now::Wait`]: the
-    /// route is CGI or a proxy, or a bcrypt check is due ([`Site::handle_waiting`]).
-    pub fn respond_now(&self, req: &mut Request) -> Now {
-        let Some(vi) = self.vhost(req) else { return Now::Done(not_found()) };
+    /// answers of a route's checks. A rewrite changes `req` in place. `Err`: the route is
+    /// CGI or a proxy, or a bcrypt check is due ([`Site::handle_waiting`]).
+    ///
+    /// # Errors
+    /// Not an error: the request waits.
+    pub fn respond_now(self: &Arc<Site>, req: &mut Request) -> Result<Response, Box<Waiting>> {
+        let Some(vi) = self.vhost(req) else { return Ok(not_found()) };
         let vhost = &self.vhosts[vi];
         if !vhost.redirects.is_empty() {
             if let redirect::Outcome::Answer(res) = vhost.redirects.apply(req) {
-                return Now::Done(res);
+                return Ok(res);
             }
         }
-        let Some(ri) = vhost.route(req.path_bytes()) else { return Now::Done(not_found()) };
+        let Some(ri) = vhost.route(req.path_bytes()) else { return Ok(not_found()) };
         let route = &vhost.routes[ri];
-        let wait = |admitted, verify| Now::Wait(Waiting { vhost: vi, route: ri, admitted, verify });
+        let wait =
+            |admitted, verify| Err(Box::new(Waiting { site: self.clone(), vhost: vi, route: ri, admitted, verify }));
         let Some(policy) = &route.policy else {
             return match &route.app {
-                RouteApp::Static(s) => Now::Done(s.respond(req)),
+                RouteApp::Static(s) => Ok(s.respond(req)),
                 _ => wait(None, None),
             };
         };
         match policy.check(req) {
-            Check::Answer(res) => Now::Done(policy.finish(res, None, false)),
+            Check::Answer(res) => Ok(policy.finish(res, None, false)),
             Check::Pass(admitted) => match &route.app {
-                RouteApp::Static(s) => Now::Done(policy.finish(s.respond(req), Some(&admitted), true)),
+                RouteApp::Static(s) => Ok(policy.finish(s.respond(req), Some(&admitted), true)),
                 _ => wait(Some(admitted), None),
             },
             Check::Verify(admitted, v) => wait(Some(admitted), Some(v)),
@@ -234,9 +231,10 @@ impl Site {
 
     /// Serves a request [`Site::respond_now`] left waiting: the bcrypt check, then the app
     /// (routed again after a CGI script's local redirect, with that route's checks).
-    pub async fn handle_waiting(&self, mut req: Request, w: Waiting) -> Response {
-        let vhost = &self.vhosts[w.vhost];
-        let (mut ri, mut admitted, mut verify) = (w.route, w.admitted, w.verify);
+    pub async fn handle_waiting(mut req: Request, w: Box<Waiting>) -> Response {
+        let Waiting { site, vhost: vi, route, admitted, verify } = *w;
+        let vhost = &site.vhosts[vi];
+        let (mut ri, mut admitted, mut verify) = (route, admitted, verify);
         let mut redirects = 0;
         loop {
             let route = &vhost.routes[ri];
@@ -410,15 +408,11 @@ impl App for Front {
         // checks) wait (boxed), with the site they were routed on.
         let (log, pending, now) = self.with_current(|site, log| {
             let pending = log.as_ref().map(|l| l.begin(&req));
-            let now = match site.respond_now(&mut req) {
-                Now::Done(res) => Ok(res),
-                Now::Wait(w) => Err((site.clone(), w)),
-            };
-            (log.clone(), pending, now)
+            (log.clone(), pending, site.respond_now(&mut req))
         });
         let mut res = match now {
             Ok(res) => res,
-            Err((site, w)) => Box::pin(async move { site.handle_waiting(req, w).await }).await,
+            Err(w) => Box::pin(Site::handle_waiting(req, w)).await,
         };
         if let (Some(log), Some(p)) = (&log, pending) {
             log.finish(p, &res);

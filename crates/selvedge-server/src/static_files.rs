@@ -365,12 +365,12 @@ impl StaticFiles {
 
         // Precompressed siblings (found and validated with the file by the cache).
         let mut encoding = None;
-        let mut vary = false;
+        let mut vary_siblings = false;
         let mut f = f;
         if self.opts.precompressed && !entry.siblings.is_empty() && mime::compressible(content_type()) {
             let accept = fields.accept_encoding.unwrap_or(b"");
             let inside = |s: &&Sibling| self.opts.symlinks_outside || self.inside(&s.info.real);
-            vary = entry.siblings.iter().any(|s| inside(&s));
+            vary_siblings = entry.siblings.iter().any(|s| inside(&s));
             for s in entry.siblings.iter().filter(inside) {
                 let coding = if s.ext == "gz" { "gzip" } else { s.ext };
                 if accepts(accept, coding) {
@@ -380,13 +380,20 @@ impl StaticFiles {
                 }
             }
         }
-        // On-the-fly compression: a copy kept with the entry, or compressed as sent.
+        // On-the-fly compression: a copy kept with the entry, or compressed as sent. The
+        // type is only looked at when it matters (a client accepting a coding, or fields
+        // being rendered), not for every request of a file whose fields are shared.
+        let precompressed = encoding.is_some();
+        let dynamic = || match &self.compression {
+            Some(c) if !precompressed && f.size >= c.config().min_size => Some(c),
+            _ => None,
+        };
+        let compressible = || mime::compressible_bytes(ct.as_bytes());
         let mut variant = None;
         let mut stream = None;
-        if let Some(c) = &self.compression {
-            if encoding.is_none() && f.size >= c.config().min_size && mime::compressible(content_type()) {
-                vary = true;
-                if let (None, Some(coding)) = (fields.range, c.choose(fields.accept_encoding)) {
+        if let (Some(accept), None) = (fields.accept_encoding, fields.range) {
+            if let Some(c) = dynamic() {
+                if let Some(coding) = c.choose(Some(accept)).filter(|_| compressible()) {
                     match c.variant(entry, f, coding) {
                         Some(v) if v.bytes.is_some() => variant = Some((v, coding)),
                         Some(_) => {}
@@ -395,6 +402,8 @@ impl StaticFiles {
                 }
             }
         }
+        let vary_cell = std::cell::OnceCell::new();
+        let vary = || *vary_cell.get_or_init(|| vary_siblings || (dynamic().is_some() && compressible()));
         let etag = match &variant {
             Some((v, _)) => &v.etag,
             None => &f.etag,
@@ -417,7 +426,7 @@ impl StaticFiles {
             if let Some(cc) = &self.cache_control {
                 h.push((header::CACHE_CONTROL, cc.clone()));
             }
-            if vary {
+            if vary() {
                 h.push((header::VARY, HeaderValue::from_static("Accept-Encoding")));
             }
         };
@@ -541,6 +550,7 @@ struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
+    #[inline(always)]
     fn of(req: &'a Request) -> Fields<'a> {
         let mut f = Fields::default();
         for (name, value) in req.header_bytes() {

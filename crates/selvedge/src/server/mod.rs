@@ -433,20 +433,15 @@ async fn accept_loop<A: App>(
                     let handle = timer.handle();
                     #[cfg(feature = "tls")]
                     let task = match &tls.0 {
-                        Some(tc) => tokio::spawn(per_ip::holding(
-                            slot,
-                            serve_tls(sock, tc.clone(), peer, app.clone(), cfg.clone(), timer),
-                        )),
-                        None => tokio::spawn(per_ip::holding(
-                            slot,
-                            crate::h1::conn::serve(sock, peer, app.clone(), cfg.clone(), timer),
-                        )),
+                        Some(tc) => {
+                            per_ip::spawn(slot, serve_tls(sock, tc.clone(), peer, app.clone(), cfg.clone(), timer))
+                        }
+                        None => {
+                            per_ip::spawn(slot, crate::h1::conn::serve(sock, peer, app.clone(), cfg.clone(), timer))
+                        }
                     };
                     #[cfg(not(feature = "tls"))]
-                    let task = tokio::spawn(per_ip::holding(
-                        slot,
-                        crate::h1::conn::serve(sock, peer, app.clone(), cfg.clone(), timer),
-                    ));
+                    let task = per_ip::spawn(slot, crate::h1::conn::serve(sock, peer, app.clone(), cfg.clone(), timer));
                     handle.set_abort(task.abort_handle());
                     if group.is_full() {
                         break;
