@@ -5,7 +5,7 @@
 # and then (LOGGING=both, the default) on, to price the log.
 # See bench/README.md. Env: SERVERS ROUNDS CONNS DURATION BIG_CONNS BIG_DURATION WARMUP
 # CASES ("small big") LOGGING (off|on|both) SELVEDGE_BIN SELVEDGE_NOTSENT_LOWAT SERVER_CPU CLIENT_CPU
-# KEEP_TMP.
+# KEEP_TMP; SERVERS may add selvedge-features (route features configured, not matching).
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
@@ -56,6 +56,7 @@ size = 1073741824
 [[vhost.route]]
 path = "/"
 root = "$SITE_DIR"
+${SELVEDGE_ROUTE_EXTRA:-}
 EOF
     SRV_CMD=("$SELVEDGE_BIN" --config "$dir/selvedge.toml")
     SRV_LOG=$dir/stdout.log
@@ -65,6 +66,18 @@ EOF
 srv_selvedge-alt() {
     [[ -n ${SELVEDGE_ALT_BIN:-} ]] || { SRV_WHY="SELVEDGE_ALT_BIN is not set"; return 1; }
     SELVEDGE_BIN=$SELVEDGE_ALT_BIN srv_selvedge "$@"
+}
+
+# selvedge-features: the same with the everyday route features configured but not
+# matching this page (docs/route-features.md): directory listings, a SPA fallback, CORS
+# (wrk sends no Origin), compression (no Accept-Encoding) and a redirect rule; no headers.
+srv_selvedge-features() {
+    SELVEDGE_ROUTE_EXTRA='listing = true
+fallback = "/index.html"
+cors = { origins = ["https://app.example"] }
+[[vhost.redirect]]
+from = "^/old/(.*)$"
+to = "/new/$1"' srv_selvedge "$@"
 }
 
 # selvedge-sendfile: the same, but small files are sent with send(MSG_MORE) + sendfile

@@ -129,7 +129,7 @@ pub struct ServeArgs {
     /// requests of paths with no file
     #[arg(long, visible_alias = "spa", value_name = "FILE", env = "SELVEDGE_FALLBACK")]
     pub fallback: Option<String>,
-    /// Allow cross-origin requests (CORS) from these origins ("https://app.example", or
+    /// Allow cross-origin requests (CORS) from these origins ("scheme://host:port", or
     /// "*" for any), comma-separated or repeated
     #[arg(long, value_name = "ORIGIN", env = "SELVEDGE_CORS", value_delimiter = ',')]
     pub cors: Vec<String>,

@@ -7,13 +7,19 @@
 //!    404 unless `dotfiles` is on. So nothing built from the URL can climb out of the root.
 //! 3. The file cache says what the path is (no system call when cached). A directory
 //!    without a trailing slash is redirected (301) to the slash form; with one, its index
-//!    file is served. A file whose real path (symlinks resolved) is outside the root is a
-//!    404 unless `symlinks_outside` allows it.
+//!    file is served, else its listing (`listing`, see [`crate::listing`]). A file whose
+//!    real path (symlinks resolved) is outside the root is a 404 unless `symlinks_outside`
+//!    allows it. No file: the `fallback` file for a page request (200, `Vary: Accept`),
+//!    else 404.
 //! 4. A `.br` or `.gz` sibling is served instead when `Accept-Encoding` allows it
-//!    (`Content-Encoding`, `Vary: Accept-Encoding`).
+//!    (`Content-Encoding`, `Vary: Accept-Encoding`); without one, `compress` gives a copy
+//!    compressed once and kept with the cache entry ([`crate::compression`]).
 //! 5. Conditionals (`If-Match`, `If-Unmodified-Since`, `If-None-Match`,
 //!    `If-Modified-Since`) give 304/412; then `If-Range` + `Range` give 206 (one range from
 //!    the file, several as `multipart/byteranges`) or 416; else 200.
+//!
+//! The route's fixed fields (`headers`, `Vary: Origin`) go on every answer; on the whole
+//! file's they are rendered once with the file's own shared fields.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
