@@ -15,7 +15,7 @@
 //! path through the rules (after at most [`MAX_REWRITES`] steps) is a loop too: 500 and a
 //! log line, instead of a browser bouncing between two URLs.
 
-use regex::Regex;
+use regex::bytes::Regex;
 use selvedge::http::{header, HeaderValue, StatusCode};
 use selvedge::{Request, Response};
 use serde::Deserialize;
@@ -57,7 +57,7 @@ impl Rule {
     /// A bad regular expression, a status that is not a redirect, a rewrite target that
     /// is not a path, a target that cannot go in a header.
     pub fn from_raw(r: &RawRedirect) -> Result<Rule, String> {
-        let from = regex::RegexBuilder::new(&r.from)
+        let from = regex::bytes::RegexBuilder::new(&r.from)
             .size_limit(1 << 20)
             .build()
             .map_err(|e| format!("redirect from: {}", e.to_string().lines().last().unwrap_or("invalid")))?;
@@ -81,10 +81,12 @@ impl Rule {
     }
 
     /// The target for `path` (`None`: no match), the query kept unless the target has one.
-    fn target(&self, path: &str, query: Option<&str>) -> Option<String> {
+    fn target(&self, path: &[u8], query: Option<&str>) -> Option<String> {
         let caps = self.from.captures(path)?;
-        let mut t = String::new();
-        caps.expand(&self.to, &mut t);
+        let mut t = Vec::new();
+        caps.expand(self.to.as_bytes(), &mut t);
+        // Captures of a request path (visible ASCII) and a checked `to`: always UTF-8.
+        let mut t = String::from_utf8(t).ok()?;
         if let (false, Some(q)) = (t.contains('?'), query) {
             t.push('?');
             t.push_str(q);
@@ -126,15 +128,20 @@ impl Redirects {
         self.rules.is_empty()
     }
 
-    fn first(&self, path: &str, query: Option<&str>) -> Option<(&Rule, String)> {
-        self.rules.iter().find_map(|r| r.target(path, query).map(|t| (r, t)))
+    fn first(&self, path: &[u8], query: Option<&str>) -> Option<(&Rule, String)> {
+        let rule = self.rules.iter().find(|r| r.from.is_match(path))?;
+        Some((rule, rule.target(path, query)?))
     }
 
     /// Applies the rules to `req`: rewrites it in place, or answers.
     pub fn apply(&self, req: &mut Request) -> Outcome {
         let mut chain: Vec<String> = Vec::new();
         loop {
-            let Some((rule, target)) = self.first(req.path(), req.query()) else { return Outcome::Route };
+            // A path no rule matches costs a match test per rule (no captures, no query).
+            let Some(rule) = self.rules.iter().find(|r| r.from.is_match(req.path_bytes())) else {
+                return Outcome::Route;
+            };
+            let Some(target) = rule.target(req.path_bytes(), req.query()) else { return Outcome::Route };
             match rule.action {
                 Action::Rewrite => {
                     if target == req.target() {
@@ -183,7 +190,7 @@ impl Redirects {
                 seen.push(path.to_string());
                 return Some(seen);
             }
-            let (rule, next) = self.first(path, query)?;
+            let (rule, next) = self.first(path.as_bytes(), query)?;
             if rule.action == Action::Rewrite && next == cur {
                 return None;
             }

@@ -87,7 +87,7 @@ pub struct Waiting {
     vhost: usize,
     route: usize,
     admitted: Option<Admitted>,
-    verify: Option<crate::policy::auth::Verify>,
+    verify: Option<Box<crate::policy::auth::Verify>>,
 }
 
 /// `prefix` matches `path` on a segment boundary (`/a` matches `/a`, `/a/b`, not `/ab`).

@@ -136,6 +136,8 @@ impl CorsConfig {
 #[derive(Debug)]
 pub struct Cors {
     cfg: CorsConfig,
+    /// Each allowed origin as a header value, made once (answering one is a clone).
+    origin_values: Vec<HeaderValue>,
     /// `Access-Control-Allow-Methods` of preflights.
     methods: HeaderValue,
     /// `Access-Control-Allow-Headers` of preflights (`None`: echo what is asked).
@@ -163,6 +165,11 @@ impl Cors {
     pub fn new(cfg: &CorsConfig) -> Cors {
         let join = |v: &[String]| HeaderValue::try_from(v.join(", ")).expect("tokens");
         Cors {
+            origin_values: cfg
+                .origins
+                .iter()
+                .map(|o| HeaderValue::try_from(o.as_str()).expect("checked origin"))
+                .collect(),
             methods: join(&cfg.methods),
             headers: cfg.headers.as_ref().map(|h| join(h)),
             expose: (!cfg.expose.is_empty()).then(|| join(&cfg.expose)),
@@ -182,11 +189,7 @@ impl Cors {
             return Some(HeaderValue::from_static("*"));
         }
         // Browsers send the serialized origin, lower case.
-        self.cfg
-            .origins
-            .iter()
-            .any(|o| o.as_bytes() == origin)
-            .then(|| HeaderValue::from_bytes(origin).expect("equal to a checked origin"))
+        self.origin_values.iter().find(|o| o.as_bytes() == origin).cloned()
     }
 
     /// Looks at `req`: answers a preflight, or says what the response gets.
@@ -195,13 +198,13 @@ impl Cors {
         let mut acrm = None;
         let mut acrh = None;
         for (name, value) in req.header_bytes() {
-            if name.eq_ignore_ascii_case(b"origin") {
-                origin.get_or_insert(value);
-            } else if name.eq_ignore_ascii_case(b"access-control-request-method") {
-                acrm.get_or_insert(value);
-            } else if name.eq_ignore_ascii_case(b"access-control-request-headers") {
-                acrh.get_or_insert(value);
-            }
+            let slot = match name.len() {
+                6 if name.eq_ignore_ascii_case(b"origin") => &mut origin,
+                29 if name.eq_ignore_ascii_case(b"access-control-request-method") => &mut acrm,
+                30 if name.eq_ignore_ascii_case(b"access-control-request-headers") => &mut acrh,
+                _ => continue,
+            };
+            slot.get_or_insert(value);
         }
         let Some(origin) = origin else { return CorsCheck::Request(None) };
         let allowed = self.allow(origin);
@@ -246,21 +249,25 @@ impl Cors {
         CorsCheck::Preflight(res.header(header::VARY, VARY_PREFLIGHT.clone()))
     }
 
-    /// Adds the CORS fields of an allowed origin's response.
-    pub fn finish(&self, res: &mut Response, allow_origin: HeaderValue) {
-        let h = res.headers_mut();
-        h.retain(|(n, _)| {
-            n != header::ACCESS_CONTROL_ALLOW_ORIGIN
-                && n != header::ACCESS_CONTROL_ALLOW_CREDENTIALS
-                && n != header::ACCESS_CONTROL_EXPOSE_HEADERS
-        });
-        h.push((header::ACCESS_CONTROL_ALLOW_ORIGIN, allow_origin));
+    /// Adds the CORS fields of an allowed origin's response. `own`: the response is the
+    /// server's own (a static file's), with no CORS fields of an app to replace, so the
+    /// fields are appended after its shared ones without copying those.
+    pub fn finish(&self, mut res: Response, allow_origin: HeaderValue, own: bool) -> Response {
+        if !own {
+            res.headers_mut().retain(|(n, _)| {
+                n != header::ACCESS_CONTROL_ALLOW_ORIGIN
+                    && n != header::ACCESS_CONTROL_ALLOW_CREDENTIALS
+                    && n != header::ACCESS_CONTROL_EXPOSE_HEADERS
+            });
+        }
+        res = res.header(header::ACCESS_CONTROL_ALLOW_ORIGIN, allow_origin);
         if self.cfg.credentials {
-            h.push((header::ACCESS_CONTROL_ALLOW_CREDENTIALS, HeaderValue::from_static("true")));
+            res = res.header(header::ACCESS_CONTROL_ALLOW_CREDENTIALS, HeaderValue::from_static("true"));
         }
         if let Some(e) = &self.expose {
-            h.push((header::ACCESS_CONTROL_EXPOSE_HEADERS, e.clone()));
+            res = res.header(header::ACCESS_CONTROL_EXPOSE_HEADERS, e.clone());
         }
+        res
     }
 }
 

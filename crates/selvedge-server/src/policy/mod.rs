@@ -115,6 +115,9 @@ pub struct Policy {
     auth: Option<auth::BasicAuth>,
     max_body: Option<u64>,
     headers: HeaderRules,
+    /// No `max_body` and nothing to remove: a request without an allowed origin needs
+    /// nothing after the app once the fixed fields are on.
+    nothing_after: bool,
 }
 
 /// What a request that passed the checks carries to its response.
@@ -132,7 +135,7 @@ pub enum Check {
     /// Answered here (403, 429, 401, 413, a preflight): still to be [finished](Policy::finish).
     Answer(Response),
     /// Go on once this bcrypt check passes.
-    Verify(Admitted, auth::Verify),
+    Verify(Admitted, Box<auth::Verify>),
 }
 
 impl Policy {
@@ -148,6 +151,7 @@ impl Policy {
             auth: cfg.auth.as_ref().map(auth::BasicAuth::new),
             max_body: cfg.max_body,
             headers: cfg.headers.clone(),
+            nothing_after: cfg.max_body.is_none() && cfg.headers.remove.is_empty(),
         })
     }
 
@@ -199,16 +203,16 @@ impl Policy {
             admitted.body_hit = Some(hit);
         }
         match verify {
-            Some(v) => Check::Verify(admitted, v),
+            Some(v) => Check::Verify(admitted, Box::new(v)),
             None => Check::Pass(admitted),
         }
     }
 
     /// Waits for a bcrypt check: `None` if it passed, else the answer (401, or 503 when
     /// too many checks wait).
-    pub async fn verify(&self, v: auth::Verify) -> Option<Response> {
+    pub async fn verify(&self, v: Box<auth::Verify>) -> Option<Response> {
         let auth = self.auth.as_ref()?;
-        match auth.verify(v).await {
+        match auth.verify(*v).await {
             auth::Checked::Pass => None,
             auth::Checked::Refuse => Some(auth.challenge()),
             auth::Checked::Busy => Some(plain(StatusCode::SERVICE_UNAVAILABLE).header(header::RETRY_AFTER, "1")),
@@ -217,9 +221,21 @@ impl Policy {
 
     /// Adds the route's fields to a response. `fixed_done`: the app already carries the
     /// [fixed fields](Policy::fixed_fields) (the static file server renders them).
-    pub fn finish(&self, mut res: Response, admitted: Option<&Admitted>, fixed_done: bool) -> Response {
+    /// A response of a static route (`fixed_done`) with nothing to add or remove is
+    /// returned as it is.
+    #[inline]
+    pub fn finish(&self, res: Response, admitted: Option<&Admitted>, fixed_done: bool) -> Response {
+        if self.nothing_after && fixed_done && admitted.is_some_and(|a| a.allow_origin.is_none()) {
+            return res;
+        }
+        self.finish_slow(res, admitted, fixed_done)
+    }
+
+    fn finish_slow(&self, mut res: Response, admitted: Option<&Admitted>, fixed_done: bool) -> Response {
+        let mut own = fixed_done;
         if admitted.and_then(|a| a.body_hit.as_ref()).is_some_and(|h| h.load(Ordering::Acquire)) {
             res = plain(StatusCode::PAYLOAD_TOO_LARGE);
+            own = false;
         }
         if !fixed_done {
             let vary = self.cors.as_ref().and_then(cors::Cors::vary);
@@ -235,10 +251,10 @@ impl Policy {
         if !self.headers.remove.is_empty() {
             res.headers_mut().retain(|(n, _)| !self.headers.remove.contains(n));
         }
-        if let (Some(cors), Some(origin)) = (&self.cors, admitted.and_then(|a| a.allow_origin.clone())) {
-            cors.finish(&mut res, origin);
+        match (&self.cors, admitted.and_then(|a| a.allow_origin.clone())) {
+            (Some(cors), Some(origin)) => cors.finish(res, origin, own),
+            _ => res,
         }
-        res
     }
 }
 
