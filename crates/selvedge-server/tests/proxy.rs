@@ -344,6 +344,29 @@ fn keepalive_connections_are_reused() {
 }
 
 #[test]
+fn requests_over_max_connections_wait_for_a_pooled_one() {
+    // Two connections at most, six slow requests at once: the four waiting take the
+    // connections as they come back (not a 503 after connect_timeout), and no more are opened.
+    let d = TempDir::new("px-limit");
+    let up = Py::start(&d, "0");
+    let table = format!("upstream = \"{}\", max_connections = 2, connect_timeout = \"1s\"", up.url());
+    let px = proxy(&d, &route("/", &table));
+    let addr = px.addr;
+    let t0 = Instant::now();
+    let handles: Vec<_> = (0..6)
+        .map(|_| {
+            std::thread::spawn(move || {
+                request(addr, "GET /slow HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").status
+            })
+        })
+        .collect();
+    let statuses: Vec<u16> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(statuses, [200; 6], "after {:?}", t0.elapsed());
+    let conns: u32 = px.get("/stats").text().parse().unwrap();
+    assert!(conns <= 2, "upstream saw {conns} connections");
+}
+
+#[test]
 fn reused_connection_closed_unanswered_is_retried_only_when_idempotent() {
     let d = TempDir::new("px-retry");
     let up = Py::start(&d, "0");

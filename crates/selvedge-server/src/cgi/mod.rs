@@ -6,9 +6,9 @@
 //! 2. A body of unknown length (chunked, or HTTP/2 without `content-length`) is read first,
 //!    up to `max_buffered_input` (411 beyond), since `CONTENT_LENGTH` must be given.
 //! 3. `process::Run` starts the script with the [`env`] meta-variables, feeds it the body
-//!    and reads its output; [`head::parse`] reads the response head (502 when malformed,
-//!    over `max_output_head`, or when the script exits first; 504 when no progress is made
-//!    within `timeout`).
+//!    and reads its output; [`head::parse`](crate::gateway::head::parse) reads the response
+//!    head (502 when malformed, over `max_output_head`, or when the script exits first; 504
+//!    when no progress is made within `timeout`).
 //! 4. The answer (RFC 3875 §6.2): `Location` with a local path and no `Status` is a local
 //!    redirect: the routing runs again for a GET of that path (at most
 //!    `max_local_redirects` times, then 500); another `Location` is a 302 unless `Status`
@@ -19,10 +19,7 @@
 //!    makes no progress for `timeout`, or `timeout` after its output ended; it is always
 //!    reaped. Its stderr goes to the server's stderr, each line prefixed with its name.
 
-mod env;
-pub mod head;
 mod process;
-mod script;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -30,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use selvedge::http::{header, HeaderValue, Method, StatusCode};
 use selvedge::{Body, Request, Response};
 use serde::Deserialize;
@@ -38,6 +35,8 @@ use tokio::sync::Semaphore;
 
 use self::process::{Fail, Run, Spawn};
 use crate::config::units::{Count, NonZeroDur, Size};
+use crate::gateway::script::{self, Miss, Rule};
+use crate::gateway::{env, plain, read_all};
 
 /// A route's `cgi = { ... }` table as written in the file.
 #[derive(Debug, Deserialize)]
@@ -195,9 +194,11 @@ impl Cgi {
 
     /// Serves one request that already went through `redirects` local redirects.
     pub async fn run(&self, mut req: Request, redirects: u32) -> Outcome {
-        let script = match script::locate(&self.root, &self.prefix, req.path(), &self.cfg.interpreters) {
+        let rule = Rule::Cgi { interpreters: &self.cfg.interpreters };
+        let script = match script::locate(&self.root, &self.prefix, req.path(), rule) {
             Ok(s) => s,
-            Err(status) => return Outcome::Response(plain(status)),
+            Err(Miss::Status(status)) => return Outcome::Response(plain(status)),
+            Err(Miss::AddSlash) => return Outcome::Response(plain(StatusCode::NOT_FOUND)),
         };
         let mut body = req.take_body();
         let length = match body.content_length() {
@@ -219,7 +220,13 @@ impl Cgi {
                 return Outcome::Response(plain(StatusCode::SERVICE_UNAVAILABLE));
             }
         };
-        let vars = env::meta_variables(&req, &script, length, &self.cfg, &self.root);
+        let opts = env::Options {
+            extra: &self.cfg.env,
+            path: Some(&self.cfg.path),
+            pass_authorization: self.cfg.pass_authorization,
+        };
+        let mut vars: Vec<(OsString, OsString)> = Vec::with_capacity(32 + self.cfg.env.len());
+        env::meta_variables(&req, &script, length, &opts, &self.root, &mut vars);
         let (program, args) = match &script.interpreter {
             Some(i) => (i.as_os_str(), vec![script.path.as_os_str()]),
             None => (script.path.as_os_str(), vec![]),
@@ -326,20 +333,6 @@ impl Drop for Unstarted {
     }
 }
 
-/// Reads a whole body of unknown length, up to `limit` bytes (else 411: the client may
-/// send it again with a length).
-async fn read_all(body: &mut Body, limit: usize) -> Result<Bytes, StatusCode> {
-    let mut all = BytesMut::new();
-    while let Some(piece) = body.chunk().await {
-        let piece = piece.map_err(|e| e.status().unwrap_or(StatusCode::BAD_REQUEST))?;
-        if all.len() + piece.len() > limit {
-            return Err(StatusCode::LENGTH_REQUIRED);
-        }
-        all.extend_from_slice(&piece);
-    }
-    Ok(all.freeze())
-}
-
 /// The GET of a local redirect to `location`: the original's headers but the body's, its
 /// peer and scheme.
 fn redirect_request(orig: &Request, location: &HeaderValue) -> Option<Request> {
@@ -360,12 +353,6 @@ fn redirect_request(orig: &Request, location: &HeaderValue) -> Option<Request> {
     let mut req = Request::from(b.body(Bytes::new()).ok()?);
     req.set_origin(orig.peer().clone(), orig.is_secure());
     Some(req)
-}
-
-fn plain(status: StatusCode) -> Response {
-    let reason = status.canonical_reason().unwrap_or("Error");
-    Response::bytes(status, format!("{} {reason}\n", status.as_u16()))
-        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
 }
 
 #[cfg(test)]

@@ -34,10 +34,8 @@
 
 #![forbid(unsafe_code)]
 
-mod conn;
 mod forward;
 mod head;
-mod pool;
 mod tunnel;
 
 use std::net::ToSocketAddrs;
@@ -54,13 +52,14 @@ use selvedge::{Body, BodyWriter, Request, Response};
 use serde::Deserialize;
 
 use crate::config::units::{Count, NonZeroDur, Size};
-pub use conn::Addr;
-use conn::{Conn, Wait, Written};
+pub use crate::upstream::conn::Addr;
+use crate::upstream::conn::{Conn, Wait, Written};
+use crate::upstream::pool;
+pub use crate::upstream::pool::PoolLimits;
 pub use forward::HostMode;
 use forward::{ComposeError, Framing, Rewrite};
 pub use head::HeadLimits;
 use head::ResponseHead;
-pub use pool::PoolLimits;
 
 /// Responses with a `Content-Length` up to this size are read whole and sent as one buffer.
 const SMALL_BODY: u64 = 64 * 1024;
@@ -163,6 +162,7 @@ impl ProxyConfig {
                 max_idle: raw.max_idle.map_or(64, Count::get_usize),
                 keepalive: secs(raw.keepalive_timeout, 15),
                 max_connections: raw.max_connections.map_or(1024, Count::get_usize),
+                release_idle: false,
             },
             head: HeadLimits { max_head, max_headers: raw.max_response_headers.map_or(100, Count::get_usize) },
             tunnel_idle_timeout: secs(raw.tunnel_idle_timeout, 300),
@@ -335,10 +335,15 @@ impl Proxy {
 }
 
 impl Route {
-    /// A new connection, within `max_connections` and `connect_timeout`.
+    /// A new connection (or one given back while waiting under `max_connections`), within
+    /// `connect_timeout`.
     async fn connect(&self) -> Result<Conn, Fail> {
         let cfg = &self.cfg;
-        let permit = pool::permit(self.slot, &cfg.pool, cfg.connect_timeout).await.map_err(|_| Fail::AtLimit)?;
+        let permit = match pool::permit(self.slot, &cfg.pool, cfg.connect_timeout).await {
+            Ok(pool::Permit::Idle(c)) => return Ok(c),
+            Ok(pool::Permit::New(p)) => p,
+            Err(_) => return Err(Fail::AtLimit),
+        };
         match Conn::connect(&cfg.addr, cfg.connect_timeout, permit).await {
             Ok(c) => Ok(c),
             Err(Wait::Timeout) => Err(Fail::Timeout),
@@ -396,18 +401,26 @@ impl Route {
                         }
                     }
                     let end: &[u8] = if chunked { b"0\r\n\r\n" } else { b"" };
-                    return Ok(conn.write_all(&mut [pending, end], cfg.idle_timeout, Some(&cfg.head)).await);
+                    return Ok(conn
+                        .write_all(
+                            &mut [pending, end],
+                            cfg.idle_timeout,
+                            Some(&mut |c: &mut Conn| answered(c, &cfg.head)),
+                        )
+                        .await);
                 }
             };
             total += piece.len() as u64;
             if !piece.is_empty() {
+                let mut watch = |c: &mut Conn| answered(c, &cfg.head);
                 let w = if chunked {
                     size_line.clear();
                     put_hex(&mut size_line, piece.len() as u64);
                     size_line.extend_from_slice(b"\r\n");
-                    conn.write_all(&mut [pending, &size_line, &piece, b"\r\n"], cfg.idle_timeout, Some(&cfg.head)).await
+                    conn.write_all(&mut [pending, &size_line, &piece, b"\r\n"], cfg.idle_timeout, Some(&mut watch))
+                        .await
                 } else {
-                    conn.write_all(&mut [pending, &piece], cfg.idle_timeout, Some(&cfg.head)).await
+                    conn.write_all(&mut [pending, &piece], cfg.idle_timeout, Some(&mut watch)).await
                 };
                 match w {
                     Ok(Written::All) => pending = b"",
@@ -418,7 +431,7 @@ impl Route {
             next = tokio::select! {
                 biased;
                 c = body.chunk() => c,
-                () = conn.wait_answer(&cfg.head) => return Ok(Ok(Written::Answered)),
+                () = wait_answer(conn, &cfg.head) => return Ok(Ok(Written::Answered)),
             };
         }
     }
@@ -545,6 +558,37 @@ impl Route {
                 Err(Wait::Timeout) => return Err(Error::new(ErrorKind::TimedOut, "upstream idle timeout")),
                 Err(Wait::Io(e)) => return Err(e),
             }
+        }
+    }
+}
+
+/// Reads what the upstream sent unasked, drops complete interim responses, and says
+/// whether it has answered for good: a final head (or the start of invalid bytes) is
+/// buffered, or it closed.
+fn answered(conn: &mut Conn, limits: &HeadLimits) -> bool {
+    match conn.try_fill() {
+        Ok(0) => return true,
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+        Err(_) => return true,
+    }
+    loop {
+        match head::parse(&conn.rbuf, limits, &mut conn.fields) {
+            Ok(None) => return false,
+            Ok(Some(h)) if h.status < 200 && h.status != 101 => conn.rbuf.advance(h.len),
+            Ok(Some(_)) | Err(_) => return true,
+        }
+    }
+}
+
+/// Resolves once the upstream has answered for good (see [`answered`]).
+///
+/// # Cancel safety
+/// Cancel safe: what was read stays in the receive buffer.
+async fn wait_answer(conn: &mut Conn, limits: &HeadLimits) {
+    loop {
+        if conn.readable().await.is_err() || answered(conn, limits) {
+            return;
         }
     }
 }

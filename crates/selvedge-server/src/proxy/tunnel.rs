@@ -23,9 +23,9 @@ use selvedge::{Body, BodyWriter, Request, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-use super::conn::{Tunnel, Wait};
 use super::forward::{self, ComposeError, Framing};
 use super::{relay_fields, Fail, Route};
+use crate::upstream::conn::{Tunnel, Wait};
 
 impl Route {
     /// Serves an upgrade request (see the module's text).

@@ -13,14 +13,12 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use selvedge::h1::parse::HeaderSpan;
 use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
-
-use super::head::{self, HeadLimits};
 
 /// Spare receive-buffer room below which a read first grows the buffer.
 const MIN_READ: usize = 2048;
@@ -117,10 +115,15 @@ pub(crate) enum Wait {
 pub(crate) enum Written {
     /// Everything was written.
     All,
-    /// The upstream answered (a final response head is buffered, or it closed, or it sent
-    /// something invalid) before everything was written.
+    /// The watcher given to [`Conn::write_all`] said the upstream answered (for HTTP: a
+    /// final response head is buffered, or it closed, or it sent something invalid) before
+    /// everything was written.
     Answered,
 }
+
+/// Decides, after [`Conn::try_fill`] put what arrived unasked into the receive buffer,
+/// whether the upstream has answered for good (see [`Conn::write_all`]).
+pub(crate) type Watch<'a> = &'a mut (dyn FnMut(&mut Conn) -> bool + Send);
 
 /// An upstream connection.
 #[derive(Debug)]
@@ -261,22 +264,53 @@ impl Conn {
     }
 
     /// Writes all of `parts`, waiting at most `limit` each time the socket is full. With
-    /// `watch`, a full socket is also watched for the upstream answering early: interim
-    /// (1xx) responses are consumed and the write goes on; a final response, invalid bytes
-    /// or the upstream closing end it with [`Written::Answered`].
+    /// `watch`, a full socket is also watched for the upstream answering early: when it
+    /// becomes readable, what arrived is read into the receive buffer and `watch` decides:
+    /// `true` ends the write with [`Written::Answered`], `false` goes on writing.
     pub(crate) async fn write_all(
         &mut self,
         parts: &mut [&[u8]],
         limit: Duration,
-        watch: Option<&HeadLimits>,
+        mut watch: Option<Watch<'_>>,
     ) -> Result<Written, Wait> {
         let mut parts = &mut parts[..];
         loop {
+            match self.try_write(&mut parts) {
+                Ok(true) => return Ok(Written::All),
+                Ok(false) => {}
+                Err(e) => return Err(Wait::Io(e)),
+            }
+            let Some(watch) = watch.as_deref_mut() else {
+                timed(&mut self.timer, limit, self.io.writable()).await?;
+                continue;
+            };
+            let readable = {
+                let io = &self.io;
+                let both = async {
+                    tokio::select! {
+                        biased;
+                        r = io.readable() => r.map(|()| true),
+                        r = io.writable() => r.map(|()| false),
+                    }
+                };
+                timed(&mut self.timer, limit, both).await?
+            };
+            if readable && watch(self) {
+                return Ok(Written::Answered);
+            }
+        }
+    }
+
+    /// Writes as much of `parts` as the socket takes now, consuming what was written.
+    /// `Ok(true)`: all of it; `Ok(false)`: the socket is full.
+    pub(crate) fn try_write(&mut self, parts: &mut &mut [&[u8]]) -> io::Result<bool> {
+        loop {
             while parts.first().is_some_and(|p| p.is_empty()) {
-                parts = &mut parts[1..];
+                let rest = std::mem::take(parts);
+                *parts = &mut rest[1..];
             }
             if parts.is_empty() {
-                return Ok(Written::All);
+                return Ok(true);
             }
             let mut iov = [IoSlice::new(&[]); 4];
             let mut n = 0;
@@ -285,70 +319,31 @@ impl Conn {
                 n += 1;
             }
             match self.io.try_write_vectored(&iov[..n]) {
-                Ok(written) => advance(&mut parts, written),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let Some(limits) = watch else {
-                        timed(&mut self.timer, limit, self.io.writable()).await?;
-                        continue;
-                    };
-                    let readable = {
-                        let io = &self.io;
-                        let both = async {
-                            tokio::select! {
-                                biased;
-                                r = io.readable() => r.map(|()| true),
-                                r = io.writable() => r.map(|()| false),
-                            }
-                        };
-                        timed(&mut self.timer, limit, both).await?
-                    };
-                    if readable && self.answered(limits) {
-                        return Ok(Written::Answered);
-                    }
-                }
-                Err(e) => return Err(Wait::Io(e)),
+                Ok(written) => advance(parts, written),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
             }
         }
     }
 
-    /// Resolves once the upstream has answered for good (see [`Conn::answered`]).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: what was read stays in the receive buffer.
-    pub(crate) async fn wait_answer(&mut self, limits: &HeadLimits) {
-        loop {
-            if self.io.readable().await.is_err() || self.answered(limits) {
-                return;
-            }
-        }
-    }
-
-    /// Reads what the upstream sent unasked, drops complete interim responses, and says
-    /// whether it has answered for good: a final head (or the start of invalid bytes) is
-    /// buffered, or it closed.
-    pub(crate) fn answered(&mut self, limits: &HeadLimits) -> bool {
+    /// Reads what has arrived into the receive buffer without waiting. `Ok(0)`: the
+    /// upstream closed; `WouldBlock`: nothing has arrived.
+    pub(crate) fn try_fill(&mut self) -> io::Result<usize> {
         if self.rbuf.capacity() - self.rbuf.len() < MIN_READ {
             self.rbuf.reserve(READ_SIZE);
         }
-        match self.io.try_read_buf(&mut self.rbuf) {
-            Ok(0) => {
-                self.closing = true;
-                return true;
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-            Err(_) => {
-                self.closing = true;
-                return true;
-            }
+        let r = self.io.try_read_buf(&mut self.rbuf);
+        match &r {
+            Ok(0) => self.closing = true,
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => self.closing = true,
+            _ => {}
         }
-        loop {
-            match head::parse(&self.rbuf, limits, &mut self.fields) {
-                Ok(None) => return false,
-                Ok(Some(h)) if h.status < 200 && h.status != 101 => self.rbuf.advance(h.len),
-                Ok(Some(_)) | Err(_) => return true,
-            }
-        }
+        r
+    }
+
+    /// Resolves when the socket has something to read (or closed, or failed).
+    pub(crate) async fn readable(&self) -> io::Result<()> {
+        self.io.readable().await
     }
 }
 

@@ -1,0 +1,36 @@
+//! What CGI and FastCGI routes share (RFC 3875): which file a request names and the
+//! `SCRIPT_NAME` / `PATH_INFO` split ([`script`]), the meta-variables the script sees
+//! ([`env`]), and the response head it writes ([`head`]). The transports differ (a process
+//! per request and its pipes; records over a pooled socket); these rules do not.
+
+pub mod env;
+pub mod head;
+pub mod script;
+
+use bytes::{Bytes, BytesMut};
+use selvedge::http::{header, StatusCode};
+use selvedge::{Body, Response};
+
+/// A plain-text answer: `404 Not Found`.
+pub fn plain(status: StatusCode) -> Response {
+    let reason = status.canonical_reason().unwrap_or("Error");
+    Response::bytes(status, format!("{} {reason}\n", status.as_u16()))
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+}
+
+/// Reads a whole body of unknown length, up to `limit` bytes (else 411: the client may
+/// send it again with a length), since `CONTENT_LENGTH` must be given.
+///
+/// # Errors
+/// The status to answer.
+pub async fn read_all(body: &mut Body, limit: usize) -> Result<Bytes, StatusCode> {
+    let mut all = BytesMut::new();
+    while let Some(piece) = body.chunk().await {
+        let piece = piece.map_err(|e| e.status().unwrap_or(StatusCode::BAD_REQUEST))?;
+        if all.len() + piece.len() > limit {
+            return Err(StatusCode::LENGTH_REQUIRED);
+        }
+        all.extend_from_slice(&piece);
+    }
+    Ok(all.freeze())
+}
