@@ -129,7 +129,7 @@ pub struct RouteConfig {
     pub compress: bool,
 }
 
-/// What serves a route: exactly one of `root`, `cgi` or `proxy` in the file.
+/// What serves a route: exactly one of `root`, `cgi`, `fastcgi` or `proxy` in the file.
 #[derive(Debug, Clone)]
 pub enum RouteKind {
     /// Static files from a directory.
@@ -143,6 +143,8 @@ pub enum RouteKind {
     Cgi(crate::cgi::CgiConfig),
     /// A reverse proxy to an HTTP/1.1 upstream.
     Proxy(crate::proxy::ProxyConfig),
+    /// A FastCGI application (php-fpm...).
+    Fastcgi(crate::fastcgi::FastcgiConfig),
 }
 
 impl RouteConfig {
@@ -410,8 +412,8 @@ impl Config {
                         return Err(err(Some(span), format!("`{key}` applies to static routes (`root`)")));
                     }
                 }
-                let kind = match (r.root, r.cgi, r.proxy) {
-                    (Some(root), None, None) => {
+                let kind = match (r.root, r.cgi, r.proxy, r.fastcgi) {
+                    (Some(root), None, None, None) => {
                         let root_span = root.span();
                         let root = abs(root.get_ref());
                         if !root.is_dir() {
@@ -458,14 +460,21 @@ impl Config {
                         }
                         RouteKind::Static { root, opts }
                     }
-                    (None, Some(c), None) => RouteKind::Cgi(
+                    (None, Some(c), None, None) => RouteKind::Cgi(
                         crate::cgi::CgiConfig::from_raw(c.get_ref(), &abs).map_err(|e| err(Some(c.span()), e))?,
                     ),
-                    (None, None, Some(p)) => RouteKind::Proxy(
+                    (None, None, Some(p), None) => RouteKind::Proxy(
                         crate::proxy::ProxyConfig::from_raw(p.get_ref()).map_err(|e| err(Some(p.span()), e))?,
                     ),
+                    (None, None, None, Some(f)) => RouteKind::Fastcgi(
+                        crate::fastcgi::FastcgiConfig::from_raw(f.get_ref(), &abs)
+                            .map_err(|e| err(Some(f.span()), e))?,
+                    ),
                     _ => {
-                        return Err(err(Some(span), "a route needs exactly one of `root`, `cgi` or `proxy`".into()));
+                        return Err(err(
+                            Some(span),
+                            "a route needs exactly one of `root`, `cgi`, `fastcgi` or `proxy`".into(),
+                        ));
                     }
                 };
                 routes.push(RouteConfig { prefix: r.path, kind, policy, compress });
@@ -833,6 +842,7 @@ struct RawRoute {
     root: Option<Spanned<String>>,
     cgi: Option<Spanned<crate::cgi::RawCgi>>,
     proxy: Option<Spanned<crate::proxy::RawProxy>>,
+    fastcgi: Option<Spanned<crate::fastcgi::RawFastcgi>>,
     index: Option<Vec<String>>,
     dotfiles: Option<bool>,
     symlinks_outside: Option<bool>,

@@ -1,6 +1,6 @@
 //! The `selvedge` web server's parts, as a library so tests and fuzz targets can reach
-//! them: configuration, routes (static files, CGI, reverse proxy), route checks and fields
-//! (`policy`), redirects and rewrites, directory listings, compression, access log,
+//! them: configuration, routes (static files, CGI, FastCGI, reverse proxy), route checks and
+//! fields (`policy`), redirects and rewrites, directory listings, compression, access log,
 //! automatic HTTPS (ACME). The binary (`src/main.rs`) wires them to the engine and handles signals.
 
 pub mod access_log;
@@ -11,6 +11,7 @@ pub mod client;
 pub mod compression;
 pub mod config;
 pub mod diag;
+pub mod fastcgi;
 pub mod gateway;
 pub mod listing;
 pub mod mime;

@@ -19,6 +19,7 @@ use crate::access_log::AccessLog;
 use crate::cgi::Cgi;
 use crate::compression::Compression;
 use crate::config::{Config, RouteKind};
+use crate::fastcgi::Fastcgi;
 use crate::policy::{Admitted, Check, Policy};
 use crate::proxy::Proxy;
 use crate::redirect::{self, Redirects};
@@ -40,11 +41,12 @@ struct Route {
 enum RouteApp {
     Static(StaticFiles),
     Cgi(Cgi),
+    Fastcgi(Fastcgi),
     Proxy(Proxy),
 }
 
 impl RouteApp {
-    /// Serves a CGI or proxy route. Their futures are large (kilobytes of state across
+    /// Serves a CGI, FastCGI or proxy route. Their futures are large (kilobytes of state across
     /// their awaits), so they are boxed: a static file's request, the common case, is
     /// answered without them (see [`Site::respond_now`]) and its future stays small (the
     /// engine allocates each request's future, and a small one comes from malloc's
@@ -53,6 +55,7 @@ impl RouteApp {
         match self {
             RouteApp::Static(s) => s.respond(&req),
             RouteApp::Cgi(c) => Box::pin(c.handle(req)).await,
+            RouteApp::Fastcgi(f) => Box::pin(f.handle(req)).await,
             RouteApp::Proxy(p) => Box::pin(p.handle(req)).await,
         }
     }
@@ -61,6 +64,7 @@ impl RouteApp {
         match self {
             RouteApp::Static(s) => s.root().display().to_string(),
             RouteApp::Cgi(c) => format!("cgi:{}", c.describe().display()),
+            RouteApp::Fastcgi(f) => format!("fastcgi:{}", f.describe()),
             RouteApp::Proxy(p) => format!("proxy:{}", p.describe()),
         }
     }
@@ -134,6 +138,9 @@ impl Site {
                     ),
                     RouteKind::Cgi(c) => RouteApp::Cgi(Cgi::new(c, &r.prefix)?),
                     RouteKind::Proxy(p) => RouteApp::Proxy(Proxy::new(p, &r.prefix)?),
+                    RouteKind::Fastcgi(f) => RouteApp::Fastcgi(Fastcgi::new(f, &r.prefix).map_err(|e| {
+                        io::Error::new(e.kind(), format!("route {}: fastcgi root {}: {e}", r.prefix, f.root.display()))
+                    })?),
                 };
                 let compress = match app {
                     RouteApp::Static(_) => None,
@@ -273,7 +280,7 @@ impl Site {
                         continue;
                     }
                 },
-                RouteApp::Proxy(_) => route.app.handle(req).await,
+                RouteApp::Proxy(_) | RouteApp::Fastcgi(_) => route.app.handle(req).await,
             };
             let res = match &route.compress {
                 Some(c) => c.stream(res, coding),

@@ -121,6 +121,17 @@ pub(crate) enum Written {
     Answered,
 }
 
+/// What [`Conn::wait`] saw first.
+#[derive(Debug)]
+pub(crate) enum Ready<T> {
+    /// The socket has something to read (or has closed).
+    Read,
+    /// The socket has room to write.
+    Write,
+    /// The other future completed.
+    Other(T),
+}
+
 /// Decides, after [`Conn::try_fill`] put what arrived unasked into the receive buffer,
 /// whether the upstream has answered for good (see [`Conn::write_all`]).
 pub(crate) type Watch<'a> = &'a mut (dyn FnMut(&mut Conn) -> bool + Send);
@@ -339,6 +350,33 @@ impl Conn {
             _ => {}
         }
         r
+    }
+
+    /// Waits until the socket is readable (with `read`) or writable (with `write`), or
+    /// `other` completes; for at most `limit` (`None`: no limit).
+    ///
+    /// # Cancel safety
+    /// Cancel safe (nothing is read or written), as far as `other` is.
+    pub(crate) async fn wait<T>(
+        &mut self,
+        limit: Option<Duration>,
+        read: bool,
+        write: bool,
+        other: impl Future<Output = T>,
+    ) -> Result<Ready<T>, Wait> {
+        let io = &self.io;
+        let ready = async {
+            tokio::select! {
+                biased;
+                r = io.readable(), if read => r.map(|()| Ready::Read),
+                r = io.writable(), if write => r.map(|()| Ready::Write),
+                t = other => Ok(Ready::Other(t)),
+            }
+        };
+        match limit {
+            Some(limit) => timed(&mut self.timer, limit, ready).await,
+            None => ready.await.map_err(Wait::Io),
+        }
     }
 
     /// Resolves when the socket has something to read (or closed, or failed).

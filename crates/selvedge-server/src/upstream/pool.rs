@@ -337,3 +337,27 @@ impl Drop for Waiting {
         });
     }
 }
+
+/// A new connection of slot `id` that has not been answered yet: while one lives, the
+/// slot's connections that finish are closed instead of kept, with `release_idle` (see the
+/// module's text). Drop it at the first byte of the answer.
+#[derive(Debug)]
+pub(crate) struct Fresh(Option<Arc<Shared>>);
+
+/// Marks a new connection of slot `id` as waiting for its first answer.
+pub(crate) fn fresh(id: usize, limits: &PoolLimits) -> Fresh {
+    if !limits.release_idle {
+        return Fresh(None);
+    }
+    let shared = POOLS.with(|p| slot_mut(&mut p.borrow_mut(), id, limits).shared.clone());
+    shared.fresh.fetch_add(1, Ordering::Relaxed);
+    Fresh(Some(shared))
+}
+
+impl Drop for Fresh {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.fresh.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
