@@ -5,6 +5,7 @@
 
 pub mod access_log;
 pub mod acme;
+pub mod backend;
 pub mod cgi;
 pub mod cli;
 pub mod client;
@@ -21,4 +22,3 @@ pub mod redirect;
 pub mod routes;
 pub mod service;
 pub mod static_files;
-pub mod upstream;

@@ -49,8 +49,8 @@ use crate::config::units::{Count, NonZeroDur, Size};
 use crate::gateway::head::{self, Head};
 use crate::gateway::script::{self, Miss, Rule, Script};
 use crate::gateway::{env, plain};
-use crate::upstream::conn::{Addr, Conn, Ready, Wait};
-use crate::upstream::pool::{self, PoolLimits};
+use crate::backend::conn::{Addr, Conn, Ready, Wait};
+use crate::backend::pool::{self, PoolLimits};
 
 /// The request id of every request: one request per connection at a time.
 const ID: u16 = 1;

@@ -51,11 +51,11 @@ use selvedge::http::{HeaderName, HeaderValue, Method, StatusCode};
 use selvedge::{Body, BodyWriter, Request, Response};
 use serde::Deserialize;
 
+pub use crate::backend::conn::Addr;
+use crate::backend::conn::{Conn, Wait, Written};
+use crate::backend::pool;
+pub use crate::backend::pool::PoolLimits;
 use crate::config::units::{Count, NonZeroDur, Size};
-pub use crate::upstream::conn::Addr;
-use crate::upstream::conn::{Conn, Wait, Written};
-use crate::upstream::pool;
-pub use crate::upstream::pool::PoolLimits;
 pub use forward::HostMode;
 use forward::{ComposeError, Framing, Rewrite};
 pub use head::HeadLimits;
