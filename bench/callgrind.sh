@@ -14,6 +14,8 @@
 #     rate      a rate limit every request passes (one client address)
 #     ip        an allow list the client is on
 #     compress  Accept-Encoding: br on every request (the page's kept brotli copy)
+#   bench/callgrind.sh fastcgi          # selvedge with a fastcgi route to php-fpm (16 processes,
+#                                       # outside valgrind), a PHP page printing the same page
 #
 # Env: PORT (18081), DURATION (8s), OUT (callgrind output file; kept for callgrind_annotate).
 set -euo pipefail
@@ -28,7 +30,8 @@ for t in valgrind wrk callgrind_annotate; do
 done
 tmp=$(mktemp -d)
 wrk_args=()
-trap 'rm -rf "$tmp"' EXIT
+fpm_pid=
+trap '[[ -n $fpm_pid ]] && kill -QUIT "$fpm_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 case $what in
     hello)
         cargo build -q --release -p selvedge --example hello
@@ -82,7 +85,32 @@ $extra
 TOML
         cmd=(target/release/selvedge --config "$tmp/selvedge.toml")
         path=/index.html ;;
-    *) echo "usage: $0 hello|server [FEATURE]" >&2; exit 2 ;;
+    fastcgi)
+        cargo build -q --release -p selvedge-server
+        fpm=$(find /usr/sbin -maxdepth 1 -name 'php-fpm*' | sort -V | tail -n 1)
+        [[ -n $fpm ]] || { echo "needs php-fpm" >&2; exit 1; }
+        mkdir -p "$tmp/php"
+        cp bench/site/index.html "$tmp/php/index.php"
+        printf '[global]\npid = %s/fpm.pid\nerror_log = %s/fpm.log\ndaemonize = no\n[b]\nlisten = %s/fpm.sock\npm = static\npm.max_children = 16\nclear_env = yes\n' \
+            "$tmp" "$tmp" "$tmp" >"$tmp/fpm.conf"
+        printf 'display_errors = Off\nexpose_php = Off\nopcache.enable = 1\n' >"$tmp/php.ini"
+        "$fpm" --nodaemonize -R -y "$tmp/fpm.conf" -c "$tmp/php.ini" >/dev/null 2>&1 &
+        fpm_pid=$!
+        for _ in $(seq 50); do [[ -S $tmp/fpm.sock ]] && break; sleep 0.1; done
+        cat >"$tmp/selvedge.toml" <<TOML
+[server]
+workers = 1
+[[listen]]
+address = "127.0.0.1:$PORT"
+[[vhost]]
+[[vhost.route]]
+path = "/"
+fastcgi = { address = "unix:$tmp/fpm.sock", root = "$tmp/php", max_connections = 16 }
+TOML
+        cmd=(target/release/selvedge run -c "$tmp/selvedge.toml")
+        path=/index.php
+        WRK_CONNS=16 ;;
+    *) echo "usage: $0 hello|server [FEATURE]|fastcgi" >&2; exit 2 ;;
 esac
 valgrind --tool=callgrind --callgrind-out-file="$OUT" "${cmd[@]}" >"$tmp/server.log" 2>&1 &
 pid=$!
@@ -90,7 +118,7 @@ for _ in $(seq 50); do
     curl -sf -o /dev/null "${wrk_args[@]}" "http://127.0.0.1:$PORT$path" && break
     sleep 0.2
 done
-n=$(wrk -t1 -c50 -d"$DURATION" "${wrk_args[@]}" "http://127.0.0.1:$PORT$path" | awk '/requests in/ { print $1 }')
+n=$(wrk -t1 -c"${WRK_CONNS:-50}" -d"$DURATION" "${wrk_args[@]}" "http://127.0.0.1:$PORT$path" | awk '/requests in/ { print $1 }')
 kill -INT "$pid" 2>/dev/null || true
 sleep 3
 kill "$pid" 2>/dev/null || true

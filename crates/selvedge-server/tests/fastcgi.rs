@@ -22,9 +22,19 @@ struct Fpm {
 impl Fpm {
     /// php-fpm with `children` static workers on `dir/fpm.sock`.
     fn start(dir: &TempDir, children: u32) -> Fpm {
-        let bin = ["php-fpm8.2", "php-fpm"]
-            .iter()
-            .flat_map(|b| [PathBuf::from("/usr/sbin").join(b), PathBuf::from(b)])
+        // Debian's is /usr/sbin/php-fpmX.Y (package php-fpm); others have php-fpm in PATH.
+        let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/sbin")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("php-fpm")))
+            .collect();
+        candidates.sort();
+        candidates.reverse();
+        candidates.push(PathBuf::from("php-fpm"));
+        let bin = candidates
+            .into_iter()
             .find(|p| Command::new(p).arg("-v").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok())
             .expect("php-fpm is not installed (Debian: apt-get install php-fpm; .ci/run does)");
         let sock = dir.path().join("fpm.sock");

@@ -20,14 +20,15 @@
 //! - [`PoolLimits::release_idle`] (FastCGI): an application such as php-fpm gives each
 //!   connection one of its worker processes for as long as the connection lives; a new
 //!   connection beyond its processes waits in its listen backlog until one is closed. An
-//!   idle connection kept then holds a process that a waiting request needs, in this
-//!   worker thread or another. So, for such an upstream: opening a connection while other
-//!   threads hold idle ones asks one of them to close its oldest (their timer tasks listen
-//!   for it), and while any new connection of the upstream has had no answer yet
-//!   ([`Fresh`]), connections that finish are closed instead of kept, unless a request of
-//!   this worker waits under `max_connections` for one (it gets it). Under a load within
-//!   the application's processes connections are reused; beyond it, the application's
-//!   processes go to the waiting connections in turn.
+//!   idle connection kept then holds a process that the waiting connection needs, in this
+//!   worker thread or another, and nothing would ever close it while it is reused. So a new
+//!   connection still unanswered after [`STARVING_AFTER`] ([`Fresh::starve`]) counts as
+//!   starving: the oldest idle connection (this worker's, else another's, whose timer task
+//!   listens for the request) is closed for it, or else the next connection that finishes
+//!   is closed instead of kept (unless a request of its worker waits under
+//!   `max_connections` for one). One close per starving connection: a slow script taken
+//!   for a starving connection costs one reconnection, never a stream of them, and a fast
+//!   application under a steady load keeps every connection.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -64,9 +65,20 @@ struct Shared {
     idle: AtomicUsize,
     /// Asks one worker to close its oldest idle connection.
     release: Notify,
-    /// New connections not answered yet (see [`Fresh`]).
-    fresh: AtomicUsize,
+    /// Closes owed to starving connections (see [`Fresh::starve`]).
+    owed: AtomicUsize,
 }
+
+impl Shared {
+    /// Takes one owed close, if any.
+    fn take_owed(&self) -> bool {
+        self.owed.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok()
+    }
+}
+
+/// How long a new connection may go unanswered before it counts as waiting for a process
+/// that idle connections hold (see the module's text).
+pub(crate) const STARVING_AFTER: Duration = Duration::from_millis(100);
 
 struct Slot {
     /// Idle connections with the time they went idle (`now_ms`), oldest first.
@@ -174,8 +186,8 @@ pub(crate) fn checkin(id: usize, limits: &PoolLimits, mut conn: Conn) {
             dropped.extend(slot.pop_oldest());
         }
         let waited_for = slot.waiters > 0;
-        if slot.release_idle && !waited_for && slot.shared.fresh.load(Ordering::Relaxed) > 0 {
-            // A new connection may be waiting for the application process this one holds.
+        if slot.release_idle && !waited_for && slot.shared.take_owed() {
+            // A starving connection waits for the application process this one holds.
             dropped.push(conn);
             return (dropped, None);
         }
@@ -225,11 +237,18 @@ async fn idle_timer(id: usize, shared: Arc<Shared>) {
             () = sleep => {}
             () = shared.release.notified() => {
                 let oldest = POOLS.with(|p| p.borrow_mut().slots.get_mut(id).and_then(Slot::pop_oldest));
-                if oldest.is_none() {
+                match oldest {
+                    Some(c) => {
+                        if shared.take_owed() {
+                            drop(c);
+                        } else {
+                            // Paid meanwhile (a connection finished and was closed): keep it.
+                            POOLS.with(|p| p.borrow_mut().slots.get_mut(id).map(|s| s.push(c, now_ms())));
+                        }
+                    }
                     // Nothing here after all: pass the request on.
-                    shared.release.notify_one();
+                    None => shared.release.notify_one(),
                 }
-                drop(oldest);
             }
         }
     }
@@ -277,19 +296,13 @@ pub(crate) enum Permit {
 }
 
 /// Room to open one more connection of slot `id`; at the limit, waits at most `wait` for a
-/// permit to free up or a connection to come back to this worker's pool. With
-/// `release_idle`, other workers holding idle connections are asked to close one.
+/// permit to free up or a connection to come back to this worker's pool.
 pub(crate) async fn permit(id: usize, limits: &PoolLimits, wait: Duration) -> Result<Permit, AtLimit> {
-    let (sem, shared, returned) = POOLS.with(|p| {
+    let (sem, returned) = POOLS.with(|p| {
         let mut p = p.borrow_mut();
         let slot = slot_mut(&mut p, id, limits);
-        (slot.sem.clone(), slot.shared.clone(), slot.returned.clone())
+        (slot.sem.clone(), slot.returned.clone())
     });
-    // This worker's slot is empty (else a connection would have been reused): the idle
-    // ones counted are other workers'.
-    if limits.release_idle && shared.idle.load(Ordering::Relaxed) > 0 {
-        shared.release.notify_one();
-    }
     let Some(sem) = sem else { return Ok(Permit::New(None)) };
     if let Ok(p) = sem.clone().try_acquire_owned() {
         return Ok(Permit::New(Some(p)));
@@ -338,26 +351,53 @@ impl Drop for Waiting {
     }
 }
 
-/// A new connection of slot `id` that has not been answered yet: while one lives, the
-/// slot's connections that finish are closed instead of kept, with `release_idle` (see the
-/// module's text). Drop it at the first byte of the answer.
+/// A new connection of slot `id` not answered yet. Drop it at the first byte of the
+/// answer; call [`Fresh::starve`] once it has waited [`STARVING_AFTER`].
+///
+/// A close owed stays owed when the connection is answered first: an answer after a
+/// starve is what a close paid for (the application's freed process took the oldest
+/// waiting connection), or, when the connection was not waiting after all (a slow
+/// script), the one extra close the module's text allows.
 #[derive(Debug)]
-pub(crate) struct Fresh(Option<Arc<Shared>>);
-
-/// Marks a new connection of slot `id` as waiting for its first answer.
-pub(crate) fn fresh(id: usize, limits: &PoolLimits) -> Fresh {
-    if !limits.release_idle {
-        return Fresh(None);
-    }
-    let shared = POOLS.with(|p| slot_mut(&mut p.borrow_mut(), id, limits).shared.clone());
-    shared.fresh.fetch_add(1, Ordering::Relaxed);
-    Fresh(Some(shared))
+pub(crate) struct Fresh {
+    id: usize,
+    shared: Option<Arc<Shared>>,
+    since: tokio::time::Instant,
+    starved: bool,
 }
 
-impl Drop for Fresh {
-    fn drop(&mut self) {
-        if let Some(s) = self.0.take() {
-            s.fresh.fetch_sub(1, Ordering::Relaxed);
+/// Marks a new connection of slot `id` (with `release_idle`; else the mark does nothing).
+pub(crate) fn fresh(id: usize, limits: &PoolLimits) -> Fresh {
+    let shared = limits.release_idle.then(|| POOLS.with(|p| slot_mut(&mut p.borrow_mut(), id, limits).shared.clone()));
+    Fresh { id, shared, since: tokio::time::Instant::now(), starved: false }
+}
+
+impl Fresh {
+    /// How long until [`Fresh::starve`] is due (`None`: not to be called).
+    pub(crate) fn starving_in(&self) -> Option<Duration> {
+        (self.shared.is_some() && !self.starved).then(|| STARVING_AFTER.saturating_sub(self.since.elapsed()))
+    }
+
+    /// The connection has waited [`STARVING_AFTER`] unanswered: one close is owed to it,
+    /// paid now by this worker's oldest idle connection if it has one, else by another
+    /// worker's (asked through its timer task) or by the next connection that finishes.
+    pub(crate) fn starve(&mut self) {
+        let Some(shared) = &self.shared else { return };
+        if std::mem::replace(&mut self.starved, true) {
+            return;
+        }
+        shared.owed.fetch_add(1, Ordering::AcqRel);
+        let oldest = POOLS.with(|p| p.borrow_mut().slots.get_mut(self.id).and_then(Slot::pop_oldest));
+        match oldest {
+            Some(c) => {
+                if shared.take_owed() {
+                    drop(c);
+                } else {
+                    POOLS.with(|p| p.borrow_mut().slots.get_mut(self.id).map(|s| s.push(c, now_ms())));
+                }
+            }
+            None if shared.idle.load(Ordering::Relaxed) > 0 => shared.release.notify_one(),
+            None => {}
         }
     }
 }

@@ -45,12 +45,12 @@ use selvedge::{Body, BodyWriter, Request, Response};
 use serde::Deserialize;
 
 use self::record::{Event, Params, ProtocolStatus, RecordType, Role};
+use crate::backend::conn::{Addr, Conn, Ready, Wait};
+use crate::backend::pool::{self, PoolLimits};
 use crate::config::units::{Count, NonZeroDur, Size};
 use crate::gateway::head::{self, Head};
 use crate::gateway::script::{self, Miss, Rule, Script};
 use crate::gateway::{env, plain};
-use crate::backend::conn::{Addr, Conn, Ready, Wait};
-use crate::backend::pool::{self, PoolLimits};
 
 /// The request id of every request: one request per connection at a time.
 const ID: u16 = 1;
@@ -306,48 +306,60 @@ impl Fastcgi {
             },
         };
         let keep = cfg.pool.max_idle > 0;
-        let mut request = Vec::new();
-        route.compose(&mut request, &req, &script, length, keep);
-        let name: Arc<str> = String::from_utf8_lossy(&script.script_name).into();
         let is_head = req.method() == selvedge::http::Method::HEAD;
         let due = length.unwrap_or(0);
-        drop(req);
-
+        let mut script = script;
+        // The request's records, composed once into the first connection's buffer (kept
+        // for a retry); the script's name, moved into the exchange for its log lines.
+        let mut request: Option<Vec<u8>> = None;
+        let mut name: Option<Vec<u8>> = None;
         let mut retried = false;
         let (mut ex, head, first) = loop {
             let pooled = if retried { None } else { pool::checkout(route.slot, &cfg.pool) };
             let reused = pooled.is_some();
-            let (conn, fresh) = match pooled {
+            let (mut conn, fresh) = match pooled {
                 Some(c) => (c, None),
                 None => match Box::pin(route.connect()).await {
                     Ok(c) => c,
                     Err(f) => {
+                        let name = Lossy(name.as_deref().unwrap_or(&script.script_name));
                         tracing::warn!("fastcgi {}: {name}: {f}", cfg.address);
                         return plain(f.status());
                     }
                 },
             };
-            let mut ex = Exchange::new(conn, route.clone(), name.clone(), body, std::mem::take(&mut request), due);
+            let lead = request.take().unwrap_or_else(|| {
+                let mut b = std::mem::take(&mut conn.wbuf);
+                b.clear();
+                route.compose(&mut b, &req, &script, length, keep);
+                b
+            });
+            let nm = name.take().unwrap_or_else(|| std::mem::take(&mut script.script_name));
+            let mut ex = Exchange::new(conn, route.clone(), nm, body, lead, due);
             ex.fresh = fresh;
             match ex.read_head().await {
                 Ok((head, first)) => break (ex, head, first),
                 Err(Fail::Closed) if reused && !retried && !ex.feed.pulled => {
                     retried = true;
-                    (body, request) = ex.feed.take_back();
+                    let lead;
+                    (body, lead) = ex.feed.take_back();
+                    request = Some(lead);
+                    name = Some(std::mem::take(&mut ex.name));
                 }
                 Err(f) => {
-                    tracing::warn!("fastcgi {}: {name}: {f} before the response head", cfg.address);
+                    tracing::warn!("fastcgi {}: {}: {f} before the response head", cfg.address, Lossy(&ex.name));
                     return plain(f.status());
                 }
             }
         };
+        drop(req);
 
         let status = head.status.unwrap_or(if head.location.is_some() { StatusCode::FOUND } else { StatusCode::OK });
         let bodiless = is_head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
         let mut res = if bodiless {
             // The script's output is read to its end, so the connection can be reused.
             if let Err(f) = ex.drain().await {
-                tracing::warn!("fastcgi {}: {name}: {f} after the response head", cfg.address);
+                tracing::warn!("fastcgi {}: {}: {f} after the response head", cfg.address, Lossy(&ex.name));
             }
             ex.finish();
             match head.content_length {
@@ -360,7 +372,11 @@ impl Fastcgi {
                     ex.finish();
                     match head.content_length {
                         Some(n) if n > whole.len() as u64 => {
-                            tracing::warn!("fastcgi {}: {name}: output shorter than its Content-Length", cfg.address);
+                            tracing::warn!(
+                                "fastcgi {}: {}: output shorter than its Content-Length",
+                                cfg.address,
+                                Lossy(&ex.name)
+                            );
                             return plain(StatusCode::BAD_GATEWAY);
                         }
                         Some(n) => Response::bytes(status, whole.slice(..n as usize)),
@@ -570,7 +586,7 @@ struct Exchange {
     conn: Option<Conn>,
     route: Arc<Route>,
     /// The script, for log lines.
-    name: Arc<str>,
+    name: Vec<u8>,
     feed: Feed,
     /// Bytes were received from the application.
     got_any: bool,
@@ -581,7 +597,7 @@ struct Exchange {
 }
 
 impl Exchange {
-    fn new(conn: Conn, route: Arc<Route>, name: Arc<str>, body: Body, lead: Vec<u8>, due: u64) -> Exchange {
+    fn new(conn: Conn, route: Arc<Route>, name: Vec<u8>, body: Body, lead: Vec<u8>, due: u64) -> Exchange {
         Exchange {
             conn: Some(conn),
             route,
@@ -602,7 +618,7 @@ impl Exchange {
             match record::decode(&mut conn.rbuf, ID) {
                 Ok(Some(Event::Stdout(b))) => return Ok(Some(b)),
                 Ok(Some(Event::Stderr(b))) => {
-                    log_stderr(&self.route.cfg.address, &self.name, &b);
+                    log_stderr(&self.route.cfg.address, Lossy(&self.name), &b);
                     continue;
                 }
                 Ok(Some(Event::End { protocol_status, app_status })) => {
@@ -615,7 +631,7 @@ impl Exchange {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!("fastcgi {}: {}: {e}", self.route.cfg.address, self.name);
+                    tracing::warn!("fastcgi {}: {}: {e}", self.route.cfg.address, Lossy(&self.name));
                     conn.closing = true;
                     return Err(Fail::Bad);
                 }
@@ -634,7 +650,12 @@ impl Exchange {
             let want = self.feed.wants_piece();
             // While the upload waits on the client, the client's pace is the engine's
             // business (its body timeouts); otherwise the application must make progress.
-            let limit = (!want).then_some(timeout);
+            // A new connection also wakes when it starts to count as starving.
+            let starving_in = self.fresh.as_ref().and_then(pool::Fresh::starving_in);
+            let limit = match ((!want).then_some(timeout), starving_in) {
+                (Some(t), Some(s)) => Some(t.min(s)),
+                (t, s) => t.or(s),
+            };
             let pending = self.feed.has_pending();
             let body = &mut self.feed.body;
             let piece = async {
@@ -646,7 +667,10 @@ impl Exchange {
             match conn.wait(limit, true, pending, piece).await {
                 Ok(Ready::Read | Ready::Write) => {}
                 Ok(Ready::Other(p)) => self.feed.accept(p)?,
-                Err(Wait::Timeout) => return Err(Fail::Timeout),
+                Err(Wait::Timeout) => match &mut self.fresh {
+                    Some(f) if starving_in.is_some_and(|s| limit == Some(s)) => f.starve(),
+                    _ => return Err(Fail::Timeout),
+                },
                 Err(Wait::Io(_)) => return Err(if self.got_any { Fail::Bad } else { Fail::Closed }),
             }
         }
@@ -662,13 +686,13 @@ impl Exchange {
                 tracing::warn!(
                     "fastcgi {}: {}: the request ended without a response head",
                     self.route.cfg.address,
-                    self.name
+                    Lossy(&self.name)
                 );
                 return Err(Fail::Bad);
             };
             // Usually the whole head is in the first record: parsed there, without a copy.
             let parsed = if buf.is_empty() {
-                head::parse(&b, max).map(|r| r.map(|(h, n)| (h, b.slice(n..))))
+                head::parse_shared(&b, max).map(|r| r.map(|(h, n)| (h, b.slice(n..))))
             } else {
                 buf.extend_from_slice(&b);
                 head::parse(&buf, max).map(|r| r.map(|(h, n)| (h, buf.split().freeze().slice(n..))))
@@ -678,7 +702,7 @@ impl Exchange {
                 Ok(None) if buf.is_empty() => buf.extend_from_slice(&b),
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!("fastcgi {}: {}: {e}", self.route.cfg.address, self.name);
+                    tracing::warn!("fastcgi {}: {}: {e}", self.route.cfg.address, Lossy(&self.name));
                     if let Some(c) = self.conn.as_mut() {
                         c.closing = true;
                     }
@@ -699,7 +723,7 @@ impl Exchange {
                 Ok(Some(Event::Stdout(b))) => {
                     more.get_or_insert_with(|| BytesMut::from(&first[..])).extend_from_slice(&b);
                 }
-                Ok(Some(Event::Stderr(b))) => log_stderr(&self.route.cfg.address, &self.name, &b),
+                Ok(Some(Event::Stderr(b))) => log_stderr(&self.route.cfg.address, Lossy(&self.name), &b),
                 Ok(Some(Event::End { .. })) => {
                     self.ended = true;
                     break true;
@@ -742,7 +766,11 @@ impl Exchange {
                 Ok(Some(b)) => piece = Some(b),
                 Ok(None) => break,
                 Err(f) => {
-                    tracing::warn!("fastcgi {}: {}: {f}; response cut short", self.route.cfg.address, self.name);
+                    tracing::warn!(
+                        "fastcgi {}: {}: {f}; response cut short",
+                        self.route.cfg.address,
+                        Lossy(&self.name)
+                    );
                     self.abandon();
                     return Err(std::io::Error::other(f.to_string()));
                 }
@@ -752,7 +780,7 @@ impl Exchange {
             tracing::warn!(
                 "fastcgi {}: {}: output shorter than its Content-Length; response cut short",
                 self.route.cfg.address,
-                self.name
+                Lossy(&self.name)
             );
             self.abandon();
             return Err(std::io::ErrorKind::UnexpectedEof.into());
@@ -811,7 +839,8 @@ impl Exchange {
     /// The normal end: the connection goes back to the pool if the request was sent whole,
     /// answered whole, and nothing is left over.
     fn finish(&mut self) {
-        let Some(conn) = self.conn.take() else { return };
+        let Some(mut conn) = self.conn.take() else { return };
+        conn.wbuf = std::mem::take(&mut self.feed.lead);
         let cfg = &self.route.cfg;
         if self.ended && self.feed.done() && !self.feed.abandoned && conn.rbuf.is_empty() && cfg.pool.max_idle > 0 {
             pool::checkin(self.route.slot, &cfg.pool, conn);
@@ -819,8 +848,17 @@ impl Exchange {
     }
 }
 
+/// Bytes shown as text in log lines (invalid UTF-8 replaced).
+struct Lossy<'a>(&'a [u8]);
+
+impl std::fmt::Display for Lossy<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(self.0))
+    }
+}
+
 /// Logs the application's error stream, line by line, with the script's name.
-fn log_stderr(address: &str, name: &str, b: &[u8]) {
+fn log_stderr(address: &str, name: Lossy<'_>, b: &[u8]) {
     for line in b.split(|&c| c == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         for part in line.chunks(MAX_LOG_LINE) {

@@ -21,6 +21,7 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use selvedge::h1::write::decimal;
 use selvedge::http::Version;
 use selvedge::{PeerAddr, Request};
 
@@ -101,15 +102,16 @@ pub fn meta_variables(
         out.var(b"PATH_TRANSLATED", &scratch);
     }
     let mut text = [0u8; 64];
+    let mut digits = [0u8; 20];
     match req.peer() {
         PeerAddr::Tcp(a) => {
-            out.var(b"REMOTE_ADDR", format_into(&mut text, format_args!("{}", a.ip())));
-            out.var(b"REMOTE_PORT", format_into(&mut text, format_args!("{}", a.port())));
+            out.var(b"REMOTE_ADDR", ip_text(&mut text, a.ip()));
+            out.var(b"REMOTE_PORT", decimal(u64::from(a.port()), &mut digits));
         }
         PeerAddr::Unix => out.var(b"REMOTE_ADDR", b""),
     }
     if let Some(n) = content_length {
-        out.var(b"CONTENT_LENGTH", format_into(&mut text, format_args!("{n}")));
+        out.var(b"CONTENT_LENGTH", decimal(n, &mut digits));
     }
     if let Some(t) = req.header("content-type").filter(|v| !v.contains(&0)) {
         out.var(b"CONTENT_TYPE", t);
@@ -167,12 +169,30 @@ fn http_fields(req: &Request, pass_authorization: bool, scratch: &mut Vec<u8>, o
     }
 }
 
-/// `args` written into `buf` (which must be large enough: numbers and addresses).
-fn format_into<'a>(buf: &'a mut [u8; 64], args: std::fmt::Arguments<'_>) -> &'a [u8] {
-    let mut cur = std::io::Cursor::new(&mut buf[..]);
-    let _ = cur.write_fmt(args);
-    let n = cur.position() as usize;
-    &buf[..n]
+/// An address as text in `buf` (IPv4 without the formatting machinery: the common case).
+fn ip_text(buf: &mut [u8; 64], ip: std::net::IpAddr) -> &[u8] {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            let mut n = 0;
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    buf[n] = b'.';
+                    n += 1;
+                }
+                let mut d = [0u8; 20];
+                let s = decimal(u64::from(octet), &mut d);
+                buf[n..n + s.len()].copy_from_slice(s);
+                n += s.len();
+            }
+            &buf[..n]
+        }
+        std::net::IpAddr::V6(v6) => {
+            let mut cur = std::io::Cursor::new(&mut buf[..]);
+            let _ = write!(cur, "{v6}");
+            let n = cur.position() as usize;
+            &buf[..n]
+        }
+    }
 }
 
 /// `SERVER_NAME` and `SERVER_PORT` from the request's authority (the `Host` header): the
@@ -199,6 +219,14 @@ mod tests {
         assert_eq!(server_name_port("[::1]:81", false), ("[::1]", "81"));
         assert_eq!(server_name_port("[::1]", false), ("[::1]", "80"));
         assert_eq!(server_name_port("", false), ("localhost", "80"));
+    }
+
+    #[test]
+    fn addresses() {
+        let mut buf = [0u8; 64];
+        assert_eq!(ip_text(&mut buf, "10.0.255.7".parse().unwrap()), b"10.0.255.7");
+        assert_eq!(ip_text(&mut buf, "::ffff:1.2.3.4".parse().unwrap()), b"::ffff:1.2.3.4");
+        assert_eq!(ip_text(&mut buf, "2001:db8::1".parse().unwrap()), b"2001:db8::1");
     }
 
     #[test]

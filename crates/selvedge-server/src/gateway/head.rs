@@ -14,6 +14,7 @@
 //! repeated `Content-Length`, `Status` or `Location` are all [`HeadError::Malformed`]
 //! (the caller answers 502). Hop-by-hop fields are dropped: the server frames the body.
 
+use bytes::Bytes;
 use selvedge::http::{HeaderName, HeaderValue, StatusCode};
 
 /// A parsed head.
@@ -57,14 +58,35 @@ const HOP_BY_HOP: [&str; 7] =
 /// # Errors
 /// [`HeadError::TooLarge`] when `max` bytes hold no end; [`HeadError::Malformed`] else.
 pub fn parse(buf: &[u8], max: usize) -> Result<Option<(Head, usize)>, HeadError> {
+    parse_with(buf, max, &|v: &[u8]| HeaderValue::from_bytes(v).ok())
+}
+
+/// [`parse`] for a head held in a [`Bytes`]: the values share its bytes (no copy).
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_shared(buf: &Bytes, max: usize) -> Result<Option<(Head, usize)>, HeadError> {
+    let base = buf.as_ptr() as usize;
+    parse_with(buf, max, &|v: &[u8]| {
+        let at = v.as_ptr() as usize - base;
+        HeaderValue::from_maybe_shared(buf.slice(at..at + v.len())).ok()
+    })
+}
+
+/// [`parse`], with `value` making a field value from its bytes (a slice of `buf`).
+fn parse_with(
+    buf: &[u8],
+    max: usize,
+    value: &dyn Fn(&[u8]) -> Option<HeaderValue>,
+) -> Result<Option<(Head, usize)>, HeadError> {
     let Some(end) = head_end(buf, max)? else { return Ok(None) };
-    let mut head = Head::default();
+    let mut head = Head { headers: Vec::with_capacity(8), ..Head::default() };
     for line in buf[..end].split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
             break;
         }
-        field(line, &mut head)?;
+        field(line, &mut head, value)?;
     }
     Ok(Some((head, end)))
 }
@@ -89,15 +111,14 @@ fn head_end(buf: &[u8], max: usize) -> Result<Option<usize>, HeadError> {
     Ok(None)
 }
 
-fn field(line: &[u8], head: &mut Head) -> Result<(), HeadError> {
+fn field(line: &[u8], head: &mut Head, value: &dyn Fn(&[u8]) -> Option<HeaderValue>) -> Result<(), HeadError> {
     use HeadError::Malformed;
     if matches!(line[0], b' ' | b'\t') {
         return Err(Malformed("folded line"));
     }
     let colon = line.iter().position(|&b| b == b':').ok_or(Malformed("a line without ':'"))?;
     let name = HeaderName::from_bytes(&line[..colon]).map_err(|_| Malformed("bad field name"))?;
-    let value = line[colon + 1..].trim_ascii();
-    let value = HeaderValue::from_bytes(value).map_err(|_| Malformed("bad field value"))?;
+    let value = value(line[colon + 1..].trim_ascii()).ok_or(Malformed("bad field value"))?;
     match name.as_str() {
         "status" => {
             if head.status.is_some() {
@@ -163,6 +184,16 @@ mod tests {
         assert_eq!((h.status, h.headers.len()), (Some(StatusCode::CREATED), 0));
         // An empty head (the empty line first) is a 200 with no fields.
         assert_eq!(ok("\r\nhello").1, 2);
+    }
+
+    #[test]
+    fn shared_values() {
+        let buf = Bytes::from_static(b"Content-Type: text/plain\r\nX-A:  1 \r\n\r\nbody");
+        let (h, n) = parse_shared(&buf, 1024).unwrap().unwrap();
+        assert_eq!(n, 38);
+        let v: Vec<_> = h.headers.iter().map(|(n, v)| format!("{n}={}", v.to_str().unwrap())).collect();
+        assert_eq!(v, ["content-type=text/plain", "x-a=1"]);
+        assert!(matches!(parse_shared(&Bytes::from_static(b"X: a\x01b\n\n"), 64), Err(HeadError::Malformed(_))));
     }
 
     #[test]

@@ -85,7 +85,8 @@ pub fn locate(root: &Path, prefix: &str, path: &str, rule: Rule<'_>) -> Result<S
             return Err(StatusCode::BAD_REQUEST.into());
         }
     }
-    let mut fs = root.to_path_buf();
+    let mut fs = PathBuf::with_capacity(root.as_os_str().len() + rest.len() + 16);
+    fs.push(root);
     // Whether a symlink was crossed: only then can the path lead outside the root (every
     // other segment is a plain name), and only then is it resolved.
     let mut linked = false;
