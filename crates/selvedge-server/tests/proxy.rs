@@ -578,7 +578,7 @@ fn unix_socket_upstream() {
 fn config_errors_point_at_the_route() {
     let d = TempDir::new("px-cfg");
     for bad in [
-        "upstream = \"https://x\"",
+        "upstream = \"ftp://x\"",
         "upstream = \"http://127.0.0.1:1\", idle_timeout = 0",
         "upstream = \"http://h\", nope = 1",
     ] {

@@ -1,6 +1,7 @@
 """A WebSocket echo server, and a client that checks echoes (the `websockets` library).
 
     ws_echo.py serve              prints its port, echoes every message
+    ws_echo.py serve-tls CERT KEY the same over TLS (wss)
     ws_echo.py client URL         text, 1 MiB binary, 100 messages; prints "ok"
     ws_echo.py idle URL SECONDS   connects, stays silent, then says "closed" or "open"
 """
@@ -16,8 +17,8 @@ async def echo(ws):
         await ws.send(m)
 
 
-async def serve():
-    async with websockets.serve(echo, "127.0.0.1", 0, max_size=None) as server:
+async def serve(ssl=None):
+    async with websockets.serve(echo, "127.0.0.1", 0, max_size=None, ssl=ssl) as server:
         print(server.sockets[0].getsockname()[1], flush=True)
         await asyncio.Future()
 
@@ -51,6 +52,12 @@ async def idle(url, secs):
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         asyncio.run(serve())
+    elif sys.argv[1] == "serve-tls":
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+        asyncio.run(serve(ctx))
     elif sys.argv[1] == "client":
         asyncio.run(client(sys.argv[2]))
     else:

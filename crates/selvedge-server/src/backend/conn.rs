@@ -20,6 +20,8 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
+use super::tls::{TlsIo, TlsTarget};
+
 /// Spare receive-buffer room below which a read first grows the buffer.
 const MIN_READ: usize = 2048;
 /// How much a read makes room for.
@@ -39,19 +41,25 @@ pub enum Addr {
 enum Io {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<TlsIo>),
 }
 
 impl Io {
     /// A read that also clears the socket's readiness when it drains the socket (a short
     /// read): the next read then waits for epoll instead of paying for an `EAGAIN` first
     /// (tokio clears readiness only on `WouldBlock`, so the read reports one to it).
-    fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
+    fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        if let Io::Tls(t) = self {
+            return t.try_read_buf(buf);
+        }
+        let this = &*self;
         let spare = buf.capacity() - buf.len();
         let mut got = 0;
         let mut read = || {
-            let n = match self {
+            let n = match this {
                 Io::Tcp(s) => s.try_read_buf(buf)?,
                 Io::Unix(s) => s.try_read_buf(buf)?,
+                Io::Tls(_) => unreachable!(),
             };
             got = n;
             if n > 0 && n < spare {
@@ -59,9 +67,10 @@ impl Io {
             }
             Ok(n)
         };
-        let r = match self {
+        let r = match this {
             Io::Tcp(s) => s.try_io(Interest::READABLE, &mut read),
             Io::Unix(s) => s.try_io(Interest::READABLE, &mut read),
+            Io::Tls(_) => unreachable!(),
         };
         match r {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => Ok(got),
@@ -69,16 +78,18 @@ impl Io {
         }
     }
 
-    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+    fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Io::Tcp(s) => s.try_read(buf),
             Io::Unix(s) => s.try_read(buf),
+            Io::Tls(t) => t.read_plain(buf),
         }
     }
 
     /// `send` for one buffer (cheaper in the kernel than `writev`), else `writev`.
-    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    fn try_write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match (self, bufs) {
+            (Io::Tls(t), _) => t.try_write_vectored(bufs),
             (Io::Tcp(s), [one]) => s.try_write(one),
             (Io::Unix(s), [one]) => s.try_write(one),
             (Io::Tcp(s), _) => s.try_write_vectored(bufs),
@@ -90,6 +101,8 @@ impl Io {
         match self {
             Io::Tcp(s) => s.readable().await,
             Io::Unix(s) => s.readable().await,
+            Io::Tls(t) if t.has_buffered() => Ok(()),
+            Io::Tls(t) => t.sock.readable().await,
         }
     }
 
@@ -97,6 +110,15 @@ impl Io {
         match self {
             Io::Tcp(s) => s.writable().await,
             Io::Unix(s) => s.writable().await,
+            Io::Tls(t) => t.sock.writable().await,
+        }
+    }
+
+    /// Sends what TLS still holds. `WouldBlock`: the socket is full.
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Io::Tls(t) if t.wants_write() => t.flush(),
+            _ => Ok(()),
         }
     }
 }
@@ -185,11 +207,21 @@ impl Conn {
         limit: Duration,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Result<Conn, Wait> {
+        Conn::connect_tls(addr, None, limit, permit).await
+    }
+
+    /// Connects to `addr` within `limit`, with TLS to `tls` (TCP only) when given.
+    pub(crate) async fn connect_tls(
+        addr: &Addr,
+        tls: Option<&TlsTarget>,
+        limit: Duration,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<Conn, Wait> {
+        let deadline = Instant::now() + limit;
         let mut timer = Box::pin(tokio::time::sleep(limit));
         let io = match addr {
             Addr::Unix(p) => Io::Unix(timed(&mut timer, limit, UnixStream::connect(p)).await?),
             Addr::Tcp(addrs) => {
-                let deadline = Instant::now() + limit;
                 let mut last = Wait::Io(io::Error::new(io::ErrorKind::InvalidInput, "no address"));
                 let mut found = None;
                 for a in addrs {
@@ -204,7 +236,13 @@ impl Conn {
                 }
                 let s = found.ok_or(last)?;
                 let _ = s.set_nodelay(true);
-                Io::Tcp(s)
+                match tls {
+                    None => Io::Tcp(s),
+                    Some(t) => {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        Io::Tls(Box::new(timed(&mut timer, left, TlsIo::handshake(s, t)).await?))
+                    }
+                }
             }
         };
         Ok(Conn {
@@ -223,6 +261,10 @@ impl Conn {
     /// the limit (held while the tunnel lives).
     pub(crate) fn into_tunnel(self) -> Tunnel {
         let (rd, wr): (Box<dyn AsyncRead + Send + Unpin>, Box<dyn AsyncWrite + Send + Unpin>) = match self.io {
+            Io::Tls(t) => {
+                let (r, w) = tokio::io::split(*t);
+                (Box::new(r), Box::new(w))
+            }
             Io::Tcp(s) => {
                 let (r, w) = s.into_split();
                 (Box::new(r), Box::new(w))
@@ -237,7 +279,7 @@ impl Conn {
 
     /// Whether an idle connection can no longer be used: the upstream closed it or sent
     /// something unasked. Costs no system call when the socket saw no event.
-    pub(crate) fn is_stale(&self) -> bool {
+    pub(crate) fn is_stale(&mut self) -> bool {
         if !self.rbuf.is_empty() || self.closing {
             return true;
         }
@@ -321,7 +363,11 @@ impl Conn {
                 *parts = &mut rest[1..];
             }
             if parts.is_empty() {
-                return Ok(true);
+                return match self.io.flush() {
+                    Ok(()) => Ok(true),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+                    Err(e) => Err(e),
+                };
             }
             let mut iov = [IoSlice::new(&[]); 4];
             let mut n = 0;

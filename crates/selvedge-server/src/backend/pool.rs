@@ -161,7 +161,7 @@ pub(crate) fn checkout(id: usize, limits: &PoolLimits) -> Option<Conn> {
     POOLS.with(|p| {
         let mut p = p.borrow_mut();
         let slot = p.slots.get_mut(id)?;
-        while let Some((conn, since)) = slot.pop_newest() {
+        while let Some((mut conn, since)) = slot.pop_newest() {
             if !expired(since, now, limits.keepalive) && !conn.is_stale() {
                 return Some(conn);
             }

@@ -55,6 +55,7 @@ pub use crate::backend::conn::Addr;
 use crate::backend::conn::{Conn, Wait, Written};
 use crate::backend::pool;
 pub use crate::backend::pool::PoolLimits;
+use crate::backend::tls::{RawTls, TlsTarget};
 use crate::config::units::{Count, NonZeroDur, Size};
 pub use forward::HostMode;
 use forward::{ComposeError, Framing, Rewrite};
@@ -70,8 +71,10 @@ const STREAM_READ: usize = 64 * 1024;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawProxy {
-    /// `http://host[:port][/base]` or `unix:/path/to.sock`.
+    /// `http://host[:port][/base]`, `https://...` or `unix:/path/to.sock`.
     pub upstream: String,
+    /// TLS to an `https://` upstream.
+    pub tls: Option<RawTls>,
     /// `"preserve"`, `"upstream"` or a literal host.
     pub host: Option<String>,
     /// Remove the route's prefix from the path.
@@ -107,6 +110,9 @@ pub struct ProxyConfig {
     pub addr: Addr,
     /// The upstream's authority as written (`Host` with `host = "upstream"`).
     pub upstream_host: String,
+    /// TLS (an `https://` upstream): verified against the system's CAs (or `tls.ca`) for
+    /// the upstream's host name (or `tls.sni`).
+    pub tls: Option<TlsTarget>,
     /// The upstream URL's path, without a trailing `/`.
     pub base: String,
     /// `Host` sent upstream: `preserve` (the client's; default), `upstream`, or a literal.
@@ -138,7 +144,21 @@ impl ProxyConfig {
     /// # Errors
     /// The reason, reported at the table's position.
     pub fn from_raw(raw: &RawProxy) -> Result<ProxyConfig, String> {
-        let (addr, upstream_host, base) = parse_upstream(&raw.upstream)?;
+        let (addr, upstream_host, base, https) = parse_upstream(&raw.upstream)?;
+        let tls = match (https, &raw.tls) {
+            (true, t) => {
+                let host = match upstream_host.strip_prefix('[') {
+                    Some(v6) => v6.split(']').next().unwrap_or(v6),
+                    None => upstream_host.rsplit_once(':').map_or(upstream_host.as_str(), |(h, _)| h),
+                };
+                let default = RawTls::default();
+                Some(TlsTarget::new(t.as_ref().unwrap_or(&default), host, &[b"http/1.1"])?)
+            }
+            (false, Some(_)) => {
+                return Err(format!("proxy upstream {:?}: tls needs an https:// upstream", raw.upstream))
+            }
+            (false, None) => None,
+        };
         let secs = |v: Option<NonZeroDur>, default: u64| v.map_or(Duration::from_secs(default), NonZeroDur::get);
         let host = match raw.host.as_deref() {
             None | Some("preserve") => HostMode::Preserve,
@@ -151,6 +171,7 @@ impl ProxyConfig {
             upstream: raw.upstream.clone(),
             addr,
             upstream_host,
+            tls,
             base,
             host,
             strip_prefix: raw.strip_prefix.unwrap_or(false),
@@ -170,17 +191,19 @@ impl ProxyConfig {
     }
 }
 
-/// Splits `http://host[:port][/base]` or `unix:/path` into the address, the authority and
-/// the base path.
-fn parse_upstream(s: &str) -> Result<(Addr, String, String), String> {
+/// Splits `http://host[:port][/base]`, `https://...` or `unix:/path` into the address, the
+/// authority, the base path and whether it is `https`.
+fn parse_upstream(s: &str) -> Result<(Addr, String, String, bool), String> {
     if let Some(path) = s.strip_prefix("unix:") {
         if !path.starts_with('/') {
             return Err(format!("proxy upstream {s:?}: a unix socket needs an absolute path"));
         }
-        return Ok((Addr::Unix(PathBuf::from(path)), "localhost".into(), String::new()));
+        return Ok((Addr::Unix(PathBuf::from(path)), "localhost".into(), String::new(), false));
     }
-    let Some(rest) = s.strip_prefix("http://") else {
-        return Err(format!("proxy upstream {s:?} must start with http:// or unix:"));
+    let (rest, https) = match (s.strip_prefix("http://"), s.strip_prefix("https://")) {
+        (Some(r), _) => (r, false),
+        (_, Some(r)) => (r, true),
+        _ => return Err(format!("proxy upstream {s:?} must start with http://, https:// or unix:")),
     };
     let (authority, base) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let bad = |why: &str| format!("proxy upstream {s:?}: {why}");
@@ -201,6 +224,7 @@ fn parse_upstream(s: &str) -> Result<(Addr, String, String), String> {
         },
     };
     let port: u16 = match port {
+        None if https => 443,
         None => 80,
         Some(p) => p.parse().map_err(|_| bad("invalid port"))?,
     };
@@ -209,7 +233,7 @@ fn parse_upstream(s: &str) -> Result<(Addr, String, String), String> {
     if addrs.is_empty() {
         return Err(bad("resolves to no address"));
     }
-    Ok((Addr::Tcp(addrs), authority.to_string(), base.trim_end_matches('/').to_string()))
+    Ok((Addr::Tcp(addrs), authority.to_string(), base.trim_end_matches('/').to_string(), https))
 }
 
 /// The app serving a proxy route.
@@ -344,10 +368,16 @@ impl Route {
             Ok(pool::Permit::New(p)) => p,
             Err(_) => return Err(Fail::AtLimit),
         };
-        match Conn::connect(&cfg.addr, cfg.connect_timeout, permit).await {
+        match Conn::connect_tls(&cfg.addr, cfg.tls.as_ref(), cfg.connect_timeout, permit).await {
             Ok(c) => Ok(c),
-            Err(Wait::Timeout) => Err(Fail::Timeout),
-            Err(Wait::Io(_)) => Err(Fail::Connect),
+            Err(Wait::Timeout) => {
+                tracing::warn!("proxy {}: connect timed out", cfg.upstream);
+                Err(Fail::Timeout)
+            }
+            Err(Wait::Io(e)) => {
+                tracing::warn!("proxy {}: cannot connect: {e}", cfg.upstream);
+                Err(Fail::Connect)
+            }
         }
     }
 
@@ -658,6 +688,7 @@ mod tests {
     fn raw(upstream: &str) -> RawProxy {
         RawProxy {
             upstream: upstream.into(),
+            tls: None,
             host: None,
             strip_prefix: None,
             trust_forwarded: None,
@@ -680,10 +711,18 @@ mod tests {
         assert_eq!((c.upstream_host.as_str(), c.base.as_str()), ("127.0.0.1:9000", "/base"));
         let c = ProxyConfig::from_raw(&raw("http://[::1]")).unwrap();
         assert_eq!(c.addr, Addr::Tcp(vec!["[::1]:80".parse().unwrap()]));
+        let mut r = raw("https://[::1]/x");
+        r.tls = Some(RawTls { verify: Some(false), ..RawTls::default() });
+        let c = ProxyConfig::from_raw(&r).unwrap();
+        assert_eq!((c.addr, c.base.as_str()), (Addr::Tcp(vec!["[::1]:443".parse().unwrap()]), "/x"));
+        assert_eq!(c.tls.unwrap().name, rustls::pki_types::ServerName::try_from("::1").unwrap());
+        let mut r = raw("http://[::1]");
+        r.tls = Some(RawTls::default());
+        assert!(ProxyConfig::from_raw(&r).is_err());
         let c = ProxyConfig::from_raw(&raw("unix:/run/app.sock")).unwrap();
         assert_eq!(c.addr, Addr::Unix("/run/app.sock".into()));
         assert_eq!(c.connect_timeout, Duration::from_secs(5));
-        for bad in ["https://x", "http://", "http://u@h", "http://h:99999", "http://h/a?b", "unix:rel", "ftp://x"] {
+        for bad in ["https://", "http://", "http://u@h", "http://h:99999", "http://h/a?b", "unix:rel", "ftp://x"] {
             assert!(ProxyConfig::from_raw(&raw(bad)).is_err(), "{bad}");
         }
         let mut r: RawProxy = toml::from_str("upstream = \"http://127.0.0.1:1\"\nidle_timeout = \"250ms\"\n").unwrap();

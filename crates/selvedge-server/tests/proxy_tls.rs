@@ -1,0 +1,309 @@
+//! `https://` upstreams, with a test CA generated here: the `selvedge` binary as the proxy in
+//! front of `selvedge serve --tls-cert`, a Python TLS echo server (bodies both ways), a
+//! Python `websockets` server over TLS (the tunnel) and nginx requiring a client certificate (its access log shows the connection, the session
+//! resumption and the client's certificate).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+
+use common::{connect, eventually, have, parse, Srv, TempDir};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+
+/// A CA and what it signs, as PEM files in `dir`.
+struct Pki {
+    ca: std::path::PathBuf,
+}
+
+struct Leaf {
+    cert: String,
+    key: String,
+}
+
+impl Pki {
+    fn ca(dir: &TempDir, name: &str) -> (Pki, Issuer<'static, KeyPair>) {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, format!("{name} test CA"));
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let key = KeyPair::generate().unwrap();
+        let cert = p.self_signed(&key).unwrap();
+        let ca = dir.write(&format!("{name}-ca.pem"), cert.pem());
+        (Pki { ca }, Issuer::new(p, key))
+    }
+}
+
+/// A certificate for `names` (DNS names or IP addresses) signed by `issuer`.
+fn leaf(dir: &TempDir, issuer: &Issuer<'static, KeyPair>, file: &str, names: &[&str], client: bool) -> Leaf {
+    let mut p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    p.distinguished_name.push(DnType::CommonName, file);
+    p.extended_key_usages =
+        vec![if client { ExtendedKeyUsagePurpose::ClientAuth } else { ExtendedKeyUsagePurpose::ServerAuth }];
+    let key = KeyPair::generate().unwrap();
+    let cert = p.signed_by(&key, issuer).unwrap();
+    let c = dir.write(&format!("{file}.pem"), cert.pem());
+    let k = dir.write(&format!("{file}.key"), key.serialize_pem());
+    Leaf { cert: c.to_str().unwrap().into(), key: k.to_str().unwrap().into() }
+}
+
+fn proxy(d: &TempDir, table: &str) -> Srv {
+    let cfg = d.write(
+        "proxy.toml",
+        format!("[server]\nworkers = 1\n[[listen]]\nport = 0\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nproxy = {{ {table} }}\n"),
+    );
+    Srv::start(&["--config", cfg.to_str().unwrap()])
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Kid(Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn https_upstream_verified_by_a_test_ca() {
+    let d = TempDir::new("pxtls");
+    let (pki, issuer) = Pki::ca(&d, "good");
+    let (other, _) = Pki::ca(&d, "other");
+    let server = leaf(&d, &issuer, "server", &["localhost", "127.0.0.1"], false);
+    let site = TempDir::new("pxtls-site");
+    site.write("index.html", "<h1>over tls</h1>\n");
+    let up = Srv::start(&[
+        "serve",
+        site.path().to_str().unwrap(),
+        "--port",
+        "0",
+        "--workers",
+        "1",
+        "--tls-cert",
+        &server.cert,
+        "--tls-key",
+        &server.key,
+    ]);
+    let port = up.addr.port();
+    let ca = pki.ca.to_str().unwrap();
+
+    // Verified against the test CA, by name and by IP address.
+    for host in ["localhost", "127.0.0.1"] {
+        let px = proxy(&d, &format!("upstream = \"https://{host}:{port}\", tls = {{ ca = \"{ca}\" }}"));
+        for _ in 0..3 {
+            let r = px.get("/index.html");
+            assert_eq!((r.status, r.text().as_str()), (200, "<h1>over tls</h1>\n"), "{host}");
+        }
+        assert_eq!(px.get("/missing").status, 404);
+    }
+
+    // A name the certificate does not hold: 502 and the reason in the log.
+    let px = proxy(
+        &d,
+        &format!("upstream = \"https://127.0.0.1:{port}\", tls = {{ ca = \"{ca}\", sni = \"api.internal\" }}"),
+    );
+    assert_eq!(px.get("/index.html").status, 502);
+    eventually(5, "a log line for the wrong name", || px.said("certificate not valid for name \"api.internal\""));
+
+    // A CA that did not sign it: 502 and the reason.
+    let oca = other.ca.to_str().unwrap();
+    let px = proxy(&d, &format!("upstream = \"https://localhost:{port}\", tls = {{ ca = \"{oca}\" }}"));
+    assert_eq!(px.get("/index.html").status, 502);
+    eventually(5, "a log line for the unknown CA", || px.said("invalid peer certificate: UnknownIssuer"));
+
+    // The system's roots (the default) do not hold the test CA either.
+    let px = proxy(&d, &format!("upstream = \"https://localhost:{port}\""));
+    assert_eq!(px.get("/index.html").status, 502);
+
+    // verify = false accepts it.
+    let px = proxy(&d, &format!("upstream = \"https://localhost:{port}\", tls = {{ verify = false }}"));
+    assert_eq!(px.get("/index.html").status, 200);
+
+    // A plain-HTTP client of a TLS port, and TLS to a plain port: 502, never a hang.
+    let plain = Srv::start(&["serve", site.path().to_str().unwrap(), "--port", "0", "--workers", "1"]);
+    let px = proxy(&d, &format!("upstream = \"https://localhost:{}\", tls = {{ ca = \"{ca}\" }}", plain.addr.port()));
+    assert_eq!(px.get("/index.html").status, 502);
+}
+
+#[test]
+fn https_upstream_bodies_both_ways() {
+    let d = TempDir::new("pxtls-echo");
+    let (pki, issuer) = Pki::ca(&d, "echo");
+    let server = leaf(&d, &issuer, "server", &["localhost"], false);
+    let script = d.write(
+        "echo.py",
+        r#"import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#,
+    );
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .arg(&server.cert)
+        .arg(&server.key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let _up = Kid(child);
+    let port: u16 = line.trim().parse().expect("the echo server's port");
+    let ca = pki.ca.to_str().unwrap();
+    let px = proxy(&d, &format!("upstream = \"https://localhost:{port}\", tls = {{ ca = \"{ca}\" }}"));
+
+    // 5 MB up and back, twice over the same client connection.
+    let body: Vec<u8> = (0..5u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let mut s = connect(px.addr);
+    for _ in 0..2 {
+        write!(s, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", body.len()).unwrap();
+        s.write_all(&body).unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte).unwrap();
+            head.push(byte[0]);
+        }
+        let r = parse(&head, false).unwrap();
+        assert_eq!(r.status, 200, "{r:?}");
+        let n: usize = r.header("content-length").expect("a length").parse().unwrap();
+        let mut got = vec![0u8; n];
+        s.read_exact(&mut got).unwrap();
+        assert!(got == body, "the echoed body differs");
+    }
+}
+
+#[test]
+fn websocket_to_an_https_upstream() {
+    const WS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ws_echo.py");
+    let d = TempDir::new("pxtls-ws");
+    let (pki, issuer) = Pki::ca(&d, "ws");
+    let server = leaf(&d, &issuer, "server", &["localhost"], false);
+    let mut child = Command::new("python3")
+        .args([WS, "serve-tls", &server.cert, &server.key])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let _up = Kid(child);
+    let port: u16 = line.trim().parse().unwrap_or_else(|_| panic!("the wss upstream did not start: {line:?}"));
+    let ca = pki.ca.to_str().unwrap();
+    let px = proxy(&d, &format!("upstream = \"https://localhost:{port}\", tls = {{ ca = \"{ca}\" }}"));
+    // Text, a 1 MiB message and 100 in a row through the tunnel over TLS.
+    let out = Command::new("python3").args([WS, "client", &format!("ws://{}/chat", px.addr)]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok", "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn client_certificate_to_an_upstream_that_requires_one() {
+    if !have("nginx") {
+        eprintln!("skipped: nginx is not installed");
+        return;
+    }
+    let d = TempDir::new("pxtls-mtls");
+    let (pki, issuer) = Pki::ca(&d, "mtls");
+    let server = leaf(&d, &issuer, "server", &["localhost"], false);
+    let client = leaf(&d, &issuer, "client", &["selvedge-client"], true);
+    let ca = pki.ca.to_str().unwrap();
+    let port = free_port();
+    let dir = d.path().to_str().unwrap();
+    let conf = d.write(
+        "nginx.conf",
+        format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log info;\n\
+             events {{ worker_connections 64; }}\n\
+             http {{\n  log_format t '$connection $ssl_session_reused $ssl_client_verify';\n  access_log {dir}/access.log t;\n\
+             client_body_temp_path {dir}/cb; proxy_temp_path {dir}/px; fastcgi_temp_path {dir}/fc; uwsgi_temp_path {dir}/uw; scgi_temp_path {dir}/sc;\n\
+             server {{\n    listen 127.0.0.1:{port} ssl;\n    ssl_certificate {};\n    ssl_certificate_key {};\n\
+             ssl_client_certificate {ca};\n    ssl_verify_client on;\n    ssl_session_cache shared:s:1m;\n\
+             location / {{ return 200 \"hello $ssl_client_s_dn\\n\"; }}\n  }}\n}}\n",
+            server.cert, server.key
+        ),
+    );
+    let nginx = Command::new("nginx")
+        .args(["-p", dir, "-e", &format!("{dir}/error.log"), "-c", conf.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx");
+    let _nginx = Kid(nginx);
+    eventually(10, "nginx listening", || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let log = || std::fs::read_to_string(d.path().join("access.log")).unwrap_or_default();
+
+    // Without a certificate nginx refuses the request (its 400 is passed on).
+    let px = proxy(&d, &format!("upstream = \"https://localhost:{port}\", tls = {{ ca = \"{ca}\" }}"));
+    assert_eq!(px.get("/").status, 400);
+    drop(px);
+
+    // With one: accepted, and the kept connection carries every request.
+    let tls = format!("ca = \"{ca}\", client_cert = \"{}\", client_key = \"{}\"", client.cert, client.key);
+    let before = log().lines().count();
+    let px = proxy(&d, &format!("upstream = \"https://localhost:{port}\", tls = {{ {tls} }}"));
+    for _ in 0..5 {
+        let r = px.get("/");
+        assert_eq!((r.status, r.text().as_str()), (200, "hello CN=client\n"));
+    }
+    eventually(5, "five log lines", || log().lines().count() == before + 5);
+    let lines: Vec<String> = log().lines().skip(before).map(str::to_string).collect();
+    let conns: std::collections::HashSet<_> = lines.iter().map(|l| l.split(' ').next().unwrap().to_string()).collect();
+    assert_eq!(conns.len(), 1, "one upstream connection: {lines:?}");
+    assert!(lines.iter().all(|l| l.ends_with(" SUCCESS")), "{lines:?}");
+    drop(px);
+
+    // A connection per request (max_idle = 0): the later ones resume the TLS session.
+    let before = log().lines().count();
+    let px = proxy(&d, &format!("upstream = \"https://localhost:{port}\", max_idle = 0, tls = {{ {tls} }}"));
+    for _ in 0..3 {
+        assert_eq!(px.get("/").status, 200);
+    }
+    eventually(5, "three log lines", || log().lines().count() == before + 3);
+    let lines: Vec<String> = log().lines().skip(before).map(str::to_string).collect();
+    let conns: std::collections::HashSet<_> = lines.iter().map(|l| l.split(' ').next().unwrap().to_string()).collect();
+    assert_eq!(conns.len(), 3, "{lines:?}");
+    assert!(lines[1..].iter().all(|l| l.contains(" r ")), "sessions resumed: {lines:?}");
+}
+
+#[test]
+fn tls_settings_are_checked_when_loading() {
+    let d = TempDir::new("pxtls-cfg");
+    let bad = |table: &str| {
+        let cfg = d.write(
+            "bad.toml",
+            format!("[[listen]]\nport = 0\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nproxy = {{ {table} }}\n"),
+        );
+        let out = Command::new(common::BIN).args(["--config", cfg.to_str().unwrap(), "--check"]).output().unwrap();
+        assert!(!out.status.success(), "{table} was accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = bad("upstream = \"http://127.0.0.1:1\", tls = { verify = false }");
+    assert!(e.contains("https://"), "{e}");
+    let e = bad("upstream = \"https://127.0.0.1:1\", tls = { ca = \"/nonexistent.pem\" }");
+    assert!(e.contains("/nonexistent.pem"), "{e}");
+    let e = bad("upstream = \"https://127.0.0.1:1\", tls = { client_cert = \"/x.pem\" }");
+    assert!(e.contains("client_key"), "{e}");
+    let e = bad("upstream = \"https://127.0.0.1:1\", tls = { verfy = false }");
+    assert!(e.contains("verfy"), "{e}");
+}
