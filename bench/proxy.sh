@@ -13,7 +13,12 @@
 # upstream, Host preserved, X-Forwarded-For/-Proto/-Host and Forwarded added, hop-by-hop
 # fields removed, one worker, no access log.
 #
-# See bench/README.md. Env: SERVERS ("selvedge nginx") UPSTREAM (selvedge|nginx) ROUNDS
+# UPSTREAM_TLS=1: the upstream (selvedge) serves HTTPS with a certificate of a CA generated
+# for the run; both proxies connect with https://, verify it (selvedge `tls.ca`, nginx
+# `proxy_ssl_verify on` with `proxy_ssl_trusted_certificate`), name localhost, and keep their
+# TLS connections as they keep plain ones.
+#
+# See bench/README.md. Env: SERVERS ("selvedge nginx") UPSTREAM (selvedge|nginx) UPSTREAM_TLS ROUNDS
 # CONNS DURATION THREADS WARMUP SELVEDGE_BIN SELVEDGE_BUILD SERVER_CPU CLIENT_CPU
 # UPSTREAM_CPU KEEP_TMP.
 set -euo pipefail
@@ -24,6 +29,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SERVERS=${SERVERS:-selvedge nginx}
 UPSTREAM=${UPSTREAM:-selvedge}
 UPSTREAM_CPU=${UPSTREAM_CPU:-$CLIENT_CPU}
+UPSTREAM_TLS=${UPSTREAM_TLS:-0}
 SELVEDGE_BIN=${SELVEDGE_BIN:-${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/selvedge}
 need wrk
 
@@ -39,8 +45,27 @@ SELVEDGE_CMD="$SELVEDGE_BIN --config <dir>/selvedge.toml"
 UP_DIR=$WORK/upstream
 mkdir -p "$UP_DIR"
 UP_PORT=$(free_port)
+UP_SCHEME=http
+if [[ $UPSTREAM_TLS == 1 ]]; then
+    [[ $UPSTREAM == selvedge ]] || die "UPSTREAM_TLS=1 needs UPSTREAM=selvedge"
+    need openssl
+    UP_SCHEME=https
+    (
+        cd "$UP_DIR"
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=bench CA" \
+            -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
+            -keyout ca.key -out ca.pem
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
+            -keyout up.key -out up.csr
+        printf 'subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' >up.ext
+        openssl x509 -req -in up.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile up.ext -out up.pem
+    ) >/dev/null 2>&1 || die "openssl failed"
+fi
 case $UPSTREAM in
-    selvedge) UP_CMD=("$SELVEDGE_BIN" serve "$SITE_DIR" --host 127.0.0.1 --port "$UP_PORT" --workers 1) ;;
+    selvedge)
+        UP_CMD=("$SELVEDGE_BIN" serve "$SITE_DIR" --host 127.0.0.1 --port "$UP_PORT" --workers 1)
+        [[ $UPSTREAM_TLS == 1 ]] && UP_CMD+=(--tls-cert "$UP_DIR/up.pem" --tls-key "$UP_DIR/up.key")
+        ;;
     nginx)
         srv_nginx "$UP_DIR" "$UP_PORT" h1
         UP_CMD=("${SRV_CMD[@]}")
@@ -51,7 +76,7 @@ esac
 UP_PID=$!
 _STARTED_PIDS+=("$UP_PID")
 wait_port "$UP_PID" "$UP_PORT" 10 || die "upstream $UPSTREAM did not start: $(tail -n 5 "$UP_DIR/stdout.log")"
-log "upstream: $UPSTREAM on 127.0.0.1:$UP_PORT (pid $UP_PID, CPU $UPSTREAM_CPU)"
+log "upstream: $UPSTREAM on $UP_SCHEME://127.0.0.1:$UP_PORT (pid $UP_PID, CPU $UPSTREAM_CPU)"
 
 # ---------------------------------------------------------------- the proxies
 
@@ -70,8 +95,12 @@ idle = 300
 [[vhost]]
 [[vhost.route]]
 path = "/"
-proxy = { upstream = "http://127.0.0.1:$UP_PORT" }
 EOF
+    if [[ $UPSTREAM_TLS == 1 ]]; then
+        echo "proxy = { upstream = \"https://127.0.0.1:$UP_PORT\", tls = { ca = \"$UP_DIR/ca.pem\", sni = \"localhost\" } }" >>"$dir/selvedge.toml"
+    else
+        echo "proxy = { upstream = \"http://127.0.0.1:$UP_PORT\" }" >>"$dir/selvedge.toml"
+    fi
     SRV_CMD=("$SELVEDGE_BIN" --config "$dir/selvedge.toml")
     SRV_LOG=$dir/stdout.log
 }
@@ -79,9 +108,14 @@ EOF
 # nginx: proxy_pass with an upstream keepalive pool of 64 idle connections (selvedge's
 # default max_idle), sending the same fields as selvedge.
 srv_nginx() {
-    local dir=$1 port=$2
+    local dir=$1 port=$2 ssl=
     need nginx
     mkdir -p "$dir/tmp"
+    [[ $UPSTREAM_TLS == 1 ]] && ssl="
+            proxy_ssl_verify on;
+            proxy_ssl_trusted_certificate $UP_DIR/ca.pem;
+            proxy_ssl_name localhost;
+            proxy_ssl_server_name on;"
     cat >"$dir/nginx.conf" <<EOF
 daemon off;
 master_process off;
@@ -106,7 +140,7 @@ http {
     server {
         listen 127.0.0.1:$port;
         location / {
-            proxy_pass http://backend;
+            proxy_pass $UP_SCHEME://backend;$ssl
             proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_set_header Host \$http_host;
@@ -122,8 +156,8 @@ EOF
     SRV_CMD=(nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf")
 }
 
-log "proxy: servers: $SERVERS; wrk -t$THREADS -c$CONNS -d$DURATION (warm-up $WARMUP); $ROUNDS rounds; upstream $UPSTREAM"
+log "proxy: servers: $SERVERS; wrk -t$THREADS -c$CONNS -d$DURATION (warm-up $WARMUP); $ROUNDS rounds; upstream $UPSTREAM over $UP_SCHEME"
 bench_run h1 load_wrk
 up_ticks=$(cpu_ticks "$UP_PID")
 bench_report "selvedge reverse-proxy benchmark" proxy \
-    "wrk -t$THREADS -c$CONNS -d$DURATION over HTTP/1.1 keep-alive to the proxy (after a $WARMUP warm-up run); upstream: $UPSTREAM (one worker, keep-alive) pinned to CPU $UPSTREAM_CPU with the client; upstream CPU not counted ($up_ticks ticks over the whole run)"
+    "wrk -t$THREADS -c$CONNS -d$DURATION over HTTP/1.1 keep-alive to the proxy (after a $WARMUP warm-up run); upstream: $UPSTREAM over $UP_SCHEME (one worker, keep-alive) pinned to CPU $UPSTREAM_CPU with the client; upstream CPU not counted ($up_ticks ticks over the whole run)"
