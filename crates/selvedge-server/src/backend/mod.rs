@@ -1,6 +1,7 @@
 //! Connections to the servers behind selvedge (HTTP upstreams, FastCGI applications):
 //! one socket (TCP, Unix, or TLS over TCP: [`tls`]) with its buffers and a reusable
-//! deadline ([`conn`]), and a per-worker pool of idle keep-alive connections ([`pool`]). What goes over them is the routes' business.
+//! deadline (`conn`), and a per-worker pool of idle keep-alive connections (`pool`). What
+//! goes over them is the routes' business.
 
 pub(crate) mod conn;
 pub(crate) mod pool;

@@ -1,11 +1,11 @@
 //! TLS to an upstream (`https://`): the client configuration a route builds once (roots,
 //! client certificate, ALPN; rustls keeps its session cache there, so new connections
-//! resume), and [`TlsIo`], rustls' client state over a nonblocking TCP socket driven by the
-//! same readiness calls as a plain socket ([`super::conn`]).
+//! resume), and `TlsIo`, rustls' client state over a nonblocking TCP socket driven by the
+//! same readiness calls as a plain socket (`conn`).
 //!
 //! Reads go through rustls' plaintext buffer first; a socket read feeds it. Writes put
 //! plaintext into rustls (bounded by its buffer limit) and flush records to the socket; a
-//! write reports the socket full while records are still pending, so [`super::conn::Conn`]
+//! write reports the socket full while records are still pending, so `Conn`
 //! never waits for an answer with part of the request stuck in rustls.
 
 use std::io::{self, Read, Write};

@@ -5,7 +5,7 @@
 //!    is `PATH_INFO` (400/403/404 as for static files).
 //! 2. A body of unknown length (chunked, or HTTP/2 without `content-length`) is read first,
 //!    up to `max_buffered_input` (411 beyond), since `CONTENT_LENGTH` must be given.
-//! 3. `process::Run` starts the script with the [`env`] meta-variables, feeds it the body
+//! 3. `process::Run` starts the script with the [`env`](mod@crate::gateway::env) meta-variables, feeds it the body
 //!    and reads its output; [`head::parse`](crate::gateway::head::parse) reads the response
 //!    head (502 when malformed, over `max_output_head`, or when the script exits first; 504
 //!    when no progress is made within `timeout`).

@@ -9,9 +9,9 @@
 //!    what follows it: `/up/x.jpg/a.php` is never sent to the application.
 //! 2. A body of unknown length (chunked, or HTTP/2 without `content-length`) is read first,
 //!    up to `max_buffered_input` (411 beyond), since `CONTENT_LENGTH` must be given.
-//! 3. A connection from this worker's pool (`FCGI_KEEP_CONN`; see [`pool`]) or a new one
+//! 3. A connection from this worker's pool (`FCGI_KEEP_CONN`; see `backend::pool`) or a new one
 //!    (`connect_timeout`). The request goes out as `BEGIN_REQUEST`, the meta-variables of
-//!    CGI ([`env`], then the route's `params`) as `PARAMS`, and the body as `STDIN` records
+//!    CGI ([`env`](mod@crate::gateway::env), then the route's `params`) as `PARAMS`, and the body as `STDIN` records
 //!    as the client sends it, each piece written before the next is read.
 //! 4. The application's records are read meanwhile ([`record::decode`]): `STDERR` lines go
 //!    to the error log with the script's name; `STDOUT` carries the response, whose head is

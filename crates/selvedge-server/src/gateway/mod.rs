@@ -1,6 +1,6 @@
 //! What CGI and FastCGI routes share (RFC 3875): which file a request names and the
 //! `SCRIPT_NAME` / `PATH_INFO` split ([`script`]), the meta-variables the script sees
-//! ([`env`]), and the response head it writes ([`head`]). The transports differ (a process
+//! ([`env`](mod@env)), and the response head it writes ([`head`]). The transports differ (a process
 //! per request and its pipes; records over a pooled socket); these rules do not.
 
 pub mod env;
