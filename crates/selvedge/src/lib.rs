@@ -76,6 +76,7 @@ mod response;
 pub mod server;
 mod settings;
 mod socket;
+pub mod stats;
 pub mod sys;
 pub mod time;
 #[cfg(feature = "tls")]

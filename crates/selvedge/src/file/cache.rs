@@ -35,6 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::HeaderValue;
 
+use crate::stats;
 use crate::time::date;
 
 /// Cache settings.
@@ -396,6 +397,14 @@ struct Inner {
     sweeps: AtomicU64,
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // A cache replaced on reload: its entries leave the counts.
+        let n = self.map.get_mut().map_or(0, |m| m.len());
+        stats::add(stats::Counter::CacheEviction, n as u64);
+    }
+}
+
 /// The open-file and file-info cache. Cloning shares it; the reaper thread stops once the
 /// last clone is dropped (within one sweep interval).
 #[derive(Clone)]
@@ -440,6 +449,7 @@ impl FileCache {
     pub fn lookup(&self, path: &Path) -> Arc<Entry> {
         let cfg = &self.inner.cfg;
         if !cfg.enabled {
+            stats::add(stats::Counter::CacheMiss, 1);
             return Arc::new(Entry::load(path, cfg));
         }
         let key = path.as_os_str().as_bytes();
@@ -447,8 +457,10 @@ impl FileCache {
             if !e.used.load(Ordering::Relaxed) {
                 e.used.store(true, Ordering::Relaxed);
             }
+            stats::add(stats::Counter::CacheHit, 1);
             return e.clone();
         }
+        stats::add(stats::Counter::CacheMiss, 1);
         let e = Arc::new(Entry::load(path, cfg));
         if matches!(e.kind, Kind::Unavailable) {
             return e;
@@ -456,7 +468,13 @@ impl FileCache {
         let mut map = self.inner.map.write().unwrap_or_else(|p| p.into_inner());
         if map.len() < cfg.max_entries {
             // Another worker may have raced us here: keep the first and use it.
-            return map.entry(key.into()).or_insert(e).clone();
+            return match map.entry(key.into()) {
+                std::collections::hash_map::Entry::Occupied(o) => o.get().clone(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    stats::add(stats::Counter::CacheInserted, 1);
+                    v.insert(e).clone()
+                }
+            };
         }
         e
     }
@@ -496,6 +514,7 @@ impl FileCache {
             for (path, e) in &dead {
                 if map.get(path).is_some_and(|cur| Arc::ptr_eq(cur, e)) {
                     map.remove(path);
+                    stats::add(stats::Counter::CacheEviction, 1);
                 }
             }
         }

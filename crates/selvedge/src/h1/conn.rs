@@ -71,10 +71,12 @@ enum Next {
 
 /// Serves one connection until it closes.
 pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg: Arc<Settings>, timer: Timer) {
+    let open = crate::stats::OpenConn::new(false);
     let mut conn = Conn { sock: Arc::new(sock), peer, cfg, timer, rbuf: BytesMut::new(), wbuf: Vec::new(), h2: None };
     let live = crate::pool::Live::new();
     conn.run(&*app).await;
     drop(live);
+    drop(open);
     if let Some(upgraded) = conn.h2.take() {
         let Conn { sock, peer, cfg, timer, rbuf, .. } = conn;
         // Boxed so HTTP/1 connections do not carry the HTTP/2 driver's state (idle memory).

@@ -111,6 +111,7 @@ pub(crate) async fn serve<A: App>(
     mut rbuf: BytesMut,
     upgraded: Option<Request>,
 ) {
+    let _open = crate::stats::OpenConn::new(true);
     let h2cfg = cfg.h2.clone();
     let mut proto = Proto::new(h2cfg.clone(), cfg.server_name);
     let ms = |d: std::time::Duration| d.as_millis() as u64;

@@ -419,6 +419,7 @@ async fn accept_loop<A: App>(
             }
             match sys::accept(fd) {
                 Ok((conn, peer)) => {
+                    crate::stats::add(crate::stats::Counter::Accepted, 1);
                     // Over `max_connections_per_ip`: `conn` is dropped here, closing it.
                     let slot = match per_ip.as_ref().map(|t| t.enter(&peer)) {
                         None => None,
