@@ -76,11 +76,21 @@ pub struct LogConfig {
     pub size: u64,
     /// Rotated files kept (`log.1` .. `log.N`): 5.
     pub backups: u32,
+    /// The line format: `combined` (default), `json` or a `$name` template.
+    pub format: crate::access_log::Format,
+    /// Keep a client's `X-Request-Id` (when well formed) instead of generating one: off.
+    pub trust_request_id: bool,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig { target: LogTarget::Off, size: 10 << 20, backups: 5 }
+        LogConfig {
+            target: LogTarget::Off,
+            size: 10 << 20,
+            backups: 5,
+            format: crate::access_log::Format::Combined,
+            trust_request_id: false,
+        }
     }
 }
 
@@ -114,6 +124,15 @@ pub struct ErrorLogConfig {
     /// The level or filter (`"info"`, `"debug"`, `"selvedge=debug,warn"`); `None`: `info`,
     /// unless `RUST_LOG` or `--log-level` say otherwise.
     pub level: Option<String>,
+}
+
+/// The admin listener (`[admin]`): `/metrics`, `/healthz`, `/readyz`, `/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// Where it listens: a loopback address or a Unix socket, unless `public`.
+    pub listen: Listen,
+    /// Allow a non-loopback address (anyone who reaches it sees the metrics and status).
+    pub public: bool,
 }
 
 /// One route: requests whose path starts with `prefix` are served by `kind`.
@@ -207,6 +226,8 @@ pub struct Config {
     pub acme: Option<crate::acme::AcmeConfig>,
     /// On-the-fly compression settings (`[compress]`).
     pub compress: crate::compression::CompressConfig,
+    /// The admin listener, if any (metrics are collected only with one).
+    pub admin: Option<AdminConfig>,
 }
 
 impl Config {
@@ -242,6 +263,7 @@ impl Config {
             }],
             acme: None,
             compress: Default::default(),
+            admin: None,
         }
     }
 
@@ -382,6 +404,16 @@ impl Config {
         }
         log.size = raw.log.size.map_or(log.size, Size::get);
         log.backups = raw.log.backups.map_or(log.backups, Count::get_u32);
+        if let Some(f) = &raw.log.format {
+            log.format = crate::access_log::Format::parse(f.get_ref()).map_err(|e| err(Some(f.span()), e))?;
+        }
+        log.trust_request_id = match raw.log.request_id.as_ref().map(|r| (r.get_ref().as_str(), r.span())) {
+            None | Some(("generate", _)) => false,
+            Some(("trust", _)) => true,
+            Some((other, sp)) => {
+                return Err(err(Some(sp), format!("request_id {other:?}: \"generate\" or \"trust\"")));
+            }
+        };
 
         let mut vhosts = Vec::new();
         let mut seen_default = false;
@@ -545,7 +577,28 @@ impl Config {
                 return Err(err(at, "the http-01 challenge needs a cleartext listener (port 80)".into()));
             }
         }
+        let admin = match &raw.admin {
+            None => None,
+            Some(a) => {
+                let public = a.get_ref().public.unwrap_or(false);
+                let l = &a.get_ref().listen;
+                let listen = parse_listen(l.get_ref(), &abs).map_err(|e| err(Some(l.span()), e))?;
+                if let Listen::Tcp(addr) = &listen {
+                    if !addr.ip().is_loopback() && !public {
+                        return Err(err(
+                            Some(l.span()),
+                            format!(
+                                "[admin] listen {addr} is not a loopback address: metrics and status would be \
+                                 open to the network; set `public = true` to mean it (and firewall it)"
+                            ),
+                        ));
+                    }
+                }
+                Some(AdminConfig { listen, public })
+            }
+        };
         Ok(Config {
+            admin,
             file: Some(file.to_path_buf()),
             listen,
             tls,
@@ -639,6 +692,14 @@ struct Raw {
     acme: Option<Spanned<crate::acme::config::RawAcme>>,
     #[serde(default)]
     compress: crate::compression::RawCompress,
+    admin: Option<Spanned<RawAdmin>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    listen: Spanned<String>,
+    public: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -818,6 +879,8 @@ struct RawLog {
     error: Option<String>,
     error_format: Option<Spanned<String>>,
     level: Option<Spanned<String>>,
+    format: Option<Spanned<String>>,
+    request_id: Option<Spanned<String>>,
     size: Option<Size>,
     backups: Option<Count<0, 1000>>,
 }

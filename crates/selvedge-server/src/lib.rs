@@ -5,6 +5,7 @@
 
 pub mod access_log;
 pub mod acme;
+pub mod admin;
 pub mod backend;
 pub mod cgi;
 pub mod cli;
@@ -15,7 +16,9 @@ pub mod diag;
 pub mod fastcgi;
 pub mod gateway;
 pub mod listing;
+pub mod metrics;
 pub mod mime;
+pub mod observe;
 pub mod policy;
 pub mod proxy;
 pub mod redirect;

@@ -10,6 +10,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use selvedge::{Listen, Server, ServerHandle};
@@ -18,6 +19,7 @@ use tracing::{error, info, warn};
 
 use selvedge_server::access_log::AccessLog;
 use selvedge_server::acme::{self, Acme};
+use selvedge_server::admin::{self, Admin};
 use selvedge_server::cli::{self, Action};
 use selvedge_server::config::{self, Config, LogConfig, LogTarget};
 use selvedge_server::diag::{self, ErrorLog};
@@ -84,6 +86,10 @@ struct Running {
     acme: Option<Acme>,
     /// The name of each listener of `handle` (then of `redirect`), by `bind*` index.
     names: (Vec<String>, Vec<String>),
+    /// The admin listener, if configured.
+    admin: Option<Admin>,
+    /// The listeners' URLs (for the status page).
+    urls: Vec<String>,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -134,6 +140,14 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
         Err(e) => return fail(format_args!("access log: {e}")),
     };
     let roots = site.roots();
+    // The admin listener first: /readyz says "starting" until the public listeners serve.
+    let admin_srv = match &cfg.admin {
+        None => None,
+        Some(a) => match Admin::start(a, admin_info(&cfg, &site, Vec::new())) {
+            Ok(s) => Some(s),
+            Err(e) => return fail(format_args!("cannot listen on the admin address {:?}: {e}", a.listen)),
+        },
+    };
     let hsts = cfg.hsts.as_deref().and_then(|v| selvedge::http::HeaderValue::from_str(v).ok());
     let front = Front::new(site, routes::engine_pages(&cfg), log, hsts);
     let mut settings = cfg.settings.clone();
@@ -320,13 +334,36 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
         if from_fds > 0 { format!(", {from_fds} inherited sockets") } else { String::new() },
     );
     info!("{status}");
+    loaded_now();
+    if let Some(a) = &admin_srv {
+        a.set_info(admin_info(&cfg, &front.site.load(), urls.clone()));
+        for l in a.local_addrs() {
+            let shown = match l {
+                Listen::Tcp(a) => format!("http://{a}/"),
+                Listen::Unix(p) => format!("unix:{}", p.display()),
+            };
+            info!("admin listener on {shown} (/metrics /healthz /readyz /status)");
+        }
+    }
+    admin::set_state(admin::State::Ready);
     if let Some(a) = &acme {
         a.start(rt.handle(), &acme_specs);
     }
     notify::ready("serving");
     service::tell_upgrading_parent();
 
-    let running = Running { cfg, front, errors, handle, redirect, cert_stores, acme, names: (names, redirect_names) };
+    let running = Running {
+        cfg,
+        front,
+        errors,
+        handle,
+        redirect,
+        cert_stores,
+        acme,
+        names: (names, redirect_names),
+        admin: admin_srv,
+        urls,
+    };
     signal_loop(running, rt, signals, exe, args)
 }
 
@@ -392,6 +429,7 @@ fn signal_loop(
         }
     });
     notify::stopping();
+    admin::set_state(admin::State::Draining);
     if let Stop::Upgraded = stop {
         // Connections end after their next exchange; give idle ones until the graceful
         // timeout (or until they are all gone), then shut down.
@@ -425,6 +463,9 @@ fn signal_loop(
         if ours {
             let _ = std::fs::remove_file(p);
         }
+    }
+    if let Some(a) = r.admin.take() {
+        a.stop();
     }
     info!("stopped");
     ExitCode::SUCCESS
@@ -483,6 +524,17 @@ fn reopen_logs(r: &Running, log: &LogConfig, errors: &config::ErrorTarget) {
     let old = r.front.log.load_full();
     let new = match (old.as_ref(), &log.target) {
         (_, LogTarget::Off) => None,
+        // Another format or request id setting: a new log (the old one is flushed).
+        (Some(l), _) if *l.format() != log.format || l.trust_request_id() != log.trust_request_id => {
+            l.flush();
+            match open_log(log) {
+                Ok(l) => l,
+                Err(e) => {
+                    error!("opening the access log: {e}");
+                    Some(l.clone())
+                }
+            }
+        }
         (Some(l), _) => {
             if let Err(e) = l.reopen(log.clone()) {
                 error!("reopening the access log: {e}");
@@ -497,7 +549,12 @@ fn reopen_logs(r: &Running, log: &LogConfig, errors: &config::ErrorTarget) {
             }
         },
     };
-    if new.is_some() != old.is_some() {
+    let same = match (&new, old.as_ref()) {
+        (Some(a), Some(b)) => a.same(b),
+        (None, None) => true,
+        _ => false,
+    };
+    if !same {
         r.front.log.store(std::sync::Arc::new(new));
     }
 }
@@ -518,6 +575,7 @@ fn reload(r: &mut Running) {
             let (log, errors) = (r.cfg.log.clone(), r.cfg.error_log.target.clone());
             reopen_logs(r, &log, &errors);
             error!("reload failed, keeping the running configuration (the logs were reopened): {e}");
+            selvedge_server::metrics::registry().events.reloads_failed.fetch_add(1, Ordering::Relaxed);
             return;
         }
     };
@@ -539,7 +597,28 @@ fn reload(r: &mut Running) {
     r.cfg = new;
     r.cfg.listen = listen;
     r.cfg.workers = workers;
+    selvedge_server::metrics::registry().events.reloads_ok.fetch_add(1, Ordering::Relaxed);
+    loaded_now();
+    if let Some(a) = &r.admin {
+        a.set_info(admin_info(&r.cfg, &r.front.site.load(), r.urls.clone()));
+    }
     info!("reloaded configuration");
+}
+
+/// Records that the configuration in force was loaded now.
+fn loaded_now() {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    selvedge_server::metrics::registry().events.config_loaded.store(now, Ordering::Relaxed);
+}
+
+/// What the status page shows about `cfg`.
+fn admin_info(cfg: &Config, site: &Site, listeners: Vec<String>) -> admin::Info {
+    admin::Info {
+        listeners,
+        routes: site.describe_routes(),
+        config_file: cfg.file.as_ref().map(|f| f.display().to_string()),
+        workers: cfg.worker_count(),
+    }
 }
 
 /// Reloads each TLS listener's certificate and key from their files; new handshakes use

@@ -15,11 +15,14 @@ use selvedge::file::{CacheConfig, FileCache};
 use selvedge::http::{header, HeaderValue, StatusCode};
 use selvedge::{App, Request, Response};
 
-use crate::access_log::AccessLog;
+use std::time::Instant;
+
+use crate::access_log::{AccessLog, Outcome, Pending};
 use crate::cgi::Cgi;
 use crate::compression::Compression;
 use crate::config::{Config, RouteKind};
 use crate::fastcgi::Fastcgi;
+use crate::observe::{Exchange, RequestId};
 use crate::policy::{Admitted, Check, Policy};
 use crate::proxy::Proxy;
 use crate::redirect::{self, Redirects};
@@ -34,6 +37,8 @@ struct Route {
     policy: Option<Box<Policy>>,
     /// The compressor of a CGI or proxy route that compresses (a static route has its own).
     compress: Option<Compression>,
+    /// Its metrics slot ([`crate::metrics::Registry::slot`]).
+    slot: u32,
 }
 
 /// What serves a route.
@@ -75,6 +80,23 @@ impl RouteApp {
 struct Vhost {
     routes: Vec<Route>,
     redirects: Redirects,
+    /// Its name in metrics and logs: the first host name, or `default`.
+    label: String,
+    /// The metrics slot of its requests that no route matches.
+    none_slot: u32,
+}
+
+/// Where a request went, for the metrics and the log.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteAt<'a> {
+    /// The virtual host's label (`none`: no host matched and there is no default).
+    pub vhost: &'a str,
+    /// The route's prefix (`none`: no route matched).
+    pub route: &'a str,
+    /// The metrics slot.
+    pub slot: u32,
+    /// Whether the route is a reverse proxy (its requests carry an id upstream).
+    pub proxy: bool,
 }
 
 impl Vhost {
@@ -108,6 +130,8 @@ pub struct Site {
     /// Whether `by_host` has `*.` entries.
     wildcards: bool,
     default: Option<usize>,
+    /// The metrics slot of requests no virtual host takes.
+    none_slot: u32,
 }
 
 impl Site {
@@ -126,6 +150,7 @@ impl Site {
         let mut by_host = HashMap::new();
         let mut default = None;
         for (i, v) in cfg.vhosts.iter().enumerate() {
+            let label = v.hosts.first().cloned().unwrap_or_else(|| "default".into());
             let mut routes = Vec::new();
             for r in &v.routes {
                 let app = match &r.kind {
@@ -146,15 +171,18 @@ impl Site {
                     RouteApp::Static(_) => None,
                     _ => r.compress.then(|| compression.clone()),
                 };
+                let slot = crate::metrics::registry().slot(&label, &r.prefix);
                 routes.push(Route {
                     prefix: r.prefix.clone(),
                     app,
                     policy: Policy::new(&r.policy).map(Box::new),
                     compress,
+                    slot,
                 });
             }
             routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
-            vhosts.push(Vhost { routes, redirects: Redirects::new(v.redirects.clone()) });
+            let none_slot = crate::metrics::registry().slot(&label, "none");
+            vhosts.push(Vhost { routes, redirects: Redirects::new(v.redirects.clone()), label, none_slot });
             if v.hosts.is_empty() {
                 default = Some(i);
             }
@@ -163,7 +191,8 @@ impl Site {
             }
         }
         let wildcards = by_host.keys().any(|h| h.starts_with("*."));
-        Ok(Site { vhosts, by_host, wildcards, default })
+        let none_slot = crate::metrics::registry().slot("none", "none");
+        Ok(Site { vhosts, by_host, wildcards, default, none_slot })
     }
 
     fn vhost(&self, req: &Request) -> Option<usize> {
@@ -209,31 +238,50 @@ impl Site {
     /// # Errors
     /// Not an error: the request waits.
     pub fn respond_now(self: &Arc<Site>, req: &mut Request) -> Result<Response, Box<Waiting>> {
-        let Some(vi) = self.vhost(req) else { return Ok(not_found()) };
+        self.respond_now_at(req).1
+    }
+
+    /// [`Site::respond_now`], and where the request went (for the metrics and the log; a
+    /// redirect rule's answer counts as no route).
+    ///
+    /// # Errors
+    /// Not an error: the request waits.
+    pub fn respond_now_at(self: &Arc<Site>, req: &mut Request) -> (RouteAt<'_>, Result<Response, Box<Waiting>>) {
+        let Some(vi) = self.vhost(req) else {
+            return (RouteAt { vhost: "none", route: "none", slot: self.none_slot, proxy: false }, Ok(not_found()));
+        };
         let vhost = &self.vhosts[vi];
+        let unrouted = RouteAt { vhost: &vhost.label, route: "none", slot: vhost.none_slot, proxy: false };
         if !vhost.redirects.is_empty() {
             if let redirect::Outcome::Answer(res) = vhost.redirects.apply(req) {
-                return Ok(res);
+                return (unrouted, Ok(res));
             }
         }
-        let Some(ri) = vhost.route(req.path_bytes()) else { return Ok(not_found()) };
+        let Some(ri) = vhost.route(req.path_bytes()) else { return (unrouted, Ok(not_found())) };
         let route = &vhost.routes[ri];
+        let at = RouteAt {
+            vhost: &vhost.label,
+            route: &route.prefix,
+            slot: route.slot,
+            proxy: matches!(route.app, RouteApp::Proxy(_)),
+        };
         let wait =
             |admitted, verify| Err(Box::new(Waiting { site: self.clone(), vhost: vi, route: ri, admitted, verify }));
         let Some(policy) = &route.policy else {
             return match &route.app {
-                RouteApp::Static(s) => Ok(s.respond(req)),
-                _ => wait(None, None),
+                RouteApp::Static(s) => (at, Ok(s.respond(req))),
+                _ => (at, wait(None, None)),
             };
         };
-        match policy.check(req) {
+        let res = match policy.check(req) {
             Check::Answer(res) => Ok(policy.finish(res, None, false)),
             Check::Pass(admitted) => match &route.app {
                 RouteApp::Static(s) => Ok(policy.finish(s.respond(req), Some(&admitted), true)),
                 _ => wait(Some(admitted), None),
             },
             Check::Verify(admitted, v) => wait(Some(admitted), Some(v)),
-        }
+        };
+        (at, res)
     }
 
     /// Serves a request [`Site::respond_now`] left waiting: the bcrypt check, then the app
@@ -291,6 +339,17 @@ impl Site {
                 None => res,
             };
         }
+    }
+
+    /// Virtual host, route prefix and what serves it, for the status page.
+    pub fn describe_routes(&self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        for v in &self.vhosts {
+            let mut routes: Vec<&Route> = v.routes.iter().collect();
+            routes.sort_by(|a, b| a.prefix.cmp(&b.prefix));
+            out.extend(routes.into_iter().map(|r| (v.label.clone(), r.prefix.clone(), r.app.describe())));
+        }
+        out
     }
 
     /// The roots served, for the startup line.
@@ -408,26 +467,167 @@ impl Front {
     }
 }
 
+/// What [`Front::handle`] does after its synchronous part.
+enum First {
+    /// No metrics, a log without timing: the request as before observability.
+    Plain(Option<AccessLog>, Option<Pending>, Result<Response, Box<Waiting>>),
+    /// Answered and recorded.
+    Done(Response),
+    /// A request that waits, observed.
+    Wait(Box<Observing>),
+}
+
+/// An observed request's state while it waits.
+struct Observing {
+    obs: Observed,
+    log: Option<AccessLog>,
+    pending: Option<Pending>,
+    waiting: Box<Waiting>,
+    vhost: String,
+    route: String,
+    slot: u32,
+}
+
 impl App for Front {
     async fn handle(&self, mut req: Request) -> Response {
+        let metrics = crate::metrics::enabled();
         let hsts = if req.is_secure() { self.hsts.clone() } else { None };
         // Static files are answered right here; only CGI and proxy routes (and bcrypt
         // checks) wait (boxed), with the site they were routed on.
-        let (log, pending, now) = self.with_current(|site, log| {
+        let first = self.with_current(|site, log| {
+            let observed = metrics || log.as_ref().is_some_and(AccessLog::observes);
+            if !observed {
+                let pending = log.as_ref().map(|l| l.begin(&req));
+                return First::Plain(log.clone(), pending, site.respond_now(&mut req));
+            }
+            let obs = Observed::of(&req);
             let pending = log.as_ref().map(|l| l.begin(&req));
-            (log.clone(), pending, site.respond_now(&mut req))
+            let (at, now) = site.respond_now_at(&mut req);
+            match now {
+                Ok(res) => {
+                    let ex = Exchange {
+                        request_id: log
+                            .as_ref()
+                            .filter(|l| l.format().needs_request_id())
+                            .map(|l| RequestId::for_request(&req, l.trust_request_id())),
+                        upstream: None,
+                    };
+                    obs.record(&at, &res, log.as_ref().zip(pending), &ex);
+                    First::Done(res)
+                }
+                Err(waiting) => First::Wait(Box::new(Observing {
+                    obs,
+                    log: log.clone(),
+                    pending,
+                    waiting,
+                    vhost: at.vhost.to_owned(),
+                    route: at.route.to_owned(),
+                    slot: at.slot,
+                })),
+            }
         });
-        let mut res = match now {
-            Ok(res) => res,
-            Err(w) => Box::pin(Site::handle_waiting(req, w)).await,
+        let mut res = match first {
+            First::Done(res) => res,
+            // Boxed: the future the engine keeps per connection stays small (see `AppSlot`).
+            First::Wait(o) => Box::pin(wait_observed(req, o)).await,
+            First::Plain(log, pending, now) => {
+                let mut res = match now {
+                    Ok(res) => res,
+                    Err(w) => {
+                        let ex = Exchange { request_id: Some(RequestId::for_request(&req, false)), upstream: None };
+                        Box::pin(crate::observe::scope(ex, Site::handle_waiting(req, w))).await.0
+                    }
+                };
+                if let (Some(log), Some(p)) = (&log, pending) {
+                    log.finish(p, &res);
+                }
+                if let Some(v) = hsts {
+                    res = res.header(header::STRICT_TRANSPORT_SECURITY, v);
+                }
+                return res;
+            }
         };
-        if let (Some(log), Some(p)) = (&log, pending) {
-            log.finish(p, &res);
-        }
         if let Some(v) = hsts {
             res = res.header(header::STRICT_TRANSPORT_SECURITY, v);
         }
         res
+    }
+}
+
+/// A CGI or proxy request (or one with a bcrypt check), observed: run inside an
+/// [`Exchange`] (its request id, the upstream's report), then recorded.
+async fn wait_observed(req: Request, o: Box<Observing>) -> Response {
+    let Observing { obs, log, pending, waiting, vhost, route, slot } = *o;
+    let trust = log.as_ref().is_some_and(AccessLog::trust_request_id);
+    let ex = Exchange { request_id: Some(RequestId::for_request(&req, trust)), upstream: None };
+    let (res, ex) = crate::observe::scope(ex, Site::handle_waiting(req, waiting)).await;
+    let at = RouteAt { vhost: &vhost, route: &route, slot, proxy: false };
+    obs.record(&at, &res, log.as_ref().zip(pending), &ex);
+    res
+}
+
+/// The request's side of a sample, taken before the app consumes it.
+#[derive(Debug, Clone, Copy)]
+struct Observed {
+    start: Instant,
+    method: u8,
+    protocol: u8,
+    head: bool,
+    body_in: u64,
+}
+
+impl Observed {
+    #[inline]
+    fn of(req: &Request) -> Observed {
+        let method = crate::metrics::method_class(req.method());
+        // GET and HEAD (method classes 0 and 1) have no body to count.
+        let body_in = if method <= 1 {
+            0
+        } else {
+            req.header("content-length").and_then(|v| std::str::from_utf8(v).ok()?.parse().ok()).unwrap_or(0)
+        };
+        Observed {
+            start: Instant::now(),
+            method,
+            protocol: crate::metrics::protocol(req.version()),
+            head: method == 1,
+            body_in,
+        }
+    }
+
+    /// The sample and the log's outcome for `res`, answered now.
+    fn record<'a>(&self, at: &RouteAt<'a>, res: &Response, log: Option<(&AccessLog, Pending)>, ex: &'a Exchange) {
+        let ttfb = self.start.elapsed().as_micros() as u64;
+        // Until the engine reports the last byte, the duration ends with the response head
+        // for bodies in memory and files, which go out right after it.
+        let duration = ttfb;
+        if crate::metrics::enabled() {
+            let body_out = crate::access_log::format::body_size(self.head, res).unwrap_or(0);
+            crate::metrics::registry().record(
+                at.slot,
+                &crate::metrics::Sample {
+                    method: self.method,
+                    status: res.status().as_u16(),
+                    protocol: self.protocol,
+                    body_in: self.body_in,
+                    body_out,
+                    ttfb_us: ttfb,
+                    duration_us: duration,
+                    upstream: ex.upstream.as_ref().map(|u| (u.time.as_micros() as u64, u.failed)),
+                },
+            );
+        }
+        if let Some((log, p)) = log {
+            let o = Outcome {
+                vhost: at.vhost,
+                route: at.route,
+                ttfb_us: ttfb,
+                duration_us: duration,
+                upstream: ex.upstream.as_ref(),
+                request_id: ex.request_id.as_ref().map(RequestId::as_str),
+            };
+            log.finish_with(p, res, &o);
+        }
     }
 }
 

@@ -1,8 +1,10 @@
-//! The access log, in Apache's combined format:
+//! The access log, by default in Apache's combined format:
 //!
 //! ```text
 //! %h - - [%d/%b/%Y:%H:%M:%S %z] "%r" %>s %b "%{Referer}i" "%{User-Agent}i"
 //! ```
+//!
+//! or as JSON objects, or from a template of `$name` fields ([`mod@format`]).
 //!
 //! Cheap on the hot path: each worker thread appends lines to its own buffer (an
 //! uncontended lock, taken by another thread only once a second), the timestamp is
@@ -27,6 +29,10 @@ use selvedge::{PeerAddr, Request, Response, ResponseBody};
 
 use crate::config::{LogConfig, LogTarget};
 
+pub mod format;
+
+pub use format::{Format, Outcome};
+
 /// A worker writes its own buffer out once it holds this much.
 const BUFFER_MAX: usize = 64 * 1024;
 /// How often the flusher runs.
@@ -42,6 +48,11 @@ struct Sink {
 
 struct Inner {
     id: usize,
+    /// The line format (a reload with another format opens a new log).
+    format: Format,
+    /// `format` needs timing or request ids.
+    observes: bool,
+    trust_request_id: bool,
     sink: Mutex<Sink>,
     buffers: Mutex<Vec<Buf>>,
 }
@@ -63,15 +74,23 @@ thread_local! {
     static BUFFERS: RefCell<Vec<(usize, Buf)>> = const { RefCell::new(Vec::new()) };
     /// The rendered `%d/%b/%Y:%H:%M:%S +0000` of the current second.
     static STAMP: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+    /// The rendered `%Y-%m-%dT%H:%M:%S` of the current second.
+    static ISO: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
 }
 
 /// A request's half of a log line, taken before the app consumes the request.
 #[derive(Debug)]
-pub struct Pending {
-    line: String,
-    /// Where the status and size go.
-    split: usize,
-    head: bool,
+pub struct Pending(PendingKind);
+
+#[derive(Debug)]
+enum PendingKind {
+    Combined {
+        line: String,
+        /// Where the status and size go.
+        split: usize,
+        head: bool,
+    },
+    Other(format::Half),
 }
 
 impl AccessLog {
@@ -85,6 +104,9 @@ impl AccessLog {
         let written = file.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len());
         let inner = Arc::new(Inner {
             id: IDS.fetch_add(1, Ordering::Relaxed),
+            format: cfg.format.clone(),
+            observes: cfg.format.needs_timing() || cfg.format.needs_request_id(),
+            trust_request_id: cfg.trust_request_id,
             sink: Mutex::new(Sink { cfg, file, written }),
             buffers: Mutex::new(Vec::new()),
         });
@@ -161,8 +183,31 @@ impl AccessLog {
         }
     }
 
+    /// Whether `other` is this same log.
+    pub fn same(&self, other: &AccessLog) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The line format.
+    pub fn format(&self) -> &Format {
+        &self.inner.format
+    }
+
+    /// Whether the format shows timing or request ids (then requests take the observed path).
+    pub fn observes(&self) -> bool {
+        self.inner.observes
+    }
+
+    /// Whether a client's `X-Request-Id` is kept.
+    pub fn trust_request_id(&self) -> bool {
+        self.inner.trust_request_id
+    }
+
     /// Takes what the log line needs from `req` (before the app consumes it).
     pub fn begin(&self, req: &Request) -> Pending {
+        if self.inner.format != Format::Combined {
+            return self.begin_other(req);
+        }
         let mut line = String::with_capacity(160);
         match req.peer() {
             PeerAddr::Tcp(a) => {
@@ -194,11 +239,62 @@ impl AccessLog {
         line.push_str("\" \"");
         escape(&mut line, req.header("user-agent").unwrap_or(b"-"));
         line.push_str("\"\n");
-        Pending { line, split, head: req.method() == Method::HEAD }
+        Pending(PendingKind::Combined { line, split, head: req.method() == Method::HEAD })
+    }
+
+    fn begin_other(&self, req: &Request) -> Pending {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let secs = now.as_secs();
+        STAMP.with(|st| {
+            ISO.with(|iso| {
+                let mut st = st.borrow_mut();
+                let mut iso = iso.borrow_mut();
+                if st.0 != secs {
+                    *st = (secs, String::from_utf8_lossy(&stamp(secs)).into_owned());
+                }
+                if iso.0 != secs {
+                    *iso = (secs, iso_stamp(secs));
+                }
+                let mut time_iso = [0u8; 24];
+                time_iso[..19].copy_from_slice(&iso.1.as_bytes()[..19]);
+                let ms = now.subsec_millis();
+                time_iso[19] = b'.';
+                time_iso[20] = b'0' + (ms / 100) as u8;
+                time_iso[21] = b'0' + (ms / 10 % 10) as u8;
+                time_iso[22] = b'0' + (ms % 10) as u8;
+                time_iso[23] = b'Z';
+                let cx = format::Context {
+                    time_local: &st.1,
+                    time_iso: std::str::from_utf8(&time_iso).unwrap_or(""),
+                    tls: tls_version(req),
+                };
+                Pending(PendingKind::Other(format::begin(&self.inner.format, req, &cx)))
+            })
+        })
+    }
+
+    /// Completes the line with the response and what the handlers reported, and buffers
+    /// it (`o` matters only to the `json` format and templates).
+    pub fn finish_with(&self, p: Pending, res: &Response, o: &Outcome<'_>) {
+        match p.0 {
+            PendingKind::Other(half) => {
+                let json = self.inner.format == Format::Json;
+                self.push(|buf| format::finish(&half, res, o, json, buf));
+            }
+            combined => self.finish(Pending(combined), res),
+        }
     }
 
     /// Completes the line with the response's status and body size and buffers it.
     pub fn finish(&self, p: Pending, res: &Response) {
+        let (line, split, head) = match p.0 {
+            PendingKind::Combined { line, split, head } => (line, split, head),
+            PendingKind::Other(half) => {
+                let json = self.inner.format == Format::Json;
+                return self.push(|buf| format::finish(&half, res, &Outcome::default(), json, buf));
+            }
+        };
+        let p = CombinedParts { line, split, head };
         let status = res.status();
         let size = match res.body() {
             _ if p.head || status.as_u16() == 304 || status.as_u16() == 204 => None,
@@ -215,6 +311,16 @@ impl AccessLog {
             };
             32 - w.len()
         };
+        self.push(|g| {
+            g.extend_from_slice(&p.line.as_bytes()[..p.split]);
+            g.extend_from_slice(&mid[..mid_len]);
+            g.extend_from_slice(&p.line.as_bytes()[p.split..]);
+        });
+    }
+
+    /// Appends a line to this thread's buffer with `put`, writing the buffer out once full.
+    #[inline]
+    fn push(&self, put: impl FnOnce(&mut Vec<u8>)) {
         let id = self.inner.id;
         let full = BUFFERS.with(|b| {
             let mut list = b.borrow_mut();
@@ -230,15 +336,36 @@ impl AccessLog {
                 }
             };
             let mut g = buf.lock().unwrap_or_else(|e| e.into_inner());
-            g.extend_from_slice(&p.line.as_bytes()[..p.split]);
-            g.extend_from_slice(&mid[..mid_len]);
-            g.extend_from_slice(&p.line.as_bytes()[p.split..]);
+            put(&mut g);
             (g.len() >= BUFFER_MAX).then(|| std::mem::take(&mut *g))
         });
         if let Some(data) = full {
             self.write(&data);
         }
     }
+}
+
+/// The combined format's request half.
+struct CombinedParts {
+    line: String,
+    split: usize,
+    head: bool,
+}
+
+/// The TLS version of the connection `req` came on (`None`: cleartext).
+fn tls_version(req: &Request) -> Option<&'static str> {
+    req.is_secure().then_some("TLS")
+}
+
+/// `2026-11-22T00:14:33` for `secs` since the epoch.
+fn iso_stamp(secs: u64) -> String {
+    let mut d = [0u8; date::DATE_LEN];
+    date::render(secs, &mut d); // "Sun, 22 Nov 2026 00:14:33 GMT"
+    const MONTHS: [&[u8; 3]; 12] =
+        [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"];
+    let m = MONTHS.iter().position(|m| m[..] == d[8..11]).map_or(1, |i| i + 1);
+    let s = |r: std::ops::Range<usize>| std::str::from_utf8(&d[r]).unwrap_or("00");
+    format!("{}-{m:02}-{}T{}", s(12..16), s(5..7), s(17..25))
 }
 
 fn open_target(t: &LogTarget) -> io::Result<Option<File>> {
@@ -288,19 +415,7 @@ fn stamp(secs: u64) -> [u8; 26] {
     out
 }
 
-/// Appends `s` with `"`, `\` and non-printable bytes escaped (as Apache does).
-fn escape(out: &mut String, s: &[u8]) {
-    for &b in s {
-        match b {
-            b'"' => out.push_str("\\\""),
-            b'\\' => out.push_str("\\\\"),
-            0x20..=0x7e => out.push(b as char),
-            _ => {
-                let _ = write!(out, "\\x{b:02x}");
-            }
-        }
-    }
-}
+use format::escape;
 
 #[cfg(test)]
 mod tests {
@@ -312,10 +427,8 @@ mod tests {
     }
 
     #[test]
-    fn escapes() {
-        let mut s = String::new();
-        escape(&mut s, b"a\"b\\c\x01\xff");
-        assert_eq!(s, "a\\\"b\\\\c\\x01\\xff");
+    fn iso_format() {
+        assert_eq!(iso_stamp(784_111_777), "1994-11-06T08:49:37");
     }
 
     #[test]
@@ -323,7 +436,13 @@ mod tests {
         let d = std::env::temp_dir().join(format!("selvedge-log-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         let p = d.join("access.log");
-        let log = AccessLog::open(LogConfig { target: LogTarget::File(p.clone()), size: 100, backups: 2 }).unwrap();
+        let log = AccessLog::open(LogConfig {
+            target: LogTarget::File(p.clone()),
+            size: 100,
+            backups: 2,
+            ..Default::default()
+        })
+        .unwrap();
         for i in 0..10 {
             log.write(format!("line {i:04} {}\n", "x".repeat(60)).as_bytes());
         }

@@ -121,7 +121,12 @@ impl Run {
         let empty = body.content_length() == Some(0);
         let feed = Feed { body: (!empty).then_some(body), stdin: (!empty).then_some(stdin), pending: Bytes::new() };
         Ok(Run {
-            proc: Proc { child: Some(child), name: s.name, permit: Some(s.permit) },
+            proc: Proc {
+                child: Some(child),
+                name: s.name,
+                permit: Some(s.permit),
+                _running: crate::metrics::CgiRunning::start(),
+            },
             stdout,
             feed,
             buf: BytesMut::new(),
@@ -338,6 +343,8 @@ struct Proc {
     child: Option<Child>,
     name: Arc<str>,
     permit: Option<OwnedSemaphorePermit>,
+    /// Counts the script in `selvedge_cgi_processes_running` until dropped.
+    _running: crate::metrics::CgiRunning,
 }
 
 impl Drop for Proc {

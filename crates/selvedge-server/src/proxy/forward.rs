@@ -200,9 +200,14 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     let mut fwd_prev: Vec<&[u8]> = Vec::new();
     let (mut has_proto, mut has_xhost) = (false, false);
     let mut cookies = 0usize;
+    let request_id = crate::observe::request_id();
     for (name, value) in req.headers() {
         let n = name.as_bytes();
         if dropped_request_field(n) || (!tokens.is_empty() && named_in(&tokens, n)) {
+            continue;
+        }
+        // The request's id replaces the client's (which it is, when trusted).
+        if request_id.is_some() && n.len() == 12 && n.eq_ignore_ascii_case(b"x-request-id") {
             continue;
         }
         if let Some(list) = forwarding_field(n) {
@@ -251,6 +256,11 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     }
 
     // This hop.
+    if let Some(id) = request_id {
+        dst.extend_from_slice(b"x-request-id: ");
+        dst.extend_from_slice(id.as_str().as_bytes());
+        dst.extend_from_slice(b"\r\n");
+    }
     let proto: &[u8] = if req.is_secure() { b"https" } else { b"http" };
     let ip = match req.peer() {
         PeerAddr::Tcp(a) => Some(a.ip()),

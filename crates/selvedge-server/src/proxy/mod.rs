@@ -248,10 +248,12 @@ struct Route {
     rw: Rewrite,
     /// This upstream's pool slot in every worker.
     slot: usize,
+    /// The upstream as the access log and metrics name it (`host:port`, `unix:PATH`).
+    label: Arc<str>,
 }
 
 /// Why an exchange failed.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 enum Fail {
     /// No connection: refused, unreachable...
     Connect,
@@ -305,7 +307,11 @@ impl Proxy {
             trust_forwarded: cfg.trust_forwarded,
         };
         let slot = pool::slot_of(&cfg.upstream);
-        Ok(Proxy { route: Arc::new(Route { cfg: cfg.clone(), rw, slot }) })
+        let label: Arc<str> = match &cfg.addr {
+            Addr::Unix(p) => format!("unix:{}", p.display()).into(),
+            Addr::Tcp(_) => cfg.upstream_host.as_str().into(),
+        };
+        Ok(Proxy { route: Arc::new(Route { cfg: cfg.clone(), rw, slot, label }) })
     }
 
     /// What the startup line shows.
@@ -325,6 +331,11 @@ impl Proxy {
         let is_head = req.method() == Method::HEAD;
         let mut head: Vec<u8> = Vec::new();
         let mut retried = false;
+        let sent = std::time::Instant::now();
+        let failed = |f: Fail| {
+            crate::observe::upstream(&route.label, sent, f != Fail::Client);
+            f.response()
+        };
         let (conn, resp) = loop {
             let pooled = if retried { None } else { pool::checkout(route.slot, &route.cfg.pool) };
             let reused = pooled.is_some();
@@ -333,14 +344,14 @@ impl Proxy {
                 // Boxed: connecting is rare once the pool is warm, and its state is large.
                 None => match Box::pin(route.connect()).await {
                     Ok(c) => c,
-                    Err(f) => return f.response(),
+                    Err(f) => return failed(f),
                 },
             };
             if head.is_empty() {
                 std::mem::swap(&mut head, &mut conn.wbuf);
                 head.clear();
                 if let Err(ComposeError::Unrepresentable) = forward::compose(&mut head, &req, &route.rw, framing) {
-                    return Fail::Client.response();
+                    return failed(Fail::Client);
                 }
             }
             let r = route.exchange(&mut conn, &head, &mut body, framing).await;
@@ -350,9 +361,10 @@ impl Proxy {
                     break (conn, h);
                 }
                 Err(Fail::Closed) if reused && retry_ok && !retried => retried = true,
-                Err(f) => return f.response(),
+                Err(f) => return failed(f),
             }
         };
+        crate::observe::upstream(&route.label, sent, false);
         drop(body);
         route.respond(conn, resp, is_head).await
     }

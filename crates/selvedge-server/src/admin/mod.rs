@@ -1,0 +1,186 @@
+//! The admin listener (`[admin] listen`): a listener of its own, apart from the public
+//! ones, with one worker thread, serving
+//!
+//! - `/metrics`: every metric in the OpenMetrics text format ([`crate::metrics::expose`]);
+//! - `/healthz`: 200 while the process serves (liveness);
+//! - `/readyz`: 200 when ready, 503 while starting, draining or failed (readiness);
+//! - `/status`: a self-contained HTML page that polls `/status.json` and draws live charts;
+//! - `/status.json`: the numbers behind the page, with the last ten minutes' history.
+//!
+//! None of these requests is counted in the metrics or written to the access log. The
+//! listener refuses a non-loopback TCP address unless `[admin] public = true` (checked when
+//! the configuration is loaded): metrics and the status page tell an attacker what runs and
+//! where (routes, upstreams, load), so exposing them is a decision, not a default.
+
+pub mod status;
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use selvedge::http::{header, Method, StatusCode};
+use selvedge::{Request, Response, Server, ServerHandle, Settings, Workers};
+
+use crate::config::AdminConfig;
+use crate::metrics::expose::{self, EngineSeries, Extra, FileCacheStats};
+
+/// The process's readiness, as `/readyz` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum State {
+    /// Listeners not serving yet.
+    Starting = 0,
+    /// Serving.
+    Ready = 1,
+    /// Shutting down or handing over: in-flight requests finish, new ones should go elsewhere.
+    Draining = 2,
+    /// Not able to serve (no listener, a worker gone).
+    Failed = 3,
+}
+
+impl State {
+    /// The word `/readyz` answers.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Starting => "starting",
+            State::Ready => "ready",
+            State::Draining => "draining",
+            State::Failed => "failed",
+        }
+    }
+}
+
+static STATE: AtomicU8 = AtomicU8::new(State::Starting as u8);
+
+/// Sets the readiness state.
+pub fn set_state(s: State) {
+    STATE.store(s as u8, Ordering::Release);
+}
+
+/// The readiness state.
+pub fn state() -> State {
+    match STATE.load(Ordering::Acquire) {
+        1 => State::Ready,
+        2 => State::Draining,
+        3 => State::Failed,
+        _ => State::Starting,
+    }
+}
+
+/// What the status page shows about the configuration, set at startup and on reload.
+#[derive(Debug, Default, Clone)]
+pub struct Info {
+    /// The listeners' URLs.
+    pub listeners: Vec<String>,
+    /// Virtual host, route prefix, what serves it.
+    pub routes: Vec<(String, String, String)>,
+    /// The configuration file.
+    pub config_file: Option<String>,
+    /// Worker threads.
+    pub workers: usize,
+}
+
+/// The running admin listener.
+#[derive(Debug)]
+pub struct Admin {
+    handle: ServerHandle,
+    info: Arc<Mutex<Info>>,
+}
+
+/// The engine's counters as metrics series, and the file cache's.
+pub fn engine_series() -> (Vec<EngineSeries>, FileCacheStats) {
+    let s = selvedge::stats::snapshot();
+    let series = |name, help, counter, labels: Vec<(&'static str, String)>, value| EngineSeries {
+        name,
+        help,
+        counter,
+        labels,
+        value,
+    };
+    let proto = |p: &str| vec![("protocol", p.to_string())];
+    let out = vec![
+        series("connections_accepted", "Connections accepted", true, vec![], s.accepted),
+        series("connections_open", "Connections open, by protocol", false, proto("h1"), s.open_h1),
+        series("connections_open", "Connections open, by protocol", false, proto("h2"), s.open_h2),
+        series("connections_closed", "Connections served to the end, by protocol", true, proto("h1"), s.closed_h1),
+        series("connections_closed", "Connections served to the end, by protocol", true, proto("h2"), s.closed_h2),
+    ];
+    let fc = FileCacheStats {
+        entries: s.file_cache_entries,
+        hits: s.file_cache_hits,
+        misses: s.file_cache_misses,
+        evictions: s.file_cache_evictions,
+    };
+    (out, fc)
+}
+
+/// Everything `/metrics` adds to the registry's numbers.
+pub fn extra() -> Extra {
+    let (engine, fc) = engine_series();
+    Extra { ready: state() == State::Ready, file_cache: Some(fc), engine }
+}
+
+impl Admin {
+    /// Binds `cfg.listen` and serves the admin pages; turns metrics recording on.
+    ///
+    /// # Errors
+    /// The address cannot be bound.
+    pub fn start(cfg: &AdminConfig, info: Info) -> std::io::Result<Admin> {
+        crate::metrics::set_enabled(true);
+        let info = Arc::new(Mutex::new(info));
+        let history = status::History::start();
+        let settings = Settings { workers: Workers::PerCore(1), ..Settings::default() };
+        let app = {
+            let info = info.clone();
+            move |req: Request| {
+                let res = answer(&req, &info, &history);
+                async move { res }
+            }
+        };
+        let handle = Server::new(settings).bind(cfg.listen.clone()).start(app)?;
+        Ok(Admin { handle, info })
+    }
+
+    /// The addresses bound (port 0 resolved).
+    pub fn local_addrs(&self) -> &[selvedge::Listen] {
+        self.handle.local_addrs()
+    }
+
+    /// Replaces what the status page shows about the configuration (on reload).
+    pub fn set_info(&self, info: Info) {
+        *self.info.lock().unwrap_or_else(|p| p.into_inner()) = info;
+    }
+
+    /// Stops the listener (after the public ones have drained).
+    pub fn stop(self) {
+        self.handle.shutdown();
+        self.handle.join();
+    }
+}
+
+fn text(status: StatusCode, body: impl Into<bytes::Bytes>, mime: &'static str) -> Response {
+    Response::bytes(status, body).header(header::CONTENT_TYPE, mime).header(header::CACHE_CONTROL, "no-store")
+}
+
+fn answer(req: &Request, info: &Mutex<Info>, history: &status::History) -> Response {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed\n", "text/plain; charset=utf-8")
+            .header(header::ALLOW, "GET, HEAD");
+    }
+    const PLAIN: &str = "text/plain; charset=utf-8";
+    match req.path() {
+        "/metrics" => text(StatusCode::OK, expose::render(extra()), expose::CONTENT_TYPE),
+        "/healthz" => text(StatusCode::OK, "ok\n", PLAIN),
+        "/readyz" => match state() {
+            State::Ready => text(StatusCode::OK, "ready\n", PLAIN),
+            s => text(StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", s.as_str()), PLAIN),
+        },
+        "/status" => text(StatusCode::OK, status::PAGE, "text/html; charset=utf-8")
+            .header(header::HeaderName::from_static("content-security-policy"), status::CSP),
+        "/status.json" => {
+            let info = info.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            text(StatusCode::OK, status::json(&info, history), "application/json")
+        }
+        "/" => Response::new(StatusCode::FOUND).header(header::LOCATION, "/status"),
+        _ => text(StatusCode::NOT_FOUND, "404 Not Found: /metrics /healthz /readyz /status /status.json\n", PLAIN),
+    }
+}
