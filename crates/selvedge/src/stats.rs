@@ -24,7 +24,7 @@ pub struct Stats {
     pub open_h1: u64,
     /// HTTP/2 connections open now.
     pub open_h2: u64,
-    /// HTTP/1.x connections served to the end.
+    /// HTTP/1.x connections served to the end (not counting those that switched to HTTP/2).
     pub closed_h1: u64,
     /// HTTP/2 connections served to the end.
     pub closed_h2: u64,
@@ -51,9 +51,10 @@ pub(crate) enum Counter {
     CacheMiss,
     CacheEviction,
     CacheInserted,
+    HandedOffH1,
 }
 
-const COUNTERS: usize = Counter::CacheInserted as usize + 1;
+const COUNTERS: usize = Counter::HandedOffH1 as usize + 1;
 
 /// One thread's counters, on cache lines of their own.
 #[repr(align(64))]
@@ -91,6 +92,14 @@ impl OpenConn {
         add(if h2 { Counter::OpenedH2 } else { Counter::OpenedH1 }, 1);
         OpenConn(h2)
     }
+
+    /// An HTTP/1.1 connection that becomes HTTP/2 (`Upgrade: h2c`, a prior-knowledge
+    /// preface): it leaves the HTTP/1.x counts without counting as closed.
+    #[inline]
+    pub(crate) fn hand_off(self) {
+        add(Counter::HandedOffH1, 1);
+        std::mem::forget(self);
+    }
 }
 
 impl Drop for OpenConn {
@@ -111,7 +120,7 @@ pub fn snapshot() -> Stats {
     let c = |k: Counter| t[k as usize];
     Stats {
         accepted: c(Counter::Accepted),
-        open_h1: c(Counter::OpenedH1).saturating_sub(c(Counter::ClosedH1)),
+        open_h1: c(Counter::OpenedH1).saturating_sub(c(Counter::ClosedH1) + c(Counter::HandedOffH1)),
         open_h2: c(Counter::OpenedH2).saturating_sub(c(Counter::ClosedH2)),
         closed_h1: c(Counter::ClosedH1),
         closed_h2: c(Counter::ClosedH2),

@@ -76,7 +76,10 @@ pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg
     let live = crate::pool::Live::new();
     conn.run(&*app).await;
     drop(live);
-    drop(open);
+    match conn.h2.is_some() {
+        true => open.hand_off(),
+        false => drop(open),
+    }
     if let Some(upgraded) = conn.h2.take() {
         let Conn { sock, peer, cfg, timer, rbuf, .. } = conn;
         // Boxed so HTTP/1 connections do not carry the HTTP/2 driver's state (idle memory).
