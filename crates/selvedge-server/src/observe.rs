@@ -106,9 +106,10 @@ impl RequestId {
         });
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut bytes = [0u8; 64];
-        for (i, b) in bytes[..32].iter_mut().enumerate() {
-            let v = if i < 16 { prefix >> (60 - 4 * i) } else { n >> (60 - 4 * (i - 16)) };
-            *b = HEX[(v & 15) as usize];
+        let digits = (u128::from(prefix) << 64 | u128::from(n)).to_be_bytes();
+        for (pair, d) in bytes[..32].chunks_exact_mut(2).zip(digits) {
+            pair[0] = HEX[usize::from(d >> 4)];
+            pair[1] = HEX[usize::from(d & 15)];
         }
         RequestId { len: 32, bytes }
     }

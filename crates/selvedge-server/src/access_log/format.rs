@@ -234,19 +234,25 @@ pub fn begin(format: &Format, req: &Request, cx: &Context<'_>) -> Half {
             line.push_str("{\"time\":\"");
             line.push_str(cx.time_iso);
             line.push_str("\",\"peer\":");
-            json_opt(&mut line, peer(req).as_deref().map(str::as_bytes));
+            match crate::client::client_ip(req) {
+                // An address's text needs no escaping.
+                Some(ip) => {
+                    let _ = write!(line, "\"{ip}\"");
+                }
+                None => line.push_str("null"),
+            }
             line.push_str(",\"method\":");
-            json_str(&mut line, req.method().as_str().as_bytes());
+            json_text(&mut line, req.method().as_str());
             line.push_str(",\"path\":");
-            json_str(&mut line, req.path().as_bytes());
+            json_text(&mut line, req.path());
             line.push_str(",\"query\":");
-            json_opt(&mut line, req.query().map(str::as_bytes));
+            json_text_opt(&mut line, req.query());
             line.push_str(",\"protocol\":\"");
             line.push_str(protocol(req.version()));
             line.push_str("\",\"tls\":");
-            json_opt(&mut line, cx.tls.map(str::as_bytes));
+            json_text_opt(&mut line, cx.tls);
             line.push_str(",\"host\":");
-            json_opt(&mut line, req.authority().map(str::as_bytes));
+            json_text_opt(&mut line, req.authority());
             line.push_str(",\"user_agent\":");
             json_opt(&mut line, req.header("user-agent"));
             line.push_str(",\"referer\":");
@@ -266,10 +272,6 @@ pub fn begin(format: &Format, req: &Request, cx: &Context<'_>) -> Half {
         }
     }
     Half { line, cuts: Vec::new(), head }
-}
-
-fn peer(req: &Request) -> Option<String> {
-    crate::client::client_ip(req).map(|ip| ip.to_string())
 }
 
 fn early(out: &mut String, v: Var, req: &Request, cx: &Context<'_>) {
@@ -316,37 +318,42 @@ pub fn body_size(head: bool, res: &Response) -> Option<u64> {
 }
 
 /// Completes a `json` or template line (with its newline) into `out`.
-pub fn finish(half: &Half, res: &Response, o: &Outcome<'_>, json: bool, out: &mut Vec<u8>) {
-    let mut s = String::with_capacity(192);
+pub fn finish(half: Half, res: &Response, o: &Outcome<'_>, json: bool, out: &mut Vec<u8>) {
     let size = body_size(half.head, res);
     if json {
-        out.extend_from_slice(half.line.as_bytes());
+        // The rest goes after the request half, in its allocation.
+        let mut s = half.line;
         s.push_str(",\"vhost\":");
-        json_str(&mut s, o.vhost.as_bytes());
+        json_text(&mut s, o.vhost);
         s.push_str(",\"route\":");
-        json_str(&mut s, o.route.as_bytes());
-        let _ = write!(s, ",\"status\":{},\"bytes\":", res.status().as_u16());
+        json_text(&mut s, o.route);
+        s.push_str(",\"status\":");
+        push_u64(&mut s, u64::from(res.status().as_u16()));
+        s.push_str(",\"bytes\":");
         match size {
-            Some(n) => {
-                let _ = write!(s, "{n}");
-            }
+            Some(n) => push_u64(&mut s, n),
             None if half.head || matches!(res.status().as_u16(), 204 | 304) => s.push('0'),
             None => s.push_str("null"),
         }
-        let _ = write!(s, ",\"duration_us\":{},\"ttfb_us\":{},\"upstream_addr\":", o.duration_us, o.ttfb_us);
+        s.push_str(",\"duration_us\":");
+        push_u64(&mut s, o.duration_us);
+        s.push_str(",\"ttfb_us\":");
+        push_u64(&mut s, o.ttfb_us);
+        s.push_str(",\"upstream_addr\":");
         match o.upstream {
             Some(u) => {
-                json_str(&mut s, u.addr.as_bytes());
+                json_text(&mut s, &u.addr);
                 let _ = write!(s, ",\"upstream_time_us\":{}", u.time.as_micros());
             }
             None => s.push_str("null,\"upstream_time_us\":null"),
         }
         s.push_str(",\"request_id\":");
-        json_opt(&mut s, o.request_id.map(str::as_bytes));
+        json_text_opt(&mut s, o.request_id);
         s.push_str("}\n");
         out.extend_from_slice(s.as_bytes());
         return;
     }
+    let mut s = String::with_capacity(64);
     let mut at = 0;
     for &(cut, v) in &half.cuts {
         out.extend_from_slice(&half.line.as_bytes()[at..cut]);
@@ -406,29 +413,57 @@ fn text(out: &mut String, v: Option<&[u8]>) {
 }
 
 /// Appends `s` with `"`, `\` and non-printable bytes escaped as `\xHH` (as Apache and
-/// nginx do): a line never holds a control byte or a raw quote.
+/// nginx do): a line never holds a control byte or a raw quote. A byte at a time, as the
+/// combined format always did: its fields are short, and a run-and-validate loop measured
+/// slower (`bench/callgrind.sh`).
 pub fn escape(out: &mut String, s: &[u8]) {
-    let mut run = 0;
-    for (i, &b) in s.iter().enumerate() {
-        if (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\' {
-            continue;
-        }
-        out.push_str(ascii(&s[run..i]));
+    for &b in s {
         match b {
             b'"' => out.push_str("\\\""),
             b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(b as char),
             _ => {
-                let _ = write!(out, "\\x{b:02x}");
+                out.push_str("\\x");
+                out.push(HEX[usize::from(b >> 4)] as char);
+                out.push(HEX[usize::from(b & 15)] as char);
             }
         }
-        run = i + 1;
     }
-    out.push_str(ascii(&s[run..]));
 }
 
-/// A run already checked to be printable ASCII.
-fn ascii(s: &[u8]) -> &str {
-    std::str::from_utf8(s).unwrap_or("")
+/// Lower-case hex digits.
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends `n` in decimal (without `fmt`'s machinery).
+pub fn push_u64(out: &mut String, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &buf[i..] {
+        out.push(char::from(d));
+    }
+}
+
+/// Text already UTF-8 as a JSON string (no validation pass).
+fn json_text(out: &mut String, v: &str) {
+    out.push('"');
+    json_utf8(out, v);
+    out.push('"');
+}
+
+/// [`json_text`], or `null`.
+fn json_text_opt(out: &mut String, v: Option<&str>) {
+    match v {
+        Some(v) => json_text(out, v),
+        None => out.push_str("null"),
+    }
 }
 
 /// A JSON string, or `null`.
@@ -445,33 +480,61 @@ fn json_opt(out: &mut String, v: Option<&[u8]>) {
 /// as ISO-8859-1, as HTTP's obs-text historically was), so every line is valid UTF-8.
 pub fn json_str(out: &mut String, s: &[u8]) {
     out.push('"');
-    for chunk in s.utf8_chunks() {
-        let valid = chunk.valid();
-        let b = valid.as_bytes();
-        let mut run = 0;
-        for (i, &c) in b.iter().enumerate() {
-            if c >= 0x20 && c != b'"' && c != b'\\' && c != 0x7f {
-                continue;
-            }
-            out.push_str(&valid[run..i]);
-            match c {
-                b'"' => out.push_str("\\\""),
-                b'\\' => out.push_str("\\\\"),
-                b'\n' => out.push_str("\\n"),
-                b'\r' => out.push_str("\\r"),
-                b'\t' => out.push_str("\\t"),
-                _ => {
-                    let _ = write!(out, "\\u{c:04x}");
+    // One validation pass; the byte-wise decoder only for what is not UTF-8.
+    match std::str::from_utf8(s) {
+        Ok(v) => json_utf8(out, v),
+        Err(_) => {
+            for chunk in s.utf8_chunks() {
+                json_utf8(out, chunk.valid());
+                for &bad in chunk.invalid() {
+                    json_u00(out, bad);
                 }
             }
-            run = i + 1;
-        }
-        out.push_str(&valid[run..]);
-        for &bad in chunk.invalid() {
-            let _ = write!(out, "\\u{bad:04x}");
         }
     }
     out.push('"');
+}
+
+/// Bytes a JSON string holds as they are: printable ASCII but `"` and `\`, and the bytes
+/// of (valid) UTF-8 beyond ASCII.
+static JSON_PLAIN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0x20;
+    while c < 256 {
+        t[c] = c != b'"' as usize && c != b'\\' as usize && c != 0x7f;
+        c += 1;
+    }
+    t
+};
+
+/// Valid UTF-8 as the inside of a JSON string. Only ASCII bytes are escaped, so every cut
+/// is at a character boundary.
+fn json_utf8(out: &mut String, v: &str) {
+    let b = v.as_bytes();
+    let mut run = 0;
+    for (i, &c) in b.iter().enumerate() {
+        if JSON_PLAIN[usize::from(c)] {
+            continue;
+        }
+        out.push_str(&v[run..i]);
+        match c {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            _ => json_u00(out, c),
+        }
+        run = i + 1;
+    }
+    out.push_str(&v[run..]);
+}
+
+/// `\u00XX`: a control character, or a byte that is not UTF-8 read as ISO-8859-1.
+fn json_u00(out: &mut String, c: u8) {
+    out.push_str("\\u00");
+    out.push(HEX[usize::from(c >> 4)] as char);
+    out.push(HEX[usize::from(c & 15)] as char);
 }
 
 #[cfg(test)]
@@ -483,6 +546,16 @@ mod tests {
         let mut s = String::new();
         json_str(&mut s, b"a\"b\\c\n\x01\x7f/\xc3\xa9\xff\xfez");
         assert_eq!(s, r#""a\"b\\c\n\u0001\u007f/é\u00ff\u00fez""#);
+        // Valid UTF-8 takes the fast path, with the same escapes.
+        s.clear();
+        json_str(&mut s, "é\"\t\u{1}日本\\".as_bytes());
+        assert_eq!(s, r#""é\"\t\u0001日本\\""#);
+        s.clear();
+        for n in [0, 7, 10, 404, u64::MAX] {
+            push_u64(&mut s, n);
+            s.push(' ');
+        }
+        assert_eq!(s, "0 7 10 404 18446744073709551615 ");
     }
 
     #[test]

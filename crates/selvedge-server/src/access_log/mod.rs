@@ -279,7 +279,7 @@ impl AccessLog {
         match p.0 {
             PendingKind::Other(half) => {
                 let json = self.inner.format == Format::Json;
-                self.push(|buf| format::finish(&half, res, o, json, buf));
+                self.push(|buf| format::finish(half, res, o, json, buf));
             }
             combined => self.finish(Pending(combined), res),
         }
@@ -291,7 +291,7 @@ impl AccessLog {
             PendingKind::Combined { line, split, head } => (line, split, head),
             PendingKind::Other(half) => {
                 let json = self.inner.format == Format::Json;
-                return self.push(|buf| format::finish(&half, res, &Outcome::default(), json, buf));
+                return self.push(|buf| format::finish(half, res, &Outcome::default(), json, buf));
             }
         };
         let p = CombinedParts { line, split, head };
