@@ -16,8 +16,11 @@
 #     compress  Accept-Encoding: br on every request (the page's kept brotli copy)
 #   bench/callgrind.sh fastcgi          # selvedge with a fastcgi route to php-fpm (16 processes,
 #                                       # outside valgrind), a PHP page printing the same page
+#   ADMIN=1 bench/callgrind.sh server   # the same with the admin listener on (metrics counted)
+#   LOG=json bench/callgrind.sh server  # with the access log on, in that format (combined|json)
 #
-# Env: PORT (18081), DURATION (8s), OUT (callgrind output file; kept for callgrind_annotate).
+# Env: PORT (18081), DURATION (8s), OUT (callgrind output file; kept for callgrind_annotate),
+# ADMIN (1: [admin] on), LOG (off|combined|json: the server's access log).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 what=${1:-hello}
@@ -76,7 +79,9 @@ port = $PORT
 [file_cache]
 memory_max = 16384
 [log]
-access = "off"
+$(if [[ ${LOG:-off} == off ]]; then echo 'access = "off"'; else printf 'access = "%s/access.log"\n' "$tmp"; fi)
+$(if [[ ${LOG:-off} != off && $LOG != combined ]]; then printf 'format = "%s"\n' "$LOG"; fi)
+$(if [[ ${ADMIN:-0} == 1 ]]; then printf '[admin]\nlisten = "unix:%s/admin.sock"\n' "$tmp"; fi)
 [[vhost]]
 [[vhost.route]]
 path = "/"

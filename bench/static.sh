@@ -4,8 +4,10 @@
 # pinned to one core: the 612-byte index.html and a 10 MB file, with access logging off
 # and then (LOGGING=both, the default) on, to price the log.
 # See bench/README.md. Env: SERVERS ROUNDS CONNS DURATION BIG_CONNS BIG_DURATION WARMUP
-# CASES ("small big") LOGGING (off|on|both) SELVEDGE_BIN SELVEDGE_NOTSENT_LOWAT SERVER_CPU CLIENT_CPU
-# KEEP_TMP; SERVERS may add selvedge-features (route features configured, not matching).
+# CASES ("small big") LOGGING (off|on|both) SELVEDGE_BIN SELVEDGE_NOTSENT_LOWAT SELVEDGE_ADMIN (1: metrics on)
+# SELVEDGE_LOG_FORMAT (combined|json|template) SERVER_CPU CLIENT_CPU
+# KEEP_TMP; SERVERS may add selvedge-features (route features configured, not matching),
+# selvedge-metrics and selvedge-json.
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
@@ -52,6 +54,8 @@ memory_max = ${SELVEDGE_MEMORY_MAX:-16384}
 [log]
 access = "$access"
 size = 1073741824
+format = "${SELVEDGE_LOG_FORMAT:-combined}"
+$(if [[ ${SELVEDGE_ADMIN:-0} == 1 ]]; then printf '[admin]\nlisten = "unix:%s/admin.sock"\n' "$dir"; fi)
 [[vhost]]
 [[vhost.route]]
 path = "/"
@@ -84,6 +88,18 @@ to = "/new/$1"' srv_selvedge "$@"
 # instead of from memory (memory_max = 0): the measurement behind the default.
 srv_selvedge-sendfile() {
     SELVEDGE_MEMORY_MAX=0 srv_selvedge "$@"
+}
+
+# selvedge-metrics: the same with the admin listener on (a Unix socket), so every request
+# is counted in the metrics: the price of metrics against plain selvedge in the same run.
+srv_selvedge-metrics() {
+    SELVEDGE_ADMIN=1 srv_selvedge "$@"
+}
+
+# selvedge-json: the same with the access log as JSON lines (LOGGING=on compares it with
+# selvedge's combined format in the same run).
+srv_selvedge-json() {
+    SELVEDGE_LOG_FORMAT=json srv_selvedge "$@"
 }
 
 # selvedge-nolowat: the same, without TCP_NOTSENT_LOWAT (notsent_lowat = 0, the kernel's
