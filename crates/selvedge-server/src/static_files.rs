@@ -32,6 +32,7 @@ use bytes::{Bytes, BytesMut};
 use selvedge::file::range::{self, ByteRange, Ranges};
 use selvedge::file::{conditional, Entry, FileCache, FileInfo, Kind, Precondition, Preconditions, Sibling};
 use selvedge::http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use selvedge::message::trim_ows;
 use selvedge::{Request, Response, SharedFields};
 
 use crate::compression::Compression;
@@ -533,11 +534,13 @@ fn accepts_html(accept: Option<&[u8]>) -> bool {
     let Some(a) = accept else { return false };
     a.split(|&b| b == b',').any(|item| {
         let mut parts = item.split(|&b| b == b';');
-        let ty = trim(parts.next().unwrap_or(b""));
+        let ty = trim_ows(parts.next().unwrap_or(b""));
         let html = ty.eq_ignore_ascii_case(b"text/html") || ty.eq_ignore_ascii_case(b"application/xhtml+xml");
         html && !parts.any(|p| {
-            let p = trim(p);
-            p.len() >= 2 && p[..2].eq_ignore_ascii_case(b"q=") && trim(&p[2..]).iter().all(|&b| b == b'0' || b == b'.')
+            let p = trim_ows(p);
+            p.len() >= 2
+                && p[..2].eq_ignore_ascii_case(b"q=")
+                && trim_ows(&p[2..]).iter().all(|&b| b == b'0' || b == b'.')
         })
     })
 }
@@ -601,32 +604,7 @@ fn plain(status: StatusCode) -> Response {
 
 /// Whether `Accept-Encoding` allows `coding` (by name or `*`, with a non-zero q).
 fn accepts(header: &[u8], coding: &str) -> bool {
-    let mut star = false;
-    for item in header.split(|&b| b == b',') {
-        let mut parts = item.split(|&b| b == b';');
-        let name = trim(parts.next().unwrap_or(b""));
-        let mut q_zero = false;
-        for p in parts {
-            let p = trim(p);
-            if p.len() >= 2 && p[..2].eq_ignore_ascii_case(b"q=") {
-                let q = trim(&p[2..]);
-                q_zero = !q.is_empty() && q.iter().all(|&b| b == b'0' || b == b'.');
-            }
-        }
-        if name.eq_ignore_ascii_case(coding.as_bytes()) {
-            return !q_zero;
-        }
-        if name == b"*" {
-            star = !q_zero;
-        }
-    }
-    star
-}
-
-fn trim(s: &[u8]) -> &[u8] {
-    let start = s.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(s.len());
-    let end = s.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(start, |e| e + 1);
-    &s[start..end]
+    selvedge::message::accept_q(header, &[coding.as_bytes()]) > 0
 }
 
 /// Builds a `multipart/byteranges` body; `None` if it would be too large or a read fails.

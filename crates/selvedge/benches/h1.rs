@@ -29,8 +29,9 @@ fn bench_parse(c: &mut Criterion) {
     let mut g = c.benchmark_group("parse");
     for (name, req) in [("wrk", WRK), ("browser", BROWSER)] {
         g.throughput(Throughput::Bytes(req.len() as u64));
+        let mut headers = Vec::with_capacity(16);
         g.bench_function(name, |b| {
-            b.iter(|| match parse(black_box(req), &limits) {
+            b.iter(|| match parse(black_box(req), &limits, &mut headers) {
                 Ok(Status::Complete(h)) => h.len,
                 _ => unreachable!(),
             })

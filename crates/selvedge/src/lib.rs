@@ -69,6 +69,7 @@ pub mod fuzzing;
 pub mod h1;
 pub mod h2;
 pub mod hpack;
+pub mod message;
 pub mod middleware;
 mod pool;
 mod request;

@@ -9,6 +9,8 @@ use std::cell::RefCell;
 
 use bytes::BytesMut;
 
+use crate::message::HeaderSpan;
+
 /// Buffers kept per thread; more are freed.
 const KEEP: usize = 64;
 
@@ -86,7 +88,7 @@ pub(crate) fn put_write(mut b: Vec<u8>) {
 }
 
 thread_local! {
-    static SPANS: RefCell<Vec<Vec<crate::h1::parse::HeaderSpan>>> = const { RefCell::new(Vec::new()) };
+    static SPANS: RefCell<Vec<Vec<HeaderSpan>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Header spans recycled from requests this thread dropped (HTTP/1 and HTTP/2 requests
@@ -94,12 +96,12 @@ thread_local! {
 const SPANS_CAP: usize = 16;
 
 /// An empty vector for a request's header spans.
-pub(crate) fn take_spans() -> Vec<crate::h1::parse::HeaderSpan> {
+pub(crate) fn take_spans() -> Vec<HeaderSpan> {
     SPANS.with(|p| p.borrow_mut().pop()).unwrap_or_else(|| Vec::with_capacity(SPANS_CAP))
 }
 
 /// Gives a request's header spans back (kept if of the usual size).
-pub(crate) fn put_spans(mut v: Vec<crate::h1::parse::HeaderSpan>) {
+pub(crate) fn put_spans(mut v: Vec<HeaderSpan>) {
     if (SPANS_CAP..=4 * SPANS_CAP).contains(&v.capacity()) {
         v.clear();
         // `try_with`: a request dropped while the thread exits finds no pool.

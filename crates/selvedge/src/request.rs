@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Version};
 
 use crate::body::Body;
-use crate::h1::parse::{HeaderSpan, Span};
+use crate::message::{HeaderSpan, Span};
 use crate::sys::PeerAddr;
 
 /// An HTTP request. Cheap to move: the head's bytes are shared, never copied.

@@ -21,7 +21,7 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use selvedge::h1::write::decimal;
+use selvedge::message::decimal;
 use selvedge::http::Version;
 use selvedge::{PeerAddr, Request};
 

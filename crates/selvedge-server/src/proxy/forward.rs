@@ -324,7 +324,7 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
 
 /// Appends the decimal digits of `n`.
 pub(crate) fn put_u64(dst: &mut Vec<u8>, n: u64) {
-    dst.extend_from_slice(selvedge::h1::write::decimal(n, &mut [0; 20]));
+    dst.extend_from_slice(selvedge::message::decimal(n, &mut [0; 20]));
 }
 
 /// Appends `ip` as text (IPv4 without the formatting machinery).

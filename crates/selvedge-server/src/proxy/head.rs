@@ -16,7 +16,7 @@
 //! (we re-frame bodies, so we cannot pass other transfer codings on), heads over the size or
 //! field-count limit.
 
-use selvedge::h1::parse::{HeaderSpan, Span};
+use selvedge::message::{HeaderSpan, Span};
 
 /// Limits on a response head.
 #[derive(Debug, Clone, Copy)]

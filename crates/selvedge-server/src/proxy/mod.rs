@@ -45,9 +45,9 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use selvedge::h1::body::{BodyLimits, Decoded, Decoder};
-use selvedge::h1::parse::HeaderSpan;
 use selvedge::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use selvedge::http::{HeaderName, HeaderValue, Method, StatusCode};
+use selvedge::message::HeaderSpan;
 use selvedge::{Body, BodyWriter, Request, Response};
 use serde::Deserialize;
 

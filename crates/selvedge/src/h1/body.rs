@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use super::parse::{TCHAR, VALUE};
+use crate::message::{TCHAR, VALUE};
 
 /// Limits applied while decoding.
 #[derive(Debug, Clone, Copy)]

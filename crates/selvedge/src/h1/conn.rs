@@ -25,13 +25,14 @@ use http::header::CONNECTION;
 use http::{Method, StatusCode, Version};
 
 use super::body::Decoder;
-use super::parse::{self, Framing, Head, Minor, ParseError, Span};
+use super::parse::{self, Framing, Head, Minor, ParseError};
 use super::reader::{self, Failure, Reader};
 use super::write::{compose, ConnHeader, Framing as Out};
 use super::writer::BodyWriter;
 use crate::app::App;
 use crate::body::Body;
 use crate::error::{Error, Kind};
+use crate::message::{has_token, HeaderSpan, Span};
 use crate::response::{Response, ResponseBody};
 use crate::settings::Settings;
 use crate::socket::Socket;
@@ -52,6 +53,8 @@ struct Conn {
     timer: Timer,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
+    /// The header lines of the head being parsed (moved into its request).
+    headers: Vec<HeaderSpan>,
     /// The connection turns into HTTP/2: prior knowledge (the preface arrived), or
     /// `Upgrade: h2c` (with the request to answer on stream 1).
     h2: Option<Option<Request>>,
@@ -72,7 +75,16 @@ enum Next {
 /// Serves one connection until it closes.
 pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg: Arc<Settings>, timer: Timer) {
     let open = crate::stats::OpenConn::new(false);
-    let mut conn = Conn { sock: Arc::new(sock), peer, cfg, timer, rbuf: BytesMut::new(), wbuf: Vec::new(), h2: None };
+    let mut conn = Conn {
+        sock: Arc::new(sock),
+        peer,
+        cfg,
+        timer,
+        rbuf: BytesMut::new(),
+        wbuf: Vec::new(),
+        headers: Vec::new(),
+        h2: None,
+    };
     let live = crate::pool::Live::new();
     conn.run(&*app).await;
     drop(live);
@@ -140,7 +152,10 @@ impl Conn {
                 return Ok(None);
             }
             if !self.rbuf.is_empty() {
-                if let parse::Status::Complete(h) = parse::parse(&self.rbuf, &self.cfg.limits)? {
+                if self.headers.capacity() == 0 {
+                    self.headers = crate::pool::take_spans();
+                }
+                if let parse::Status::Complete(h) = parse::parse(&self.rbuf, &self.cfg.limits, &mut self.headers)? {
                     return Ok(Some(h));
                 }
             }
@@ -232,8 +247,8 @@ impl Conn {
             Minor::Zero => h.conn_keep_alive && !h.conn_close,
         };
         // Both kinds of upgrade need `Connection: upgrade`, which the parser noted.
-        let h2c = h.conn_upgrade && first_upgrade(&self.rbuf, &h, minor);
-        let upgrade = if h2c || !h.conn_upgrade { None } else { upgrade_request(&self.rbuf, &h, minor) };
+        let h2c = h.conn_upgrade && first_upgrade(&self.rbuf, &self.headers, minor);
+        let upgrade = if h2c || !h.conn_upgrade { None } else { upgrade_request(&self.rbuf, &h, &self.headers, minor) };
         let head_bytes = self.rbuf.split_to(h.len).freeze();
 
         // An upgrade request's "body" is the connection after a 101, if the app switches.
@@ -271,7 +286,7 @@ impl Conn {
             path: h.path,
             query: h.query,
             authority: h.authority,
-            headers: h.headers,
+            headers: std::mem::take(&mut self.headers),
             version: if minor == Minor::One { Version::HTTP_11 } else { Version::HTTP_10 },
             peer: self.peer.clone(),
             body,
@@ -536,13 +551,12 @@ impl Conn {
 
 /// Whether the request asks for `Upgrade: h2c` with an `HTTP2-Settings` header, both named
 /// in `Connection` (RFC 7540 §3.2).
-fn first_upgrade(buf: &[u8], h: &Head, minor: Minor) -> bool {
+fn first_upgrade(buf: &[u8], headers: &[HeaderSpan], minor: Minor) -> bool {
     if minor != Minor::One {
         return false;
     }
-    let has_token = |v: &[u8], t: &[u8]| v.split(|&b| b == b',').any(|x| x.trim_ascii().eq_ignore_ascii_case(t));
     let (mut upgrade, mut settings, mut conn) = (false, false, (false, false));
-    for hs in &h.headers {
+    for hs in headers {
         let (n, v) = (&buf[hs.name.range()], &buf[hs.value.range()]);
         if n.eq_ignore_ascii_case(b"upgrade") {
             upgrade |= has_token(v, b"h2c");
@@ -558,13 +572,13 @@ fn first_upgrade(buf: &[u8], h: &Head, minor: Minor) -> bool {
 
 /// The `Upgrade` value of an HTTP/1.1 request that may switch protocols: `Connection`
 /// names `upgrade` and no body follows the head (RFC 9110 §7.8).
-fn upgrade_request(buf: &[u8], h: &Head, minor: Minor) -> Option<Span> {
+fn upgrade_request(buf: &[u8], h: &Head, headers: &[HeaderSpan], minor: Minor) -> Option<Span> {
     if minor != Minor::One || h.framing != Framing::None {
         return None;
     }
     let mut conn = false;
     let mut upgrade = None;
-    for hs in &h.headers {
+    for hs in headers {
         let n = &buf[hs.name.range()];
         if n.eq_ignore_ascii_case(b"upgrade") {
             if upgrade.is_some() {
@@ -572,8 +586,7 @@ fn upgrade_request(buf: &[u8], h: &Head, minor: Minor) -> Option<Span> {
             }
             upgrade = Some(hs.value);
         } else if n.eq_ignore_ascii_case(b"connection") {
-            conn |=
-                buf[hs.value.range()].split(|&b| b == b',').any(|x| x.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
+            conn |= has_token(&buf[hs.value.range()], b"upgrade");
         }
     }
     upgrade.filter(|v| conn && v.len > 0)

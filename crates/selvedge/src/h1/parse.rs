@@ -9,14 +9,16 @@
 //! [`parse`] looks at the bytes received so far and answers one of three things: the head is
 //! complete ([`Head`], a set of offsets into the same bytes plus the framing facts found on
 //! the way), more bytes are needed, or the input is invalid and which status to answer with.
-//! It never copies and never allocates except the `Vec` of header offsets. It is strict:
+//! It never copies and never allocates (the header offsets go into the caller's vector). It is strict:
 //! bare CR or LF, obs-fold, whitespace before a colon, control characters, a bad version,
 //! conflicting framing headers and oversized lines are all rejected at the first bad byte,
 //! even before the head is complete.
 //!
-//! Byte classes are `[bool; 256]` lookup tables built at compile time.
+//! Byte classes are `[bool; 256]` lookup tables built at compile time (see `message`).
 
 use std::fmt;
+
+use crate::message::{class, parse_decimal, trim_ows, HeaderSpan, Span, TCHAR, VALUE};
 
 /// Limits the parser enforces.
 #[derive(Debug, Clone, Copy)]
@@ -79,36 +81,6 @@ impl fmt::Display for ParseError {
     }
 }
 
-/// A byte range `start..start+len` within the head's bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Span {
-    /// Offset of the first byte.
-    pub start: u32,
-    /// Length in bytes.
-    pub len: u32,
-}
-
-impl Span {
-    #[inline]
-    fn new(start: usize, end: usize) -> Span {
-        Span { start: start as u32, len: (end - start) as u32 }
-    }
-    /// The range as `usize` bounds.
-    #[inline]
-    pub fn range(self) -> std::ops::Range<usize> {
-        self.start as usize..(self.start + self.len) as usize
-    }
-}
-
-/// One header line: where its name and value are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeaderSpan {
-    /// The field name.
-    pub name: Span,
-    /// The field value, without surrounding whitespace.
-    pub value: Span,
-}
-
 /// The form of the request-target (RFC 9112 §3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TargetForm {
@@ -142,7 +114,8 @@ pub enum Framing {
     Chunked,
 }
 
-/// A complete request head: offsets into the received bytes and the facts found on the way.
+/// A complete request head: offsets into the received bytes and the facts found on the way
+/// (the header lines are in the vector the caller passed to [`parse`]).
 #[derive(Debug, Clone)]
 pub struct Head {
     /// Bytes the head occupies, including leading empty lines and the final CRLF.
@@ -162,8 +135,6 @@ pub struct Head {
     pub authority: Option<Span>,
     /// HTTP/1.0 or HTTP/1.1.
     pub minor: Minor,
-    /// The header lines in order.
-    pub headers: Vec<HeaderSpan>,
     /// How the body is framed.
     pub framing: Framing,
     /// `Connection: close` was sent.
@@ -185,27 +156,8 @@ pub enum Status {
     Partial,
 }
 
-macro_rules! class {
-    ($f:ident) => {{
-        let mut t = [false; 256];
-        let mut i = 0;
-        while i < 256 {
-            t[i] = $f(i as u8);
-            i += 1;
-        }
-        t
-    }};
-}
-
-const fn is_tchar(b: u8) -> bool {
-    matches!(b, b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
-        || b.is_ascii_alphanumeric()
-}
 const fn is_target(b: u8) -> bool {
     b >= 0x21 && b <= 0x7e
-}
-const fn is_value(b: u8) -> bool {
-    b == b'\t' || b == b' ' || (b >= 0x21 && b != 0x7f)
 }
 const fn is_host(b: u8) -> bool {
     b.is_ascii_alphanumeric()
@@ -232,12 +184,8 @@ const fn is_host(b: u8) -> bool {
         )
 }
 
-/// token characters (RFC 9110 §5.6.2).
-pub(crate) static TCHAR: [bool; 256] = class!(is_tchar);
 /// request-target characters: visible ASCII.
 static TARGET: [bool; 256] = class!(is_target);
-/// field-value characters: VCHAR, obs-text, SP, HTAB.
-pub(crate) static VALUE: [bool; 256] = class!(is_value);
 /// Host characters: reg-name, IP-literal and port.
 static HOST: [bool; 256] = class!(is_host);
 
@@ -385,12 +333,14 @@ macro_rules! need {
     };
 }
 
-/// Parses a request head from the start of `buf`.
+/// Parses a request head from the start of `buf`. The header lines go into `headers`, which
+/// the caller owns (cleared first; as httparse's `Request::new(&mut headers)`): a
+/// connection reuses one vector across partial parses, and moves it into the request.
 ///
 /// # Errors
 /// A [`ParseError`] naming the status to answer with; the connection must then close.
-pub fn parse(buf: &[u8], limits: &Limits) -> Result<Status> {
-    let r = parse_inner(buf, limits);
+pub fn parse(buf: &[u8], limits: &Limits, headers: &mut Vec<HeaderSpan>) -> Result<Status> {
+    let r = parse_inner(buf, limits, headers);
     if let Ok(Status::Partial) = r {
         if buf.len() >= limits.max_head {
             return Err(ParseError::HeadersTooLarge);
@@ -400,7 +350,7 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Result<Status> {
 }
 
 #[inline(always)]
-fn parse_inner(buf: &[u8], limits: &Limits) -> Result<Status> {
+fn parse_inner(buf: &[u8], limits: &Limits, headers: &mut Vec<HeaderSpan>) -> Result<Status> {
     let mut c = Cursor { buf, pos: 0 };
     // RFC 9112 §2.2: ignore at least one empty line before the request-line.
     while c.buf.get(c.pos) == Some(&b'\r') || c.buf.get(c.pos) == Some(&b'\n') {
@@ -457,7 +407,7 @@ fn parse_inner(buf: &[u8], limits: &Limits) -> Result<Status> {
     let (form, path, query, mut authority) = split_target(method_bytes, &buf[target.range()], target.start as usize)?;
 
     // field lines
-    let mut headers = crate::pool::take_spans();
+    headers.clear();
     let mut content_length: Option<u64> = None;
     let mut te_seen = false;
     let mut te_chunked_last = false;
@@ -604,7 +554,6 @@ fn parse_inner(buf: &[u8], limits: &Limits) -> Result<Status> {
         query,
         authority,
         minor,
-        headers,
         framing,
         conn_close,
         conn_keep_alive,
@@ -613,30 +562,9 @@ fn parse_inner(buf: &[u8], limits: &Limits) -> Result<Status> {
     }))
 }
 
-#[inline]
-fn trim_ows(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
-}
-
 /// `Content-Length = 1*DIGIT`, no sign, no list, no overflow.
 fn parse_content_length(v: &[u8]) -> Result<u64> {
-    if v.is_empty() || v.len() > 19 {
-        return Err(ParseError::BadRequest("invalid Content-Length"));
-    }
-    let mut n: u64 = 0;
-    for &b in v {
-        if !b.is_ascii_digit() {
-            return Err(ParseError::BadRequest("invalid Content-Length"));
-        }
-        n = n * 10 + u64::from(b - b'0');
-    }
-    Ok(n)
+    parse_decimal(v).ok_or(ParseError::BadRequest("invalid Content-Length"))
 }
 
 type Target = (TargetForm, Span, Option<Span>, Option<Span>);
@@ -729,20 +657,34 @@ mod tests {
         }
     }
 
-    fn ok(input: &str) -> Head {
-        match parse(input.as_bytes(), &Limits::default()) {
-            Ok(Status::Complete(h)) => h,
+    /// A head and its header lines.
+    struct Parsed {
+        head: Head,
+        headers: Vec<HeaderSpan>,
+    }
+
+    impl std::ops::Deref for Parsed {
+        type Target = Head;
+        fn deref(&self) -> &Head {
+            &self.head
+        }
+    }
+
+    fn ok(input: &str) -> Parsed {
+        let mut headers = Vec::new();
+        match parse(input.as_bytes(), &Limits::default(), &mut headers) {
+            Ok(Status::Complete(head)) => Parsed { head, headers },
             other => panic!("{input:?}: {other:?}"),
         }
     }
     fn err(input: &[u8]) -> ParseError {
-        match parse(input, &Limits::default()) {
+        match parse(input, &Limits::default(), &mut Vec::new()) {
             Err(e) => e,
             other => panic!("{:?}: {other:?}", String::from_utf8_lossy(input)),
         }
     }
     fn partial(input: &[u8]) {
-        match parse(input, &Limits::default()) {
+        match parse(input, &Limits::default(), &mut Vec::new()) {
             Ok(Status::Partial) => {}
             other => panic!("{:?}: {other:?}", String::from_utf8_lossy(input)),
         }
@@ -877,12 +819,12 @@ mod tests {
     fn limits() {
         let lim = Limits { max_target: 16, max_head: 64, max_headers: 2 };
         let long = b"GET /0123456789abcdefg";
-        assert_eq!(parse(long, &lim).unwrap_err(), ParseError::UriTooLong);
+        assert_eq!(parse(long, &lim, &mut Vec::new()).unwrap_err(), ParseError::UriTooLong);
         let many = b"GET / HTTP/1.1\r\nHost: h\r\nA: b\r\nC: d\r\n\r\n";
-        assert_eq!(parse(many, &lim).unwrap_err(), ParseError::HeadersTooLarge);
+        assert_eq!(parse(many, &lim, &mut Vec::new()).unwrap_err(), ParseError::HeadersTooLarge);
         let mut big = b"GET / HTTP/1.1\r\nHost: h\r\nA: ".to_vec();
         big.extend(std::iter::repeat_n(b'x', 64));
-        assert_eq!(parse(&big, &lim).unwrap_err(), ParseError::HeadersTooLarge);
+        assert_eq!(parse(&big, &lim, &mut Vec::new()).unwrap_err(), ParseError::HeadersTooLarge);
     }
 
     #[test]
@@ -898,7 +840,7 @@ mod tests {
                 x ^= x << 17;
                 v.push(if x % 5 == 0 { x as u8 } else { alphabet[(x % alphabet.len() as u64) as usize] });
             }
-            let _ = parse(&v, &Limits::default());
+            let _ = parse(&v, &Limits::default(), &mut Vec::new());
         }
     }
 }

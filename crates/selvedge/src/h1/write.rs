@@ -7,6 +7,7 @@
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, SERVER, TRANSFER_ENCODING};
 use http::{HeaderName, HeaderValue, StatusCode};
 
+use crate::message::decimal;
 use crate::response::SharedFields;
 use crate::time::date::{self, DATE_LEN};
 
@@ -51,37 +52,6 @@ fn status_line(status: StatusCode) -> Option<&'static [u8]> {
         500 => b"HTTP/1.1 500 Internal Server Error\r\n",
         _ => return None,
     })
-}
-
-/// The decimal digits of `n`, written at the end of `buf` (`Content-Length` values on
-/// both protocols and in the proxy's upstream heads).
-#[inline]
-pub fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
-    }
-}
-
-/// Appends the lowercase hex digits of `n` (chunk sizes).
-#[inline]
-pub(crate) fn put_hex(dst: &mut Vec<u8>, mut n: u64) {
-    let mut tmp = [0u8; 16];
-    let mut i = tmp.len();
-    loop {
-        i -= 1;
-        tmp[i] = b"0123456789abcdef"[(n & 15) as usize];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    dst.extend_from_slice(&tmp[i..]);
 }
 
 /// Appends a response head (status line, shared fields' lines, headers, blank line) to
@@ -333,10 +303,5 @@ mod tests {
             let s = String::from_utf8(out).unwrap();
             assert!(s.ends_with(&format!(" GMT\r\n{line}\r\n")), "{s}");
         }
-        let mut v = Vec::new();
-        put_hex(&mut v, 0);
-        v.push(b' ');
-        put_hex(&mut v, 0xabc123);
-        assert_eq!(v, b"0 abc123");
     }
 }

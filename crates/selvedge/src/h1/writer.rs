@@ -137,7 +137,7 @@ impl BodyWriter {
                 timer.tickle(*send_timeout);
                 let r = if *chunked {
                     scratch.clear();
-                    super::write::put_hex(scratch, data.len() as u64);
+                    crate::message::put_hex(scratch, data.len() as u64);
                     scratch.extend_from_slice(b"\r\n");
                     sock.write_all_vectored(&mut [scratch, data, b"\r\n"]).await
                 } else {

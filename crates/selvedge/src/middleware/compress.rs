@@ -27,6 +27,7 @@ use http::header::{CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE
 use http::{HeaderValue, StatusCode};
 
 use crate::app::{App, Middleware};
+use crate::message::{accept_q, has_token, trim_ows};
 use crate::response::{BodyWriter, ResponseBody, StreamBody};
 use crate::{Request, Response};
 
@@ -118,87 +119,22 @@ impl Coding {
     }
 }
 
-/// Picks the coding from an `Accept-Encoding` value (RFC 9110 §12.5.3).
+/// Picks the coding from an `Accept-Encoding` value (RFC 9110 §12.5.3): the acceptable one
+/// with the highest q-value, brotli on a tie.
 pub(crate) fn negotiate(accept: &[u8], gzip: bool, brotli: bool) -> Option<Coding> {
-    let (mut best, mut best_q) = (None, 0u32);
-    let mut star_q = None;
-    let mut seen_gzip = false;
-    let mut seen_br = false;
-    for item in accept.split(|&b| b == b',') {
-        let mut parts = item.split(|&b| b == b';');
-        let name = trim(parts.next().unwrap_or_default());
-        let mut q = 1000u32;
-        for p in parts {
-            let p = trim(p);
-            if p.len() > 2 && p[..2].eq_ignore_ascii_case(b"q=") {
-                q = parse_q(&p[2..]).unwrap_or(0);
-            }
-        }
-        let coding = if name.eq_ignore_ascii_case(b"br") {
-            seen_br = true;
-            brotli.then_some(Coding::Brotli)
-        } else if name.eq_ignore_ascii_case(b"gzip") || name.eq_ignore_ascii_case(b"x-gzip") {
-            seen_gzip = true;
-            gzip.then_some(Coding::Gzip)
-        } else {
-            if name == b"*" {
-                star_q = Some(q);
-            }
-            None
-        };
-        if let Some(c) = coding {
-            if q > best_q || (q == best_q && q > 0 && c == Coding::Brotli) {
-                best = Some(c);
-                best_q = q;
-            }
-        }
+    let q = |on: bool, names: &[&[u8]]| if on { accept_q(accept, names) } else { 0 };
+    let (br, gz) = (q(brotli, &[b"br"]), q(gzip, &[b"gzip", b"x-gzip"]));
+    match (br, gz) {
+        (0, 0) => None,
+        (b, g) if b >= g => Some(Coding::Brotli),
+        _ => Some(Coding::Gzip),
     }
-    if best.is_none() {
-        if let Some(q) = star_q.filter(|&q| q > 0) {
-            let _ = q;
-            if brotli && !seen_br {
-                return Some(Coding::Brotli);
-            }
-            if gzip && !seen_gzip {
-                return Some(Coding::Gzip);
-            }
-        }
-    }
-    best.filter(|_| best_q > 0)
-}
-
-fn trim(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
-}
-
-/// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )`, in thousandths.
-fn parse_q(s: &[u8]) -> Option<u32> {
-    let (int, frac) = match s.iter().position(|&b| b == b'.') {
-        Some(i) => (&s[..i], &s[i + 1..]),
-        None => (s, &b""[..]),
-    };
-    if int.len() != 1 || frac.len() > 3 || !frac.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let mut v = u32::from(int[0].checked_sub(b'0')?) * 1000;
-    let mut scale = 100;
-    for d in frac {
-        v += u32::from(d - b'0') * scale;
-        scale /= 10;
-    }
-    (v <= 1000).then_some(v)
 }
 
 /// Whether a `Content-Type` is worth compressing (text, JSON, XML, JavaScript, SVG, WASM,
 /// TTF/OTF fonts...; not images, audio, video or archives, which are compressed already).
 pub fn compressible(ct: &[u8]) -> bool {
-    let ct = ct.split(|&b| b == b';').next().map(trim).unwrap_or_default();
+    let ct = ct.split(|&b| b == b';').next().map(trim_ows).unwrap_or_default();
     let lower: Vec<u8> = ct.to_ascii_lowercase();
     let l = lower.as_slice();
     l.starts_with(b"text/")
@@ -318,7 +254,7 @@ fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Respon
         return res;
     }
     add_vary(&mut res);
-    if res.header_value(&CACHE_CONTROL).is_some_and(|v| contains_token(v.as_bytes(), b"no-transform")) {
+    if res.header_value(&CACHE_CONTROL).is_some_and(|v| has_token(v.as_bytes(), b"no-transform")) {
         return res;
     }
     let Some(coding) = coding else { return res };
@@ -392,13 +328,9 @@ fn with_body(mut res: Response, body: ResponseBody) -> Response {
     res
 }
 
-fn contains_token(v: &[u8], token: &[u8]) -> bool {
-    v.split(|&b| b == b',').any(|t| trim(t).eq_ignore_ascii_case(token))
-}
-
 fn add_vary(res: &mut Response) {
     for (n, v) in res.headers() {
-        if n == VARY && (contains_token(v.as_bytes(), b"accept-encoding") || v.as_bytes() == b"*") {
+        if n == VARY && (has_token(v.as_bytes(), b"accept-encoding") || v.as_bytes() == b"*") {
             return;
         }
     }

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode, Version};
 
 use crate::app::{App, Middleware};
-use crate::h1::parse::Span;
+use crate::message::Span;
 use crate::response::ResponseBody;
 use crate::sys::PeerAddr;
 use crate::{Request, Response};

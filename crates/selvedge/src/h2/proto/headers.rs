@@ -7,8 +7,8 @@
 use bytes::{Bytes, BytesMut};
 use http::{Method, Version};
 
-use crate::h1::parse::{HeaderSpan, Span};
 use crate::hpack::{self, DecodeError, Token};
+use crate::message::{parse_decimal, HeaderSpan, Span, LOWER_TOKEN};
 use crate::Request;
 
 /// Bytes of decoded fields the arena allocates at a time.
@@ -34,31 +34,9 @@ pub(crate) struct Head {
     pub(crate) priority: Option<Bytes>,
 }
 
-/// Lower-case token characters (RFC 9110 §5.6.2; HTTP/2 names are lower case).
-static TOKEN: [bool; 256] = {
-    let mut t = [false; 256];
-    let extra = b"!#$%&'*+-.^_`|~";
-    let mut i = 0;
-    while i < extra.len() {
-        t[extra[i] as usize] = true;
-        i += 1;
-    }
-    let mut c = b'a';
-    while c <= b'z' {
-        t[c as usize] = true;
-        c += 1;
-    }
-    let mut d = b'0';
-    while d <= b'9' {
-        t[d as usize] = true;
-        d += 1;
-    }
-    t
-};
-
 #[inline]
 fn token_char(b: u8) -> bool {
-    TOKEN[b as usize]
+    LOWER_TOKEN[b as usize]
 }
 
 fn valid_value(v: &[u8]) -> bool {
@@ -150,7 +128,7 @@ pub(crate) fn request(
         match f.token {
             Some(Token::Te) if value != b"trailers" => malformed = true,
             Some(Token::ContentLength) => {
-                let n = std::str::from_utf8(value).ok().and_then(|s| s.parse::<u64>().ok());
+                let n = parse_decimal(value);
                 match (n, content_length) {
                     (Some(n), None) => content_length = Some(n),
                     (Some(n), Some(m)) if n == m => {}

@@ -246,8 +246,7 @@ impl Proto {
             let server = self.server_name.filter(|_| !own_server).map(|n| (SERVER.as_str().as_bytes(), n.as_bytes()));
             let date = (!own_date).then_some((DATE.as_str().as_bytes(), &date[..]));
             let mut digits = [0u8; 20];
-            let length =
-                length.map(|n| (CONTENT_LENGTH.as_str().as_bytes(), crate::h1::write::decimal(n, &mut digits)));
+            let length = length.map(|n| (CONTENT_LENGTH.as_str().as_bytes(), crate::message::decimal(n, &mut digits)));
             let fields = [(&b":status"[..], status)].into_iter().chain(date).chain(server).chain(length).chain(
                 headers
                     .iter()
