@@ -359,7 +359,7 @@ impl Site {
 }
 
 fn not_found() -> Response {
-    Response::bytes(StatusCode::NOT_FOUND, "404 Not Found\n").header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+    Response::error(StatusCode::NOT_FOUND)
 }
 
 /// Error pages of the default host's routes, in memory, for the answers the engine gives
@@ -385,11 +385,7 @@ pub fn engine_pages(cfg: &Config) -> HashMap<u16, (Bytes, &'static str)> {
 pub fn error_hook(pages: EnginePages) -> selvedge::ErrorResponseHook {
     Arc::new(move |status: StatusCode, _err: &selvedge::Error| match pages.load().get(&status.as_u16()) {
         Some((body, mime)) => Response::bytes(status, body.clone()).header(header::CONTENT_TYPE, *mime),
-        None => {
-            let reason = status.canonical_reason().unwrap_or("Error");
-            Response::bytes(status, format!("{} {reason}\n", status.as_u16()))
-                .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        }
+        None => Response::error(status),
     })
 }
 

@@ -598,8 +598,7 @@ fn bare(status: StatusCode, f: &FileInfo, offset: u64, len: u64) -> Response {
 }
 
 fn plain(status: StatusCode) -> Response {
-    Response::bytes(status, format!("{} {}\n", status.as_u16(), status.canonical_reason().unwrap_or("")))
-        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+    Response::error(status)
 }
 
 /// Whether `Accept-Encoding` allows `coding` (by name or `*`, with a non-zero q).

@@ -62,6 +62,7 @@
 
 pub mod app;
 mod body;
+mod dispatch;
 mod error;
 pub mod file;
 #[doc(hidden)]

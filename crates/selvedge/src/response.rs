@@ -211,6 +211,15 @@ impl Response {
         Response::of(status, ResponseBody::Empty)
     }
 
+    /// The engine's own error page for `status`: its code and reason as `text/plain`
+    /// (`404 Not Found`). The engine answers with it (unless `Settings::error_response` says
+    /// otherwise); apps use it for the same plain answers.
+    pub fn error(status: StatusCode) -> Response {
+        let reason = status.canonical_reason().unwrap_or("Error");
+        Response::bytes(status, format!("{} {reason}\n", status.as_u16()))
+            .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+    }
+
     /// A response with a body in memory.
     pub fn bytes(status: StatusCode, body: impl Into<Bytes>) -> Response {
         Response::of(status, ResponseBody::Bytes(body.into()))
@@ -262,7 +271,7 @@ impl Response {
         Fut: Future<Output = io::Result<()>> + Send + 'static,
     {
         if req.upgrade().is_none() {
-            return Response::bytes(StatusCode::INTERNAL_SERVER_ERROR, "500 Internal Server Error\n");
+            return Response::error(StatusCode::INTERNAL_SERVER_ERROR);
         }
         let body = req.take_body();
         let status = if req.version() == Version::HTTP_2 { StatusCode::OK } else { StatusCode::SWITCHING_PROTOCOLS };

@@ -8,14 +8,12 @@ pub mod head;
 pub mod script;
 
 use bytes::{Bytes, BytesMut};
-use selvedge::http::{header, StatusCode};
+use selvedge::http::StatusCode;
 use selvedge::{Body, Response};
 
-/// A plain-text answer: `404 Not Found`.
+/// A plain-text answer: `404 Not Found` (the engine's error page).
 pub fn plain(status: StatusCode) -> Response {
-    let reason = status.canonical_reason().unwrap_or("Error");
-    Response::bytes(status, format!("{} {reason}\n", status.as_u16()))
-        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+    Response::error(status)
 }
 
 /// Reads a whole body of unknown length, up to `limit` bytes (else 411: the client may

@@ -258,8 +258,7 @@ impl Policy {
     }
 }
 
-/// A short plain-text answer.
+/// A short plain-text answer (the engine's error page).
 pub fn plain(status: StatusCode) -> Response {
-    Response::bytes(status, format!("{} {}\n", status.as_u16(), status.canonical_reason().unwrap_or("")))
-        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+    Response::error(status)
 }

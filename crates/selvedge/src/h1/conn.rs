@@ -13,12 +13,9 @@
 //! - Errors in the head get their status (400, 413, 414, 417, 431, 501, 505) and a lingering
 //!   close: half-close, drain for a moment, then close, so the client reads the answer.
 
-use std::future::{poll_fn, Future};
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 
 use bytes::BytesMut;
 use http::header::CONNECTION;
@@ -31,6 +28,7 @@ use super::write::{compose, ConnHeader, Framing as Out};
 use super::writer::BodyWriter;
 use crate::app::App;
 use crate::body::Body;
+use crate::dispatch::{self, AppSlot};
 use crate::error::{Error, Kind};
 use crate::message::{has_token, HeaderSpan, Span};
 use crate::response::{Response, ResponseBody};
@@ -312,9 +310,7 @@ impl Conn {
             Some(res) => res,
             None => {
                 keep_alive = false;
-                let err = Error::new(Kind::Panic, "application panicked");
-                self.cfg.exception(&err);
-                self.error_response(StatusCode::INTERNAL_SERVER_ERROR, &err)
+                dispatch::panicked(&self.cfg)
             }
         };
 
@@ -355,8 +351,7 @@ impl Conn {
                         Some(Failure::Status(s)) => {
                             let status = StatusCode::from_u16(s).unwrap_or(StatusCode::BAD_REQUEST);
                             let err = Error::new(Kind::Body, "invalid request body").with_status(s);
-                            self.cfg.exception(&err);
-                            res = self.error_response(status, &err);
+                            res = dispatch::reject(&self.cfg, status, &err);
                             keep_alive = false;
                             linger = true;
                         }
@@ -389,8 +384,7 @@ impl Conn {
                 Kind::BadResponse,
                 "the app answered 101 Switching Protocols to a request that cannot switch",
             );
-            self.cfg.exception(&err);
-            let res = self.error_response(StatusCode::INTERNAL_SERVER_ERROR, &err);
+            let res = dispatch::reject(&self.cfg, StatusCode::INTERNAL_SERVER_ERROR, &err);
             return match self.respond(res, false, Minor::One, false).await {
                 Ok(_) => Next::Close { linger: true },
                 Err(_) => Next::Close { linger: false },
@@ -526,18 +520,10 @@ impl Conn {
         r
     }
 
-    fn error_response(&self, status: StatusCode, err: &Error) -> Response {
-        match &self.cfg.error_response {
-            Some(hook) => hook(status, err),
-            None => default_error_response(status),
-        }
-    }
-
     /// Answers an invalid request with `status`, then closes with a linger.
     async fn reject(&mut self, status: u16, err: Error) {
-        self.cfg.exception(&err);
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
-        let res = self.error_response(status, &err);
+        let res = dispatch::reject(&self.cfg, status, &err);
         if self.respond(res, false, Minor::One, false).await.is_ok() && self.flush().await.is_ok() {
             self.linger().await;
         }
@@ -625,72 +611,4 @@ fn declared_length(headers: &[(http::HeaderName, http::HeaderValue)]) -> Option<
 /// The app asked to close with `Connection: close`.
 fn asks_close(res: &Response) -> bool {
     res.headers().any(|(n, v)| n == CONNECTION && v.as_bytes().eq_ignore_ascii_case(b"close"))
-}
-
-/// The engine's own error answer: the status line's text as `text/plain`.
-pub(crate) fn default_error_response(status: StatusCode) -> Response {
-    let reason = status.canonical_reason().unwrap_or("Error");
-    Response::bytes(status, format!("{} {reason}\n", status.as_u16()))
-        .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-}
-
-/// Futures up to this size keep their allocation between requests.
-const APP_SLOT_KEEP: usize = 1024;
-
-/// Where a connection runs its app's futures. The future is boxed, so an idle connection's
-/// task does not carry the app's (possibly large) state inline; while few connections are
-/// live, a small future's box is kept empty between requests and reused, saving an
-/// allocation and a free per request.
-pub(crate) struct AppSlot<F>(Option<Pin<Box<Option<F>>>>);
-
-impl<F> Default for AppSlot<F> {
-    fn default() -> Self {
-        AppSlot(None)
-    }
-}
-
-impl<F: Future<Output = Response>> AppSlot<F> {
-    /// Puts `fut` in the slot, for [`run`](Self::run). A plain function, so the (possibly
-    /// large) future is moved once, into the box, and not first into `run`'s own state.
-    #[inline]
-    pub(crate) fn load(&mut self, fut: F) {
-        match &mut self.0 {
-            Some(b) => b.set(Some(fut)),
-            None => self.0 = Some(Box::pin(Some(fut))),
-        }
-    }
-
-    /// Runs the loaded future to completion; `None` if it panicked (the panic stays inside
-    /// this request) or none was loaded. The future is dropped before this returns: it may
-    /// own the request, whose buffers the connection needs back.
-    pub(crate) async fn run(&mut self) -> Option<Response> {
-        let b = self.0.as_mut()?;
-        let r = poll_fn(|cx| match b.as_mut().as_pin_mut() {
-            Some(f) => poll_catching(f, cx),
-            None => Poll::Ready(None),
-        })
-        .await;
-        // Kept only while few connections are live (as their buffers are): thousands of
-        // idle connections hold no futures' memory.
-        if std::mem::size_of::<F>() <= APP_SLOT_KEEP && crate::pool::hold_while_idle() {
-            b.set(None);
-        } else {
-            self.0 = None;
-        }
-        r
-    }
-}
-
-/// Polls an app's future, turning a panic into `Ready(None)` (the future must not be
-/// polled again after that).
-#[inline]
-pub(crate) fn poll_catching<F: Future<Output = Response>>(
-    fut: std::pin::Pin<&mut F>,
-    cx: &mut std::task::Context<'_>,
-) -> Poll<Option<Response>> {
-    match std::panic::catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
-        Ok(Poll::Ready(r)) => Poll::Ready(Some(r)),
-        Ok(Poll::Pending) => Poll::Pending,
-        Err(_) => Poll::Ready(None),
-    }
 }

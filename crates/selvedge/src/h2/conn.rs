@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
-use http::StatusCode;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
@@ -33,8 +32,8 @@ use super::frame::Reason;
 use super::proto::{After, Event, Proto, Timeouts};
 use crate::app::App;
 use crate::body::Body;
+use crate::dispatch::{or_500, poll_catching};
 use crate::error::{Error, Kind};
-use crate::h1::conn::{default_error_response, poll_catching};
 use crate::response::{BodyWriter, Response, StreamBody};
 use crate::settings::Settings;
 use crate::socket::Socket;
@@ -428,21 +427,6 @@ fn spawn_streams<A: App>(
         let mut tasks = shared.tasks.lock().unwrap_or_else(|e| e.into_inner());
         if !task.is_finished() {
             tasks.insert(id, task.abort_handle());
-        }
-    }
-}
-
-/// The app's response, or 500 if it panicked.
-fn or_500(res: Option<Response>, cfg: &Settings) -> Response {
-    match res {
-        Some(r) => r,
-        None => {
-            let err = Error::new(Kind::Panic, "application panicked");
-            cfg.exception(&err);
-            match &cfg.error_response {
-                Some(h) => h(StatusCode::INTERNAL_SERVER_ERROR, &err),
-                None => default_error_response(StatusCode::INTERNAL_SERVER_ERROR),
-            }
         }
     }
 }

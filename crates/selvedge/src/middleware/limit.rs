@@ -6,7 +6,6 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use http::header::CONTENT_TYPE;
 use http::StatusCode;
 
 use crate::app::{App, Middleware};
@@ -40,8 +39,7 @@ impl<A: App> Middleware<A> for BodyLimit {
 }
 
 fn too_large() -> Response {
-    Response::bytes(StatusCode::PAYLOAD_TOO_LARGE, "413 Content Too Large\n")
-        .header(CONTENT_TYPE, "text/plain; charset=utf-8")
+    Response::error(StatusCode::PAYLOAD_TOO_LARGE)
 }
 
 impl<A: App> App for BodyLimitApp<A> {

@@ -722,7 +722,7 @@ impl Proto {
             }
             None => {
                 // The header list is over our limit: 431, without running the app.
-                let res = crate::h1::conn::default_error_response(http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+                let res = crate::response::Response::error(http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
                 let (status, headers, _) = res.into_fields();
                 self.queue.push(id, 0);
                 (None, false, Some(Send::Head { status, headers, length: None, body: OutBody::Empty }))

@@ -1,0 +1,124 @@
+//! Running an app for one request, the same way for every protocol driver: the future's
+//! reused slot, panic catching (a panic stays inside its request and becomes a 500), the
+//! exception hook, and the engine's own error answers (the `error_response` hook, else
+//! [`Response::error`]).
+
+use std::future::{poll_fn, Future};
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::StatusCode;
+
+use crate::error::{Error, Kind};
+use crate::response::Response;
+use crate::settings::Settings;
+
+/// Polls an app's future, turning a panic into `Ready(None)` (the future must not be
+/// polled again after that).
+#[inline]
+pub(crate) fn poll_catching<F: Future<Output = Response>>(
+    fut: Pin<&mut F>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Response>> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+        Ok(Poll::Ready(r)) => Poll::Ready(Some(r)),
+        Ok(Poll::Pending) => Poll::Pending,
+        Err(_) => Poll::Ready(None),
+    }
+}
+
+/// The engine's answer to `err`: the `error_response` hook's, else [`Response::error`].
+pub(crate) fn error_response(cfg: &Settings, status: StatusCode, err: &Error) -> Response {
+    match &cfg.error_response {
+        Some(hook) => hook(status, err),
+        None => Response::error(status),
+    }
+}
+
+/// Reports `err` to the exception hook and returns the engine's answer to it.
+pub(crate) fn reject(cfg: &Settings, status: StatusCode, err: &Error) -> Response {
+    cfg.exception(err);
+    error_response(cfg, status, err)
+}
+
+/// The answer to a request whose app panicked (reported to the exception hook): 500.
+pub(crate) fn panicked(cfg: &Settings) -> Response {
+    reject(cfg, StatusCode::INTERNAL_SERVER_ERROR, &Error::new(Kind::Panic, "application panicked"))
+}
+
+/// The app's response, or the panic answer ([`panicked`]) for `None`.
+#[inline]
+pub(crate) fn or_500(res: Option<Response>, cfg: &Settings) -> Response {
+    match res {
+        Some(r) => r,
+        None => panicked(cfg),
+    }
+}
+
+/// Futures up to this size keep their allocation between requests.
+const APP_SLOT_KEEP: usize = 1024;
+
+/// Where a connection runs its app's futures, one at a time. The future is boxed, so an
+/// idle connection's task does not carry the app's (possibly large) state inline; while
+/// few connections are live, a small future's box is kept empty between requests and
+/// reused, saving an allocation and a free per request.
+pub(crate) struct AppSlot<F>(Option<Pin<Box<Option<F>>>>);
+
+impl<F> Default for AppSlot<F> {
+    fn default() -> Self {
+        AppSlot(None)
+    }
+}
+
+impl<F: Future<Output = Response>> AppSlot<F> {
+    /// Puts `fut` in the slot, for [`run`](Self::run). A plain function, so the (possibly
+    /// large) future is moved once, into the box, and not first into `run`'s own state.
+    #[inline]
+    pub(crate) fn load(&mut self, fut: F) {
+        match &mut self.0 {
+            Some(b) => b.set(Some(fut)),
+            None => self.0 = Some(Box::pin(Some(fut))),
+        }
+    }
+
+    /// Runs the loaded future to completion; `None` if it panicked (the panic stays inside
+    /// this request) or none was loaded. The future is dropped before this returns: it may
+    /// own the request, whose buffers the connection needs back.
+    pub(crate) async fn run(&mut self) -> Option<Response> {
+        let b = self.0.as_mut()?;
+        let r = poll_fn(|cx| match b.as_mut().as_pin_mut() {
+            Some(f) => poll_catching(f, cx),
+            None => Poll::Ready(None),
+        })
+        .await;
+        // Kept only while few connections are live (as their buffers are): thousands of
+        // idle connections hold no futures' memory.
+        if std::mem::size_of::<F>() <= APP_SLOT_KEEP && crate::pool::hold_while_idle() {
+            b.set(None);
+        } else {
+            self.0 = None;
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_the_error_page() {
+        let cfg = Settings::default();
+        let mut slot = AppSlot::default();
+        slot.load(async { panic!("boom") });
+        let mut run = std::pin::pin!(slot.run());
+        let Poll::Ready(res) = run.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) else {
+            panic!("a panicking future is ready at once")
+        };
+        let res = or_500(res, &cfg);
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let crate::response::ResponseBody::Bytes(b) = res.body() else { panic!("{res:?}") };
+        assert_eq!(&b[..], b"500 Internal Server Error\n");
+    }
+}
