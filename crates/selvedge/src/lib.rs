@@ -87,10 +87,10 @@ pub mod tls;
 pub mod tower;
 
 pub use app::{App, AppExt, BoxApp, Middleware};
-pub use body::Body;
+pub use body::{Body, BodyWriter};
 pub use error::Error;
 pub use request::{percent_decode, Request, Segments};
-pub use response::{BodyWriter, Cleanup, FieldsSlot, FileBody, IntoHeaderValue, Response, ResponseBody, SharedFields};
+pub use response::{Cleanup, FieldsSlot, FileBody, IntoHeaderValue, Response, ResponseBody, SharedFields};
 pub use server::{Listen, Listening, Server, ServerHandle};
 pub use settings::{ErrorResponseHook, ExceptionHook, Settings, Workers};
 pub use sys::PeerAddr;

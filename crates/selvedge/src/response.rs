@@ -12,10 +12,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode, Version};
 
-use crate::body::Body;
+use crate::body::{Body, BodyWriter};
 use crate::Request;
-
-pub use crate::h1::writer::BodyWriter;
 
 /// A response: status, headers and one of the body kinds.
 pub struct Response {

@@ -25,12 +25,9 @@ use crate::{App, Body, Error, Request, Response};
 /// Bodies of known size up to this many bytes are collected and sent with a length.
 pub const COLLECT_MAX: u64 = 256 * 1024;
 
-type Pending = Pin<Box<dyn Future<Output = (Body, Option<Result<Bytes, Error>>)> + Send>>;
-
 /// The request body as an [`http_body::Body`].
 pub struct TowerBody {
     body: Option<Body>,
-    pending: Option<Pending>,
     hint: Option<u64>,
 }
 
@@ -44,7 +41,7 @@ impl TowerBody {
     /// Wraps a selvedge body.
     pub fn new(body: Body) -> TowerBody {
         let hint = body.content_length();
-        TowerBody { body: Some(body), pending: None, hint }
+        TowerBody { body: Some(body), hint }
     }
 }
 
@@ -54,28 +51,19 @@ impl HttpBody for TowerBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
         let this = self.get_mut();
-        if this.pending.is_none() {
-            let Some(mut body) = this.body.take() else { return Poll::Ready(None) };
-            this.pending = Some(Box::pin(async move {
-                let r = body.chunk().await;
-                (body, r)
-            }));
-        }
-        let Some(fut) = this.pending.as_mut() else { return Poll::Ready(None) };
-        let (body, r) = std::task::ready!(fut.as_mut().poll(cx));
-        this.pending = None;
+        let Some(body) = this.body.as_mut() else { return Poll::Ready(None) };
+        let r = std::task::ready!(body.poll_chunk(cx));
         Poll::Ready(match r {
-            None => None,
-            Some(Ok(b)) => {
-                this.body = Some(body);
-                Some(Ok(Frame::data(b)))
+            Some(Ok(b)) => Some(Ok(Frame::data(b))),
+            None | Some(Err(_)) => {
+                this.body = None;
+                r.map(|r| r.map(Frame::data))
             }
-            Some(Err(e)) => Some(Err(e)),
         })
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_none() && self.pending.is_none() || self.hint == Some(0)
+        self.body.is_none() || self.hint == Some(0)
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -24,10 +24,10 @@ use http::{Method, StatusCode, Version};
 use super::body::Decoder;
 use super::parse::{self, Framing, Head, Minor, ParseError};
 use super::reader::{self, Failure, Reader};
+use super::sink::Sink;
 use super::write::{compose, ConnHeader, Framing as Out};
-use super::writer::BodyWriter;
 use crate::app::App;
-use crate::body::Body;
+use crate::body::{Body, BodyWriter};
 use crate::dispatch::{self, AppSlot};
 use crate::error::{Error, Kind};
 use crate::message::{has_token, HeaderSpan, Span};
@@ -274,7 +274,7 @@ impl Conn {
                     self.timer.handle(),
                     self.cfg.clone(),
                 );
-                (Body::h1(Reader::new(st, home.clone())), Some(home))
+                (Body::stream(Reader::new(st, home.clone())), Some(home))
             }
         };
         let req = Request {
@@ -403,7 +403,7 @@ impl Conn {
             return Next::Close { linger: false };
         }
         switched.store(true, Ordering::Release);
-        let writer = BodyWriter::h1(self.sock.clone(), false, self.timer.handle(), self.cfg.send_timeout);
+        let writer = BodyWriter::new(Sink::new(self.sock.clone(), false, self.timer.handle(), self.cfg.send_timeout));
         let _ = (s.0)(writer).await;
         Next::Close { linger: false }
     }
@@ -475,12 +475,12 @@ impl Conn {
                     );
                     self.flush().await?;
                     let left = Arc::new(std::sync::atomic::AtomicU64::new(n));
-                    let writer = BodyWriter::h1_sized(
+                    let writer = BodyWriter::new(Sink::sized(
                         self.sock.clone(),
                         left.clone(),
                         self.timer.handle(),
                         self.cfg.send_timeout,
-                    );
+                    ));
                     (s.0)(writer).await?;
                     // Short of the declared length: only closing tells the client.
                     return Ok(left.load(Ordering::Acquire) == 0);
@@ -490,7 +490,8 @@ impl Conn {
                 let framing = if chunked { Out::Chunked } else { Out::Close };
                 compose(&mut self.wbuf, status, shared.as_deref(), &headers, framing, conn(keep), server);
                 self.flush().await?;
-                let writer = BodyWriter::h1(self.sock.clone(), chunked, self.timer.handle(), self.cfg.send_timeout);
+                let writer =
+                    BodyWriter::new(Sink::new(self.sock.clone(), chunked, self.timer.handle(), self.cfg.send_timeout));
                 (s.0)(writer).await?;
                 if chunked {
                     self.wbuf.extend_from_slice(b"0\r\n\r\n");

@@ -5,5 +5,5 @@ pub mod body;
 pub(crate) mod conn;
 pub mod parse;
 pub(crate) mod reader;
+pub(crate) mod sink;
 pub mod write;
-pub mod writer;

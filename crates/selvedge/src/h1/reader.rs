@@ -3,11 +3,16 @@
 //! minimum rate. When the app drops it, its state (and so the receive buffer, with any
 //! pipelined bytes after the body) goes back to the connection.
 
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 
 use super::body::{BodyError, Decoded, Decoder};
+use crate::body::BodySource;
 use crate::error::{Error, Kind};
 use crate::settings::Settings;
 use crate::socket::Socket;
@@ -73,28 +78,34 @@ impl State {
         }
     }
 
-    /// The next piece of the body, `None` at its end.
-    pub(crate) async fn next(&mut self) -> Option<Result<Bytes, Error>> {
+    /// The next piece if it can be had without I/O: decoded from what is buffered, the end,
+    /// or an error. `None`: the socket must be read (or the interim 100 sent) first.
+    fn next_buffered(&mut self) -> Option<Option<Result<Bytes, Error>>> {
         if let Some(f) = self.failed {
-            return Some(Err(Error::new(Kind::Body, "request body failed earlier").with_status(match f {
+            return Some(Some(Err(Error::new(Kind::Body, "request body failed earlier").with_status(match f {
                 Failure::Status(s) => s,
                 Failure::Broken => 400,
-            })));
+            }))));
         }
+        match self.decoder.decode(&mut self.buf) {
+            Ok(Decoded::Data(b)) => Some(Some(Ok(b))),
+            Ok(Decoded::Done) => {
+                if self.started {
+                    self.timer.pause();
+                }
+                Some(None)
+            }
+            Ok(Decoded::NeedMore) => None,
+            Err(BodyError::Invalid(why)) => Some(Some(Err(self.fail(Failure::Status(400), why)))),
+            Err(BodyError::TooLarge) => Some(Some(Err(self.fail(Failure::Status(413), "request body over the limit")))),
+        }
+    }
+
+    /// The next piece of the body, `None` at its end.
+    pub(crate) async fn next(&mut self) -> Option<Result<Bytes, Error>> {
         loop {
-            match self.decoder.decode(&mut self.buf) {
-                Ok(Decoded::Data(b)) => return Some(Ok(b)),
-                Ok(Decoded::Done) => {
-                    if self.started {
-                        self.timer.pause();
-                    }
-                    return None;
-                }
-                Ok(Decoded::NeedMore) => {}
-                Err(BodyError::Invalid(why)) => return Some(Err(self.fail(Failure::Status(400), why))),
-                Err(BodyError::TooLarge) => {
-                    return Some(Err(self.fail(Failure::Status(413), "request body over the limit")))
-                }
+            if let Some(r) = self.next_buffered() {
+                return r;
             }
             if self.continue_pending {
                 self.continue_pending = false;
@@ -133,27 +144,74 @@ impl State {
     }
 }
 
-/// The app's handle on the body; gives the state back to the connection when dropped.
-#[derive(Debug)]
+/// A read in progress: it owns the state while it waits on the socket.
+type Reading = Pin<Box<dyn Future<Output = (Option<State>, Option<Result<Bytes, Error>>)> + Send>>;
+
+/// The app's handle on the body ([`BodySource`]); gives the state back to the connection
+/// when dropped. Pieces already buffered are handed out directly; a read that must wait on
+/// the socket runs as a boxed future that owns the state meanwhile (and sends it home if it
+/// is dropped before it finishes).
 pub(crate) struct Reader {
+    st: Option<State>,
+    home: Home,
+    reading: Option<Reading>,
+}
+
+impl fmt::Debug for Reader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("h1::Reader").field("reading", &self.reading.is_some()).finish_non_exhaustive()
+    }
+}
+
+/// Sends the state home when dropped (a read future dropped before it finished).
+struct Homing {
     st: Option<State>,
     home: Home,
 }
 
+impl Drop for Homing {
+    fn drop(&mut self) {
+        if let Some(st) = self.st.take() {
+            if let Ok(mut home) = self.home.lock() {
+                *home = Some(st);
+            }
+        }
+    }
+}
+
 impl Reader {
     pub(crate) fn new(st: State, home: Home) -> Reader {
-        Reader { st: Some(st), home }
+        Reader { st: Some(st), home, reading: None }
     }
+}
 
-    pub(crate) fn remaining(&self) -> Option<u64> {
+impl BodySource for Reader {
+    fn content_length(&self) -> Option<u64> {
         self.st.as_ref().and_then(|s| s.decoder.remaining())
     }
 
-    pub(crate) async fn next_chunk(&mut self) -> Option<Result<Bytes, Error>> {
-        match &mut self.st {
-            Some(st) => st.next().await,
-            None => Some(Err(Error::new(Kind::BodyGone, "request body no longer available"))),
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Error>>> {
+        if self.reading.is_none() {
+            let Some(st) = self.st.as_mut() else {
+                return Poll::Ready(Some(Err(Error::new(Kind::BodyGone, "request body no longer available"))));
+            };
+            if let Some(r) = st.next_buffered() {
+                return Poll::Ready(r);
+            }
+            let mut homing = Homing { st: self.st.take(), home: self.home.clone() };
+            self.reading = Some(Box::pin(async move {
+                let r = match homing.st.as_mut() {
+                    Some(st) => st.next().await,
+                    None => None,
+                };
+                (homing.st.take(), r)
+            }));
         }
+        let Some(reading) = self.reading.as_mut() else { return Poll::Ready(None) };
+        let (st, r) = std::task::ready!(reading.as_mut().poll(cx));
+        self.reading = None;
+        self.st = st;
+        Poll::Ready(r)
     }
 }
 

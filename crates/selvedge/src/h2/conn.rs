@@ -31,10 +31,10 @@ use super::codec::{self, PrefaceMatch};
 use super::frame::Reason;
 use super::proto::{After, Event, Proto, Timeouts};
 use crate::app::App;
-use crate::body::Body;
+use crate::body::{Body, BodySink, BodySource, BodyWriter, WriteFuture};
 use crate::dispatch::{or_500, poll_catching};
 use crate::error::{Error, Kind};
-use crate::response::{BodyWriter, Response, StreamBody};
+use crate::response::{Response, StreamBody};
 use crate::settings::Settings;
 use crate::socket::Socket;
 use crate::sys::PeerAddr;
@@ -379,7 +379,7 @@ fn spawn_streams<A: App>(
                 req.peer = peer.clone();
                 req.secure = secure;
                 if has_body {
-                    req.body = Body::h2(BodyReader { shared: shared.clone(), id });
+                    req.body = Body::stream(BodyReader { shared: shared.clone(), id });
                 }
                 // One allocation per request: the app's future, boxed so that it can move
                 // into a task of its own if it is not ready at the first poll.
@@ -452,7 +452,7 @@ async fn run_stream_body(shared: Arc<Shared>, id: u32, st: StreamBody) {
 }
 
 async fn write_stream_body(shared: &Arc<Shared>, id: u32, st: StreamBody) {
-    let w = BodyWriter::h2(StreamWriter { shared: shared.clone(), id });
+    let w = BodyWriter::new(StreamWriter { shared: shared.clone(), id });
     let ok = (st.0)(w).await.is_ok();
     shared.lock().finish_stream(id, ok);
     shared.wake.notify_one();
@@ -471,9 +471,9 @@ impl fmt::Debug for BodyReader {
     }
 }
 
-impl BodyReader {
-    pub(crate) async fn next_chunk(&mut self) -> Option<Result<Bytes, Error>> {
-        let r = poll_fn(|cx| {
+impl BodySource for BodyReader {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Error>>> {
+        let r = {
             let mut p = self.shared.lock();
             p.set_now(now_ms());
             let r = p.poll_body(self.id, cx);
@@ -481,21 +481,14 @@ impl BodyReader {
                 self.shared.timers.notify_one();
             }
             r
-        })
-        .await;
+        };
+        let r = std::task::ready!(r);
         self.shared.wake.notify_one();
-        r.map(|r| r.map_err(|_| Error::new(Kind::Body, "HTTP/2 stream reset or connection closed")))
+        Poll::Ready(r.map(|r| r.map_err(|_| Error::new(Kind::Body, "HTTP/2 stream reset or connection closed"))))
     }
 
-    /// What is left to read of the declared length: bytes received but still queued for
-    /// the app count as unread (they arrive before the app asks, so `received` alone would
-    /// shrink the length under a slow app, and a proxy would announce too few bytes).
-    pub(crate) fn content_length(&self) -> Option<u64> {
-        self.shared.lock().streams.get(&self.id).and_then(|s| {
-            let n = s.content_length?;
-            let queued: u64 = s.inbox.iter().map(|b| b.len() as u64).sum();
-            Some(n - s.received.saturating_sub(queued).min(n))
-        })
+    fn content_length(&self) -> Option<u64> {
+        self.shared.lock().body_remaining(self.id)
     }
 }
 
@@ -519,19 +512,21 @@ impl fmt::Debug for StreamWriter {
     }
 }
 
-impl StreamWriter {
-    pub(crate) async fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
-        let mut piece = Some(Bytes::copy_from_slice(data));
-        let r = poll_fn(|cx| {
-            if self.shared.closed.load(Ordering::SeqCst) {
-                return Poll::Ready(Err(Reason::CANCEL));
-            }
-            self.shared.lock().poll_write(self.id, &mut piece, cx)
-        })
-        .await;
-        self.shared.wake.notify_one();
-        r.map_err(|reason| {
-            std::io::Error::new(std::io::ErrorKind::BrokenPipe, format!("HTTP/2 stream ended: {reason:?}"))
+impl BodySink for StreamWriter {
+    fn write<'a>(&'a mut self, data: &'a [u8]) -> WriteFuture<'a> {
+        Box::pin(async move {
+            let mut piece = Some(Bytes::copy_from_slice(data));
+            let r = poll_fn(|cx| {
+                if self.shared.closed.load(Ordering::SeqCst) {
+                    return Poll::Ready(Err(Reason::CANCEL));
+                }
+                self.shared.lock().poll_write(self.id, &mut piece, cx)
+            })
+            .await;
+            self.shared.wake.notify_one();
+            r.map_err(|reason| {
+                std::io::Error::new(std::io::ErrorKind::BrokenPipe, format!("HTTP/2 stream ended: {reason:?}"))
+            })
         })
     }
 }

@@ -27,8 +27,9 @@ use http::header::{CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE
 use http::{HeaderValue, StatusCode};
 
 use crate::app::{App, Middleware};
+use crate::body::{BodySink, BodyWriter, WriteFuture};
 use crate::message::{accept_q, has_token, trim_ows};
-use crate::response::{BodyWriter, ResponseBody, StreamBody};
+use crate::response::{ResponseBody, StreamBody};
 use crate::{Request, Response};
 
 /// The compression middleware; see the module docs.
@@ -156,7 +157,7 @@ pub fn compressible(ct: &[u8]) -> bool {
 }
 
 /// A streaming compressor.
-pub(crate) enum Encoder {
+enum Encoder {
     Gzip(flate2::write::GzEncoder<Vec<u8>>),
     Brotli(Box<brotli::CompressorWriter<Vec<u8>>>),
 }
@@ -184,7 +185,7 @@ impl Encoder {
 
     /// Compresses `data`; with `flush`, everything so far is made decodable.
     /// Returns the compressed bytes produced.
-    pub(crate) fn push(&mut self, data: &[u8], flush: bool) -> io::Result<Vec<u8>> {
+    fn push(&mut self, data: &[u8], flush: bool) -> io::Result<Vec<u8>> {
         match self {
             Encoder::Gzip(e) => {
                 e.write_all(data)?;
@@ -204,7 +205,7 @@ impl Encoder {
     }
 
     /// Ends the compressed stream; returns the last bytes.
-    pub(crate) fn finish(self) -> io::Result<Vec<u8>> {
+    fn finish(self) -> io::Result<Vec<u8>> {
         match self {
             Encoder::Gzip(e) => e.finish(),
             Encoder::Brotli(e) => Ok(e.into_inner()),
@@ -296,7 +297,8 @@ fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Respon
             ResponseBody::Stream(StreamBody(Box::new(move |w: BodyWriter| {
                 Box::pin(async move {
                     let home = Arc::new(Mutex::new(None));
-                    let cw = BodyWriter::compressing(w, Encoder::new(coding, &cfg), home.clone());
+                    let state = Box::new(Compressing { inner: w, enc: Encoder::new(coding, &cfg) });
+                    let cw = BodyWriter::new(CompressSink { state: Some(state), home: home.clone() });
                     (s.0)(cw).await?;
                     let state = home.lock().ok().and_then(|mut h| h.take());
                     match state {
@@ -321,6 +323,51 @@ fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Respon
         }
     }
     res
+}
+
+/// A stream's compressor and the writer it compresses into.
+struct Compressing {
+    inner: BodyWriter,
+    enc: Encoder,
+}
+
+impl Compressing {
+    /// Ends the compressed stream and sends its last bytes.
+    async fn finish(self: Box<Self>) -> io::Result<()> {
+        let Compressing { mut inner, enc } = *self;
+        let z = enc.finish()?;
+        inner.write(&z).await
+    }
+}
+
+/// The [`BodySink`] of a compressed stream: each piece is compressed and flushed (so a
+/// streaming app's messages are not held back) into the protocol's writer. When the app's
+/// stream drops it, the state goes `home`, where the middleware finishes the compressed
+/// stream.
+struct CompressSink {
+    state: Option<Box<Compressing>>,
+    home: Arc<Mutex<Option<Box<Compressing>>>>,
+}
+
+impl BodySink for CompressSink {
+    fn write<'a>(&'a mut self, data: &'a [u8]) -> WriteFuture<'a> {
+        Box::pin(async move {
+            let c = self.state.as_mut().ok_or_else(|| io::Error::other("compressing writer finished"))?;
+            let z = c.enc.push(data, true)?;
+            if !z.is_empty() {
+                c.inner.write(&z).await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Drop for CompressSink {
+    fn drop(&mut self) {
+        if let (Some(c), Ok(mut h)) = (self.state.take(), self.home.lock()) {
+            *h = Some(c);
+        }
+    }
 }
 
 fn with_body(mut res: Response, body: ResponseBody) -> Response {

@@ -180,6 +180,17 @@ impl Proto {
         Poll::Pending
     }
 
+    /// What is left to read of stream `id`'s declared request length: bytes received but
+    /// still queued for the app count as unread (they arrive before the app asks, so
+    /// `received` alone would shrink the length under a slow app, and a proxy would announce
+    /// too few bytes).
+    pub(crate) fn body_remaining(&self, id: u32) -> Option<u64> {
+        let s = self.streams.get(&id)?;
+        let n = s.content_length?;
+        let queued: u64 = s.inbox.iter().map(|b| b.len() as u64).sum();
+        Some(n - s.received.saturating_sub(queued).min(n))
+    }
+
     /// The app dropped its request body: what is buffered is granted back, and so is what
     /// still arrives.
     pub(crate) fn drop_body(&mut self, id: u32) {
