@@ -50,6 +50,14 @@ impl Socket {
         false
     }
 
+    /// Whether the TLS client chose HTTP/2 by ALPN.
+    pub(crate) fn alpn_h2(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls.as_ref().is_some_and(|t| t.alpn().as_deref() == Some(b"h2"));
+        #[cfg(not(feature = "tls"))]
+        false
+    }
+
     #[inline]
     pub(crate) fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()

@@ -104,6 +104,41 @@ fn each_bad_request_gets_its_status_and_a_close() {
     eprintln!("{} bad-request cases passed", CASES.len());
 }
 
+/// RFC 9112 §3: a request line that is not `method SP request-target SP HTTP-version` is
+/// answered 400 with a lingering close, however little it looks like HTTP; only the start
+/// of an HTTP/2 preface that goes wrong (the peer does not speak HTTP/1.1) gets no answer.
+#[test]
+fn malformed_request_lines_get_400_but_a_broken_preface_a_bare_close() {
+    let srv = start(settings(), app);
+    let lines: &[&[u8]] = &[
+        b"GET /hello FOO/1.1\r\nHost: h\r\n\r\n",
+        b"GET /hello HTTP/1.1 extra\r\nHost: h\r\n\r\n",
+        b"hello\r\n\r\n",
+        b"GET\r\n\r\n",
+        b"\x16\x03\x01\x00\x2a\x01\x00\x00\x26\x03\x03 a TLS ClientHello on the cleartext port",
+        b"PRI / HTTP/1.1 \r\n\r\n",
+    ];
+    for req in lines {
+        let (out, closed) = exchange(srv.addr, req);
+        assert!(closed, "{req:?}: not closed");
+        assert!(
+            out.starts_with("HTTP/1.1 400 Bad Request\r\n") && out.contains("connection: close"),
+            "{req:?}: {out:?}"
+        );
+        assert_eq!(out.matches("HTTP/1.1 ").count(), 1, "{req:?}: {out:?}");
+    }
+    // A broken HTTP/2 preface (its request line, then something else; or a line of its
+    // shape: not HTTP/1.x, no fields): no HTTP/1.1 answer at all.
+    let prefaces: &[&[u8]] = &[
+        b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\nGET /hello HTTP/1.1\r\nHost: h\r\n\r\n",
+        b"INVALID CONNECTION PREFACE\r\n\r\n",
+    ];
+    for req in prefaces {
+        let (out, closed) = exchange(srv.addr, req);
+        assert!(closed && out.is_empty(), "{req:?}: {out:?}");
+    }
+}
+
 #[test]
 fn long_target_gets_414() {
     let srv = start(settings(), app);

@@ -53,9 +53,19 @@ struct Conn {
     wbuf: Vec<u8>,
     /// The header lines of the head being parsed (moved into its request).
     headers: Vec<HeaderSpan>,
-    /// The connection turns into HTTP/2: prior knowledge (the preface arrived), or
-    /// `Upgrade: h2c` (with the request to answer on stream 1).
-    h2: Option<Option<Request>>,
+    /// `Upgrade: h2c` was accepted: the connection turns into HTTP/2, with this request to
+    /// answer on stream 1.
+    h2c: Option<Request>,
+}
+
+/// A connection HTTP/1.1 hands over to HTTP/2 after `Upgrade: h2c` (RFC 7540 §3.2): the
+/// 101 is sent; the request is to be answered on stream 1, and `rbuf` holds what the
+/// client sent after it (its preface).
+pub(crate) struct H2c {
+    pub(crate) sock: Arc<Socket>,
+    pub(crate) timer: Timer,
+    pub(crate) rbuf: BytesMut,
+    pub(crate) request: Request,
 }
 
 /// What to do after a response.
@@ -70,31 +80,30 @@ enum Next {
     Upgrade,
 }
 
-/// Serves one connection until it closes.
-pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg: Arc<Settings>, timer: Timer) {
+/// Serves one connection until it closes, or until it turns into HTTP/2 (`Upgrade: h2c`):
+/// then the hand-off is returned. `rbuf` holds the bytes already received (the server read
+/// them to choose the protocol).
+pub(crate) async fn serve<A: App>(
+    sock: Arc<Socket>,
+    rbuf: BytesMut,
+    peer: PeerAddr,
+    app: &A,
+    cfg: Arc<Settings>,
+    timer: Timer,
+) -> Option<H2c> {
+    let mut conn = Conn { sock, peer, cfg, timer, rbuf, wbuf: Vec::new(), headers: Vec::new(), h2c: None };
     let open = crate::stats::OpenConn::new(false);
-    let mut conn = Conn {
-        sock: Arc::new(sock),
-        peer,
-        cfg,
-        timer,
-        rbuf: BytesMut::new(),
-        wbuf: Vec::new(),
-        headers: Vec::new(),
-        h2: None,
-    };
     let live = crate::pool::Live::new();
-    conn.run(&*app).await;
+    conn.run(app).await;
     drop(live);
-    match conn.h2.is_some() {
-        true => open.hand_off(),
-        false => drop(open),
-    }
-    if let Some(upgraded) = conn.h2.take() {
-        let Conn { sock, peer, cfg, timer, rbuf, .. } = conn;
-        // Boxed so HTTP/1 connections do not carry the HTTP/2 driver's state (idle memory).
-        Box::pin(crate::h2::conn::serve(sock, peer, app, cfg, timer, rbuf, upgraded)).await;
-    }
+    let Some(request) = conn.h2c.take() else {
+        drop(open);
+        return None;
+    };
+    // Counted as HTTP/2 from here (by its driver).
+    open.hand_off();
+    let Conn { sock, timer, rbuf, .. } = conn;
+    Some(H2c { sock, timer, rbuf, request })
 }
 
 impl Conn {
@@ -107,13 +116,6 @@ impl Conn {
                 Ok(Some(h)) => h,
                 Ok(None) => return,
                 Err(e) => {
-                    if first && not_http(&self.rbuf) {
-                        // Not HTTP at all (e.g. a broken HTTP/2 preface): no HTTP/1 answer,
-                        // just a lingering close.
-                        self.cfg.exception(&Error::new(Kind::BadRequest, "not an HTTP request"));
-                        self.linger().await;
-                        return;
-                    }
                     let err = Error::new(Kind::BadRequest, "invalid request head").with_status(e.status());
                     let err = match e {
                         ParseError::BadRequest(why) => Error::new(Kind::BadRequest, why).with_status(400),
@@ -141,14 +143,6 @@ impl Conn {
     async fn read_head(&mut self, first: bool) -> Result<Option<Head>, ParseError> {
         let mut deadline_set = false;
         loop {
-            if first
-                && self.rbuf.len() >= 4
-                && crate::h2::codec::preface(&self.rbuf) != crate::h2::codec::PrefaceMatch::No
-            {
-                // HTTP/2 with prior knowledge: the client preface, on the HTTP/1.1 port.
-                self.h2 = Some(None);
-                return Ok(None);
-            }
             if !self.rbuf.is_empty() {
                 if self.headers.capacity() == 0 {
                     self.headers = crate::pool::take_spans();
@@ -172,7 +166,7 @@ impl Conn {
                 deadline_set = true;
             }
             let n = if idle {
-                self.read_when_idle(first).await
+                self.read_when_idle().await
             } else {
                 self.make_room();
                 self.sock.read(&mut self.rbuf).await
@@ -202,16 +196,8 @@ impl Conn {
 
     /// The first read of a request on an idle connection. Unless few connections are live
     /// (`pool::hold_while_idle`), the connection holds no buffers while it waits: they go
-    /// back to the thread's pool and are taken again once the socket is readable. A new
-    /// connection first tries one optimistic read (the request usually arrived with the
-    /// handshake).
-    async fn read_when_idle(&mut self, first: bool) -> std::io::Result<usize> {
-        if first {
-            self.rbuf = crate::pool::take_read(self.cfg.read_buffer);
-            if let Some(n) = self.sock.try_read(&mut self.rbuf)? {
-                return Ok(n);
-            }
-        }
+    /// back to the thread's pool and are taken again once the socket is readable.
+    async fn read_when_idle(&mut self) -> std::io::Result<usize> {
         if crate::pool::hold_while_idle() && self.rbuf.capacity() > 0 {
             self.make_room();
             return self.sock.read(&mut self.rbuf).await;
@@ -300,7 +286,7 @@ impl Conn {
             }
             let mut req = req;
             req.version = Version::HTTP_2;
-            self.h2 = Some(Some(req));
+            self.h2c = Some(req);
             return Next::Upgrade;
         }
 
@@ -577,20 +563,6 @@ fn upgrade_request(buf: &[u8], h: &Head, headers: &[HeaderSpan], minor: Minor) -
         }
     }
     upgrade.filter(|v| conn && v.len > 0)
-}
-
-/// Whether the first line's third token (the version) is not even HTTP-like: such a peer
-/// does not speak HTTP/1 and gets no HTTP/1 answer.
-fn not_http(buf: &[u8]) -> bool {
-    let line = buf.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or(&[]);
-    let mut parts = line.split(|&b| b == b' ');
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(_), Some(_), Some(v)) if !v.is_empty() => {
-            let k = v.len().min(3);
-            v[..k] != b"HTT"[..k]
-        }
-        _ => false,
-    }
 }
 
 /// The one valid `Content-Length` of a response's headers (none if absent, invalid or

@@ -79,25 +79,6 @@ impl Drop for TaskGuard {
     }
 }
 
-/// Serves HTTP/2 on a connection whose protocol is already known to be h2: the entry point
-/// for ALPN `h2` (the TLS layer calls it with the decrypted stream) — and for cleartext
-/// connections that start with the preface.
-///
-/// # Errors
-/// Only registration of the socket with the reactor; protocol and I/O errors end the
-/// connection quietly (reported to `Settings::on_exception`).
-pub async fn serve_connection<A: App>(
-    fd: std::os::fd::OwnedFd,
-    peer: PeerAddr,
-    app: Arc<A>,
-    cfg: Arc<Settings>,
-    timer: Timer,
-) -> std::io::Result<()> {
-    let sock = Arc::new(Socket::new(fd)?);
-    serve(sock, peer, app, cfg, timer, BytesMut::new(), None).await;
-    Ok(())
-}
-
 /// Serves an HTTP/2 connection. `rbuf` holds what was already read (the preface or a
 /// prefix of it); `upgraded` is the request of an `Upgrade: h2c`, to be answered on
 /// stream 1 (the 101 has been sent).

@@ -8,8 +8,9 @@
 //!   stream runs the app, the sender drains control frames first, then packs frames of
 //!   many streams into one buffer and one write.
 //!
-//! Connections reach HTTP/2 three ways: prior knowledge (the HTTP/1 connection sees the
-//! preface and hands over), `Upgrade: h2c`, and ALPN `h2` through [`serve_connection`].
+//! Connections reach HTTP/2 three ways, all chosen by the server's negotiation
+//! (`server/negotiate.rs`): ALPN `h2`, prior knowledge (the connection starts with the
+//! preface), and `Upgrade: h2c` (HTTP/1.1 hands the connection over).
 
 pub mod codec;
 pub(crate) mod conn;
@@ -18,7 +19,6 @@ pub(crate) mod proto;
 
 use std::time::Duration;
 
-pub use conn::serve_connection;
 pub use proto::priority;
 
 /// HTTP/2 limits, each with its default. What we advertise in SETTINGS is marked so.

@@ -30,6 +30,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+mod negotiate;
+
 use socket2::{Domain, Protocol, SockAddr, Type};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -434,15 +436,14 @@ async fn accept_loop<A: App>(
                     let handle = timer.handle();
                     #[cfg(feature = "tls")]
                     let task = match &tls.0 {
-                        Some(tc) => {
-                            per_ip::spawn(slot, serve_tls(sock, tc.clone(), peer, app.clone(), cfg.clone(), timer))
-                        }
-                        None => {
-                            per_ip::spawn(slot, crate::h1::conn::serve(sock, peer, app.clone(), cfg.clone(), timer))
-                        }
+                        Some(tc) => per_ip::spawn(
+                            slot,
+                            negotiate::serve_tls(sock, tc.clone(), peer, app.clone(), cfg.clone(), timer),
+                        ),
+                        None => per_ip::spawn(slot, negotiate::serve(sock, peer, app.clone(), cfg.clone(), timer)),
                     };
                     #[cfg(not(feature = "tls"))]
-                    let task = per_ip::spawn(slot, crate::h1::conn::serve(sock, peer, app.clone(), cfg.clone(), timer));
+                    let task = per_ip::spawn(slot, negotiate::serve(sock, peer, app.clone(), cfg.clone(), timer));
                     handle.set_abort(task.abort_handle());
                     if group.is_full() {
                         break;
@@ -465,42 +466,5 @@ async fn accept_loop<A: App>(
                 },
             }
         }
-    }
-}
-
-/// A TLS connection: handshake (on the connection's timer), then HTTP/2 or HTTP/1.1 by ALPN.
-#[cfg(feature = "tls")]
-async fn serve_tls<A: App>(
-    mut sock: Socket,
-    config: Arc<rustls::ServerConfig>,
-    peer: sys::PeerAddr,
-    app: Arc<A>,
-    cfg: Arc<Settings>,
-    timer: Timer,
-) {
-    let session = match crate::tls::Session::new(config) {
-        Ok(s) => s,
-        Err(e) => return cfg.exception(&crate::Error::io(e)),
-    };
-    sock.tls = Some(Box::new(session));
-    timer.set_deadline(timeout::now_ms(), cfg.tls_handshake_timeout);
-    let Some(session) = sock.tls.as_deref() else { return };
-    if let Err(e) = session.handshake(&sock).await {
-        cfg.exception(&crate::Error::io(e));
-        sock.raw_shutdown_write();
-        return;
-    }
-    let alpn = session.alpn();
-    if alpn.as_deref() == Some(crate::tls::ACME_TLS_ALPN) {
-        // A TLS-ALPN-01 validation: the handshake was the answer; no data follows (RFC 8737).
-        session.close_notify(&sock);
-        sock.raw_shutdown_write();
-        return;
-    }
-    if alpn.as_deref() == Some(b"h2") {
-        let sock = Arc::new(sock);
-        Box::pin(crate::h2::conn::serve(sock, peer, app, cfg, timer, bytes::BytesMut::new(), None)).await;
-    } else {
-        crate::h1::conn::serve(sock, peer, app, cfg, timer).await;
     }
 }

@@ -1,0 +1,199 @@
+//! The one place a connection's protocol is chosen, from what the client said:
+//!
+//! - **ALPN** (TLS): `h2` is HTTP/2;
+//! - **the first bytes**: the HTTP/2 client preface (RFC 9113 §3.4) is HTTP/2 with prior
+//!   knowledge. Bytes shaped like the preface but not it get a bare lingering close (RFC
+//!   9113 §3.4 allows omitting the GOAWAY: the peer does not speak HTTP/1.x, so no HTTP/1.1
+//!   answer either): the preface's line `PRI * HTTP/2.0` followed by anything else, or any
+//!   three-token first line whose version is not HTTP/1.x followed at once by an empty
+//!   line, as the preface's is (no HTTP/1.x client sends that: HTTP/1.1 needs a `Host`
+//!   field; h2spec's "invalid connection preface" is such a line). Anything else is
+//!   HTTP/1.1, which answers a malformed request line with 400 (RFC 9112 §3);
+//! - **`Upgrade: h2c`** (RFC 7540 §3.2): HTTP/1.1 accepts it and hands the connection back
+//!   here, with the request to answer on HTTP/2's stream 1.
+//!
+//! Protocol drivers never call each other: each serves a connection it was given and, for
+//! HTTP/1.1, returns a hand-off value.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+
+use crate::app::App;
+use crate::error::{Error, Kind};
+use crate::h2::codec::{preface, PrefaceMatch};
+use crate::settings::Settings;
+use crate::socket::Socket;
+use crate::sys::PeerAddr;
+use crate::time::timeout::{now_ms, Timer};
+
+/// What the client's first bytes say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sniff {
+    /// Not decided yet: read more.
+    More,
+    Http1,
+    /// The HTTP/2 preface, or a prefix of it long enough to rule out HTTP/1.1's methods.
+    Http2,
+    /// Shaped like the preface, but not it.
+    BrokenPreface,
+}
+
+/// The request line that opens the HTTP/2 preface.
+const PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0\r\n";
+
+fn sniff(buf: &[u8]) -> Sniff {
+    match preface(buf) {
+        // Four bytes rule out every HTTP/1.1 method but `PRI`: "PROPFIND" and the like
+        // part from the preface at its third byte.
+        PrefaceMatch::Full => Sniff::Http2,
+        PrefaceMatch::Partial if buf.len() >= 4 => Sniff::Http2,
+        PrefaceMatch::Partial => Sniff::More,
+        PrefaceMatch::No if buf.starts_with(PREFACE_LINE) || preface_shaped(buf) => Sniff::BrokenPreface,
+        PrefaceMatch::No => Sniff::Http1,
+    }
+}
+
+/// `token SP token SP version CRLF CRLF` with a version other than HTTP/1.x: the shape of
+/// the preface's start (`PRI * HTTP/2.0 CRLF CRLF`), which no HTTP/1.x request has.
+fn preface_shaped(buf: &[u8]) -> bool {
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { return false };
+    let line = &buf[..end];
+    let mut parts = line.split(|&b| b == b' ');
+    let (Some(a), Some(b), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let token = |t: &[u8]| !t.is_empty() && t.iter().all(|&c| c.is_ascii_graphic());
+    token(a) && token(b) && token(version) && !version.starts_with(b"HTTP/1.")
+}
+
+/// Serves an accepted connection (after the TLS handshake, on TLS listeners).
+pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg: Arc<Settings>, timer: Timer) {
+    let sock = Arc::new(sock);
+    if sock.alpn_h2() {
+        return serve_h2(sock, peer, app, cfg, timer, BytesMut::new(), None).await;
+    }
+    let Some(rbuf) = first_bytes(&sock, &cfg, &timer).await else { return };
+    match sniff(&rbuf) {
+        Sniff::Http2 => serve_h2(sock, peer, app, cfg, timer, rbuf, None).await,
+        Sniff::BrokenPreface => {
+            cfg.exception(&Error::new(Kind::BadRequest, "invalid HTTP/2 connection preface"));
+            sock.linger(cfg.linger_timeout).await;
+        }
+        Sniff::Http1 | Sniff::More => {
+            let h2c = crate::h1::conn::serve(sock, rbuf, peer.clone(), &*app, cfg.clone(), timer).await;
+            if let Some(h) = h2c {
+                serve_h2(h.sock, peer, app, cfg, h.timer, h.rbuf, Some(h.request)).await;
+            }
+        }
+    }
+}
+
+/// A TLS connection: the handshake (on the connection's timer, within
+/// `tls_handshake_timeout`), then [`serve`] (or, for an ACME TLS-ALPN-01 validation, the
+/// close).
+#[cfg(feature = "tls")]
+pub(crate) async fn serve_tls<A: App>(
+    mut sock: Socket,
+    config: Arc<rustls::ServerConfig>,
+    peer: PeerAddr,
+    app: Arc<A>,
+    cfg: Arc<Settings>,
+    timer: Timer,
+) {
+    let session = match crate::tls::Session::new(config) {
+        Ok(s) => s,
+        Err(e) => return cfg.exception(&Error::io(e)),
+    };
+    sock.tls = Some(Box::new(session));
+    timer.set_deadline(now_ms(), cfg.tls_handshake_timeout);
+    let Some(session) = sock.tls.as_deref() else { return };
+    if let Err(e) = session.handshake(&sock).await {
+        cfg.exception(&Error::io(e));
+        sock.raw_shutdown_write();
+        return;
+    }
+    if session.alpn().as_deref() == Some(crate::tls::ACME_TLS_ALPN) {
+        // A TLS-ALPN-01 validation: the handshake was the answer; no data follows (RFC 8737).
+        session.close_notify(&sock);
+        sock.raw_shutdown_write();
+        return;
+    }
+    serve(sock, peer, app, cfg, timer).await;
+}
+
+/// HTTP/2, boxed so that HTTP/1.1 connections do not carry its driver's state.
+async fn serve_h2<A: App>(
+    sock: Arc<Socket>,
+    peer: PeerAddr,
+    app: Arc<A>,
+    cfg: Arc<Settings>,
+    timer: Timer,
+    rbuf: BytesMut,
+    upgraded: Option<crate::Request>,
+) {
+    Box::pin(crate::h2::conn::serve(sock, peer, app, cfg, timer, rbuf, upgraded)).await;
+}
+
+/// Reads until the first bytes decide the protocol (one optimistic read first: the
+/// request usually arrived with the handshake). The connection counts as idle until its
+/// first byte (shutdown may close it), and holds no receive buffer while it waits unless
+/// few connections are live (`pool::hold_while_idle`). `None`: the client left, the read
+/// failed, or the server is shutting down.
+async fn first_bytes(sock: &Socket, cfg: &Settings, timer: &Timer) -> Option<BytesMut> {
+    let mut buf = crate::pool::take_read(cfg.read_buffer);
+    match sock.try_read(&mut buf) {
+        Ok(Some(0)) | Err(_) => return None,
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            if !timer.enter_idle() {
+                return None;
+            }
+            timer.tickle(cfg.header_timeout);
+            let n = if crate::pool::hold_while_idle() {
+                sock.read(&mut buf).await
+            } else {
+                crate::pool::put_read(std::mem::take(&mut buf));
+                let min = cfg.read_buffer;
+                sock.read_when_ready(&mut buf, |b| *b = crate::pool::take_read(min)).await
+            };
+            if !matches!(n, Ok(1..)) || !timer.leave_idle() {
+                return None;
+            }
+        }
+    }
+    // The head's deadline runs from its first byte.
+    timer.set_deadline(now_ms(), cfg.header_timeout);
+    while sniff(&buf) == Sniff::More {
+        if !matches!(sock.read(&mut buf).await, Ok(1..)) {
+            return None;
+        }
+    }
+    Some(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_bytes_choose_the_protocol() {
+        assert_eq!(sniff(b"P"), Sniff::More);
+        assert_eq!(sniff(b"PRI"), Sniff::More);
+        assert_eq!(sniff(b"PRI "), Sniff::Http2);
+        assert_eq!(sniff(crate::h2::codec::PREFACE), Sniff::Http2);
+        assert_eq!(sniff(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\x12\x04"), Sniff::Http2);
+        assert_eq!(sniff(b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"), Sniff::BrokenPreface);
+        assert_eq!(sniff(b"PRI * HTTP/2.0\r\nHost: h\r\n\r\n"), Sniff::BrokenPreface);
+        assert_eq!(sniff(b"INVALID CONNECTION PREFACE\r\n\r\n"), Sniff::BrokenPreface);
+        // An HTTP/1.x request, however malformed, is answered by HTTP/1.1.
+        assert_eq!(sniff(b"GET / HTTP/1.0\r\n\r\n"), Sniff::Http1);
+        assert_eq!(sniff(b"GET / FOO\r\nHost: h\r\n\r\n"), Sniff::Http1);
+        assert_eq!(sniff(b"GET /a b HTTP/1.1\r\n\r\n"), Sniff::Http1);
+        assert_eq!(sniff(b"GET\r\n\r\n"), Sniff::Http1);
+        assert_eq!(sniff(b"PROPFIND / HTTP/1.1\r\n"), Sniff::Http1);
+        assert_eq!(sniff(b"PRI / HTTP/1.1\r\n"), Sniff::Http1);
+        assert_eq!(sniff(b"GET / HTTP/1.1\r\n"), Sniff::Http1);
+        assert_eq!(sniff(b"\x16\x03\x01\x02\x00"), Sniff::Http1);
+    }
+}
