@@ -85,6 +85,7 @@ pub mod time;
 pub mod tls;
 #[cfg(feature = "tower")]
 pub mod tower;
+mod transport;
 
 pub use app::{App, AppExt, BoxApp, Middleware};
 pub use body::{Body, BodyWriter};

@@ -1,5 +1,6 @@
 //! A connected socket on the tokio reactor, read and written with as few system calls as
-//! the kernel allows.
+//! the kernel allows. It knows nothing of TLS: the TLS session sits on top of it (see
+//! `tls.rs`), and `transport.rs` puts the two behind one type.
 //!
 //! - Reads go straight into the connection's buffer. A read that returns fewer bytes than
 //!   it had room for drained the socket, so the readiness flag is cleared at once
@@ -13,7 +14,7 @@
 //! [`AsyncFdReadyGuard::clear_ready`]: tokio::io::unix::AsyncFdReadyGuard::clear_ready
 
 use std::io::{self, IoSlice};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use bytes::BytesMut;
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
@@ -25,42 +26,17 @@ use crate::sys;
 #[derive(Debug)]
 pub(crate) struct Socket {
     fd: AsyncFd<OwnedFd>,
-    /// The TLS session, on TLS listeners: every method below then reads and writes
-    /// plaintext through it (see `tls.rs`).
-    #[cfg(feature = "tls")]
-    pub(crate) tls: Option<Box<crate::tls::Session>>,
 }
 
 impl Socket {
     /// Registers an accepted socket with the current runtime's reactor.
     pub(crate) fn new(fd: OwnedFd) -> io::Result<Socket> {
-        Ok(Socket {
-            fd: sys::register(fd, Interest::READABLE | Interest::WRITABLE)?,
-            #[cfg(feature = "tls")]
-            tls: None,
-        })
-    }
-
-    /// Whether a TLS session runs over this socket.
-    #[inline]
-    pub(crate) fn is_tls(&self) -> bool {
-        #[cfg(feature = "tls")]
-        return self.tls.is_some();
-        #[cfg(not(feature = "tls"))]
-        false
-    }
-
-    /// Whether the TLS client chose HTTP/2 by ALPN.
-    pub(crate) fn alpn_h2(&self) -> bool {
-        #[cfg(feature = "tls")]
-        return self.tls.as_ref().is_some_and(|t| t.alpn().as_deref() == Some(b"h2"));
-        #[cfg(not(feature = "tls"))]
-        false
+        Ok(Socket { fd: sys::register(fd, Interest::READABLE | Interest::WRITABLE)? })
     }
 
     #[inline]
-    pub(crate) fn raw(&self) -> RawFd {
-        self.fd.as_raw_fd()
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.get_ref().as_fd()
     }
 
     /// Waits until the socket is readable. `poll_read_ready` keeps one waker per direction
@@ -80,8 +56,8 @@ impl Socket {
     }
 
     /// Tries one `read` without waiting; `Ok(None)` means it would block.
-    pub(crate) fn raw_try_read(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
-        match sys::read_into(self.raw(), buf) {
+    pub(crate) fn try_read(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+        match sys::read_into(self.fd(), buf) {
             Ok(n) => Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
             Err(e) => Err(e),
@@ -93,19 +69,23 @@ impl Socket {
     ///
     /// # Cancel safety
     /// Cancel safe: bytes are only appended to `buf` by a completed `read`.
-    pub(crate) async fn raw_read(&self, buf: &mut BytesMut) -> io::Result<usize> {
-        self.raw_read_when_ready(buf, |_| {}).await
+    pub(crate) async fn read(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        self.read_when_ready(buf, |_| {}).await
     }
 
     /// Waits for readability, calls `fill` once (to give `buf` its room), then reads as
-    /// [`raw_read`](Self::raw_read) does, with the same readiness guard.
-    async fn raw_read_when_ready(&self, buf: &mut BytesMut, fill: impl FnOnce(&mut BytesMut)) -> io::Result<usize> {
+    /// [`read`](Self::read) does, with the same readiness guard.
+    pub(crate) async fn read_when_ready(
+        &self,
+        buf: &mut BytesMut,
+        fill: impl FnOnce(&mut BytesMut),
+    ) -> io::Result<usize> {
         let mut guard = self.read_ready().await?;
         fill(buf);
         debug_assert!(buf.capacity() > buf.len());
         loop {
             let room = buf.capacity() - buf.len();
-            match sys::read_into(self.raw(), buf) {
+            match sys::read_into(self.fd(), buf) {
                 Ok(n) => {
                     if n > 0 && n < room {
                         guard.clear_ready();
@@ -124,8 +104,20 @@ impl Socket {
     }
 
     /// Waits until the socket is readable, without reading.
-    pub(crate) async fn raw_ready(&self) -> io::Result<()> {
+    #[cfg(feature = "tls")]
+    pub(crate) async fn ready(&self) -> io::Result<()> {
         self.read_ready().await.map(|_| ())
+    }
+
+    /// One write attempt without waiting: how many bytes the kernel took (0 if it would
+    /// block or was interrupted).
+    #[inline]
+    pub(crate) fn try_write(&self, data: &[u8]) -> io::Result<usize> {
+        match sys::send(self.fd(), data, false) {
+            Ok(n) => Ok(n),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Ok(0),
+            Err(e) => Err(e),
+        }
     }
 
     /// One non-blocking write (`op`, offered `want` bytes) once the socket is writable,
@@ -153,16 +145,16 @@ impl Socket {
     }
 
     /// Writes all of `data`.
-    pub(crate) async fn raw_write_all(&self, mut data: &[u8]) -> io::Result<()> {
+    pub(crate) async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
-            let n = self.write_when_ready(data.len(), || sys::send(self.raw(), data, false)).await?;
+            let n = self.write_when_ready(data.len(), || sys::send(self.fd(), data, false)).await?;
             data = &data[n..];
         }
         Ok(())
     }
 
     /// Writes all of the slices with `writev`, in as few calls as the kernel takes.
-    pub(crate) async fn raw_write_all_vectored(&self, bufs: &mut [&[u8]]) -> io::Result<()> {
+    pub(crate) async fn write_all_vectored(&self, bufs: &mut [&[u8]]) -> io::Result<()> {
         let mut first = 0;
         while first < bufs.len() {
             if bufs[first].is_empty() {
@@ -175,7 +167,7 @@ impl Socket {
                 *slot = IoSlice::new(b);
             }
             let want = slices[..k].iter().map(|s| s.len()).sum();
-            let mut n = self.write_when_ready(want, || sys::writev(self.raw(), &slices[..k])).await?;
+            let mut n = self.write_when_ready(want, || sys::writev(self.fd(), &slices[..k])).await?;
             while n > 0 {
                 let take = n.min(bufs[first].len());
                 bufs[first] = &bufs[first][take..];
@@ -193,23 +185,22 @@ impl Socket {
     ///
     /// # Errors
     /// Socket errors, file read errors, or `UnexpectedEof` if the file shrank.
-    pub(crate) async fn raw_send_file(
+    pub(crate) async fn send_file(
         &self,
         mut header: &[u8],
-        file: &impl AsRawFd,
+        file: BorrowedFd<'_>,
         mut offset: u64,
         len: u64,
         on_progress: &(dyn Fn() + Sync),
     ) -> io::Result<()> {
         let end = offset + len;
         while !header.is_empty() {
-            let n = self.write_when_ready(header.len(), || sys::send(self.raw(), header, len > 0)).await?;
+            let n = self.write_when_ready(header.len(), || sys::send(self.fd(), header, len > 0)).await?;
             header = &header[n..];
         }
         while offset < end {
             let want = (end - offset).min(1 << 30) as usize;
-            match self.write_when_ready(want, || sys::sendfile(self.raw(), file.as_raw_fd(), &mut offset, want)).await?
-            {
+            match self.write_when_ready(want, || sys::sendfile(self.fd(), file, &mut offset, want)).await? {
                 0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sending")),
                 _ => on_progress(),
             }
@@ -218,135 +209,7 @@ impl Socket {
     }
 
     /// Half-closes the write side (FIN), keeping the read side open.
-    pub(crate) fn raw_shutdown_write(&self) {
-        sys::shutdown_write(self.raw());
-    }
-
-    /// Tries one read without waiting; `Ok(None)` means it would block.
-    pub(crate) fn try_read(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
-        #[cfg(feature = "tls")]
-        if let Some(t) = &self.tls {
-            return t.try_read(buf);
-        }
-        self.raw_try_read(buf)
-    }
-
-    /// Reads into the spare capacity of `buf` (which must have some). `Ok(0)` is end of
-    /// stream.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: bytes are only appended to `buf` by a completed read.
-    pub(crate) async fn read(&self, buf: &mut BytesMut) -> io::Result<usize> {
-        #[cfg(feature = "tls")]
-        if let Some(t) = &self.tls {
-            return t.read(self, buf).await;
-        }
-        self.raw_read(buf).await
-    }
-
-    /// Waits until a read would make progress, without reading.
-    pub(crate) async fn ready(&self) -> io::Result<()> {
-        #[cfg(feature = "tls")]
-        if let Some(t) = &self.tls {
-            if t.has_plaintext() {
-                return Ok(());
-            }
-        }
-        self.raw_ready().await
-    }
-
-    /// Waits until a read would make progress, calls `fill` (an idle connection takes its
-    /// buffer back only now), then reads into `buf` as [`read`](Self::read) does. In
-    /// cleartext one readiness check serves both the wait and the read.
-    pub(crate) async fn read_when_ready(
-        &self,
-        buf: &mut BytesMut,
-        fill: impl FnOnce(&mut BytesMut),
-    ) -> io::Result<usize> {
-        #[cfg(feature = "tls")]
-        if self.tls.is_some() {
-            self.ready().await?;
-            fill(buf);
-            return self.read(buf).await;
-        }
-        self.raw_read_when_ready(buf, fill).await
-    }
-
-    /// One write attempt without waiting, in cleartext: how many bytes the kernel took (0
-    /// if it would block or was interrupted). Over TLS it writes nothing and returns 0, so
-    /// callers go on with [`write_all`](Self::write_all) for the rest.
-    #[inline]
-    pub(crate) fn try_write(&self, data: &[u8]) -> io::Result<usize> {
-        if self.is_tls() {
-            return Ok(0);
-        }
-        match sys::send(self.raw(), data, false) {
-            Ok(n) => Ok(n),
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Ok(0),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Writes all of `data`.
-    pub(crate) async fn write_all(&self, data: &[u8]) -> io::Result<()> {
-        #[cfg(feature = "tls")]
-        if let Some(t) = &self.tls {
-            return t.write_all(self, &[data]).await;
-        }
-        self.raw_write_all(data).await
-    }
-
-    /// Writes all of the slices (one `writev` when cleartext).
-    pub(crate) async fn write_all_vectored(&self, bufs: &mut [&[u8]]) -> io::Result<()> {
-        #[cfg(feature = "tls")]
-        if let Some(t) = &self.tls {
-            return t.write_all(self, bufs).await;
-        }
-        self.raw_write_all_vectored(bufs).await
-    }
-
-    /// Sends `header` then `len` bytes of `file` from `offset`: `send(MSG_MORE)` +
-    /// `sendfile` in cleartext, `pread` + encrypted writes over TLS.
-    pub(crate) async fn send_file(
-        &self,
-        header: &[u8],
-        file: &(impl AsRawFd + Sync),
-        offset: u64,
-        len: u64,
-        on_progress: &(dyn Fn() + Sync),
-    ) -> io::Result<()> {
-        #[cfg(feature = "tls")]
-        if let Some(t) = &self.tls {
-            return t.send_file(self, header, file.as_raw_fd(), offset, len, on_progress).await;
-        }
-        self.raw_send_file(header, file, offset, len, on_progress).await
-    }
-
-    /// Half-closes the write side (after a TLS `close_notify`, on TLS).
     pub(crate) fn shutdown_write(&self) {
-        #[cfg(feature = "tls")]
-        if let Some(t) = &self.tls {
-            t.close_notify(self);
-        }
-        self.raw_shutdown_write();
-    }
-
-    /// Lingering close: half-close (FIN), then read and discard what the peer still sends,
-    /// up to 1 MiB or `timeout`, so closing with unread data does not reset the connection
-    /// under the answer (or the HTTP/2 GOAWAY) the peer has yet to read.
-    pub(crate) async fn linger(&self, timeout: std::time::Duration) {
-        self.shutdown_write();
-        let mut buf = BytesMut::with_capacity(4096);
-        let drain = async {
-            let mut total = 0usize;
-            while total <= 1 << 20 {
-                buf.clear();
-                match self.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => total += n,
-                }
-            }
-        };
-        let _ = tokio::time::timeout(timeout, drain).await;
+        sys::shutdown_write(self.fd());
     }
 }

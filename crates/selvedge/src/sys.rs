@@ -1,14 +1,16 @@
 //! The system calls the engine makes, in one place.
 //!
 //! Every `unsafe` block of the crate that touches the kernel lives here, each with a
-//! `// SAFETY:` comment. Callers get safe functions over raw file descriptors they own.
-//! The set is small on purpose: `accept4` (non-blocking and close-on-exec in one call),
-//! `read`, `writev`, `send` with `MSG_MORE`, `sendfile`, `shutdown`, and two socket options.
+//! `// SAFETY:` comment. Callers get safe functions over borrowed descriptors
+//! ([`BorrowedFd`], or anything [`AsFd`]), so a descriptor is open for as long as a call
+//! uses it. The set is small on purpose: `accept4` (non-blocking and close-on-exec in one
+//! call), `read`, `writev`, `send` with `MSG_MORE`, `sendfile`, `pread`, `shutdown`, and two
+//! socket options.
 
 use std::io;
 use std::io::IoSlice;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// Turns a `-1` return into the thread's `errno` as an [`io::Error`].
 fn cvt(ret: libc::ssize_t) -> io::Result<usize> {
@@ -32,7 +34,7 @@ pub enum PeerAddr {
 ///
 /// # Errors
 /// `WouldBlock` when the backlog is empty, or the kernel's error (`EMFILE`, `ECONNABORTED`...).
-pub fn accept(listener: RawFd) -> io::Result<(OwnedFd, PeerAddr)> {
+pub fn accept(listener: BorrowedFd<'_>) -> io::Result<(OwnedFd, PeerAddr)> {
     // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -40,7 +42,7 @@ pub fn accept(listener: RawFd) -> io::Result<(OwnedFd, PeerAddr)> {
     // the flags are valid for accept4.
     let fd = unsafe {
         libc::accept4(
-            listener,
+            listener.as_raw_fd(),
             (&mut storage as *mut libc::sockaddr_storage).cast(),
             &mut len,
             libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
@@ -77,13 +79,15 @@ fn peer_from_storage(storage: &libc::sockaddr_storage) -> PeerAddr {
 ///
 /// # Errors
 /// `WouldBlock` when no data is ready; the kernel's error otherwise.
-pub fn read_into(fd: RawFd, buf: &mut bytes::BytesMut) -> io::Result<usize> {
+pub fn read_into(fd: BorrowedFd<'_>, buf: &mut bytes::BytesMut) -> io::Result<usize> {
     let spare = buf.spare_capacity_mut();
     // The raw system call skips glibc's cancellation-point bookkeeping (measurable per
     // request; we never use pthread cancellation).
     // SAFETY: `spare` is writable memory of `spare.len()` bytes owned by `buf`; the kernel
     // writes at most that many.
-    let n = cvt(unsafe { libc::syscall(libc::SYS_read, fd, spare.as_mut_ptr(), spare.len()) } as libc::ssize_t)?;
+    let n = cvt(
+        unsafe { libc::syscall(libc::SYS_read, fd.as_raw_fd(), spare.as_mut_ptr(), spare.len()) } as libc::ssize_t
+    )?;
     // SAFETY: the kernel initialised the first `n` bytes of the spare capacity.
     unsafe { buf.set_len(buf.len() + n) };
     Ok(n)
@@ -93,11 +97,11 @@ pub fn read_into(fd: RawFd, buf: &mut bytes::BytesMut) -> io::Result<usize> {
 ///
 /// # Errors
 /// `WouldBlock` when the socket buffer is full; `EPIPE`/`ECONNRESET` when the peer left.
-pub fn writev(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+pub fn writev(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
     let cnt = bufs.len().min(1024) as libc::c_int;
     // SAFETY: IoSlice is ABI-compatible with `struct iovec` (documented by std); the slices
     // are valid for reads for the duration of the call.
-    cvt(unsafe { libc::syscall(libc::SYS_writev, fd, bufs.as_ptr(), cnt) } as libc::ssize_t)
+    cvt(unsafe { libc::syscall(libc::SYS_writev, fd.as_raw_fd(), bufs.as_ptr(), cnt) } as libc::ssize_t)
 }
 
 /// `send(2)` with `MSG_NOSIGNAL` and, when `more` is set, `MSG_MORE` so the kernel holds the
@@ -105,13 +109,21 @@ pub fn writev(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
 ///
 /// # Errors
 /// As [`writev`].
-pub fn send(fd: RawFd, buf: &[u8], more: bool) -> io::Result<usize> {
+pub fn send(fd: BorrowedFd<'_>, buf: &[u8], more: bool) -> io::Result<usize> {
     let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
     // sendto with no address is send; raw for the same reason as `read_into`.
     // SAFETY: `buf` is valid for reads of `buf.len()` bytes; a null address with length 0
     // is how sendto means send.
     cvt(unsafe {
-        libc::syscall(libc::SYS_sendto, fd, buf.as_ptr(), buf.len(), flags, std::ptr::null::<libc::sockaddr>(), 0)
+        libc::syscall(
+            libc::SYS_sendto,
+            fd.as_raw_fd(),
+            buf.as_ptr(),
+            buf.len(),
+            flags,
+            std::ptr::null::<libc::sockaddr>(),
+            0,
+        )
     } as libc::ssize_t)
 }
 
@@ -119,10 +131,10 @@ pub fn send(fd: RawFd, buf: &[u8], more: bool) -> io::Result<usize> {
 ///
 /// # Errors
 /// As [`writev`], plus the file's read errors.
-pub fn sendfile(sock: RawFd, file: RawFd, offset: &mut u64, len: usize) -> io::Result<usize> {
+pub fn sendfile(sock: BorrowedFd<'_>, file: BorrowedFd<'_>, offset: &mut u64, len: usize) -> io::Result<usize> {
     let mut off = *offset as libc::off_t;
     // SAFETY: `off` is a valid, writable off_t; both descriptors are open for the call.
-    let n = cvt(unsafe { libc::sendfile(sock, file, &mut off, len.min(0x7fff_f000)) })?;
+    let n = cvt(unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut off, len.min(0x7fff_f000)) })?;
     *offset = off as u64;
     Ok(n)
 }
@@ -131,26 +143,28 @@ pub fn sendfile(sock: RawFd, file: RawFd, offset: &mut u64, len: usize) -> io::R
 ///
 /// # Errors
 /// The kernel's error.
-pub fn pread(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
-    cvt(unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) })
+    cvt(unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) })
 }
 
 /// `shutdown(fd, SHUT_WR)`: sends FIN while still reading (the first step of a lingering close).
-pub fn shutdown_write(fd: RawFd) {
+pub fn shutdown_write(fd: BorrowedFd<'_>) {
     // SAFETY: shutdown takes no pointers; an error (e.g. ENOTCONN) is harmless here.
-    unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+    unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_WR) };
 }
 
 /// Reads an integer socket option (used by tests to check inherited options).
 ///
 /// # Errors
 /// The kernel's error.
-pub fn getsockopt_int(fd: &impl AsRawFd, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
+pub fn getsockopt_int(fd: &impl AsFd, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
     let mut val: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `val` and `len` are valid for writes and sized for an int option.
-    let r = unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&mut val as *mut libc::c_int).cast(), &mut len) };
+    let r = unsafe {
+        libc::getsockopt(fd.as_fd().as_raw_fd(), level, name, (&mut val as *mut libc::c_int).cast(), &mut len)
+    };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -162,7 +176,7 @@ pub fn getsockopt_int(fd: &impl AsRawFd, level: libc::c_int, name: libc::c_int) 
 ///
 /// # Errors
 /// The kernel's error.
-pub fn set_nodelay(fd: &impl AsRawFd) -> io::Result<()> {
+pub fn set_nodelay(fd: &impl AsFd) -> io::Result<()> {
     set_tcp_int(fd, libc::TCP_NODELAY, 1)
 }
 
@@ -171,15 +185,15 @@ pub fn set_nodelay(fd: &impl AsRawFd) -> io::Result<()> {
 ///
 /// # Errors
 /// The kernel's error.
-pub fn set_notsent_lowat(fd: &impl AsRawFd, bytes: u32) -> io::Result<()> {
+pub fn set_notsent_lowat(fd: &impl AsFd, bytes: u32) -> io::Result<()> {
     set_tcp_int(fd, libc::TCP_NOTSENT_LOWAT, bytes.min(i32::MAX as u32) as libc::c_int)
 }
 
-fn set_tcp_int(fd: &impl AsRawFd, name: libc::c_int, val: libc::c_int) -> io::Result<()> {
+fn set_tcp_int(fd: &impl AsFd, name: libc::c_int, val: libc::c_int) -> io::Result<()> {
     // SAFETY: `val` is a valid int option value for the call's duration.
     let r = unsafe {
         libc::setsockopt(
-            fd.as_raw_fd(),
+            fd.as_fd().as_raw_fd(),
             libc::IPPROTO_TCP,
             name,
             (&val as *const libc::c_int).cast(),

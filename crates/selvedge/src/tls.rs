@@ -1,7 +1,7 @@
 //! TLS with rustls: configuration (certificate chains and keys from PEM files, SNI choosing
 //! among several certificates, ALPN `h2` and `http/1.1`, TLS 1.2 and 1.3, session
-//! resumption by tickets and by session ids) and the per-connection `Session` that
-//! `Socket` reads and writes through.
+//! resumption by tickets and by session ids) and the per-connection `Session` over a
+//! `Socket` (`transport.rs` puts the two behind one type).
 //!
 //! The session is a rustls `ServerConnection` behind a mutex that is never held across an
 //! `.await`: reads feed ciphertext in and take plaintext out; writes encrypt and then send
@@ -14,7 +14,7 @@
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -318,7 +318,7 @@ impl Session {
         if out.is_empty() {
             return Ok(());
         }
-        sock.raw_write_all(&out).await
+        sock.write_all(&out).await
     }
 
     fn take_records(&self) -> Vec<u8> {
@@ -343,7 +343,7 @@ impl Session {
             if cbuf.capacity() < 17 * 1024 {
                 cbuf.reserve(18 * 1024);
             }
-            eof = sock.raw_read(&mut cbuf).await? == 0;
+            eof = sock.read(&mut cbuf).await? == 0;
         }
         let result = {
             let mut c = self.lock();
@@ -444,13 +444,13 @@ impl Session {
                     }
                 }
                 if pending.len() >= WRITE_PIECE {
-                    sock.raw_write_all(&pending).await?;
+                    sock.write_all(&pending).await?;
                     pending.clear();
                 }
             }
         }
         if !pending.is_empty() {
-            sock.raw_write_all(&pending).await?;
+            sock.write_all(&pending).await?;
         }
         Ok(())
     }
@@ -459,7 +459,7 @@ impl Session {
         &self,
         sock: &Socket,
         header: &[u8],
-        fd: RawFd,
+        fd: BorrowedFd<'_>,
         mut offset: u64,
         len: u64,
         on_progress: &(dyn Fn() + Sync),
@@ -501,7 +501,7 @@ impl Session {
             out
         };
         // Best effort, without waiting: the connection is closing.
-        let _ = crate::sys::send(sock.raw(), &out, false);
+        let _ = crate::sys::send(sock.fd(), &out, false);
     }
 }
 

@@ -14,6 +14,7 @@
 //!   close: half-close, drain for a moment, then close, so the client reads the answer.
 
 use std::future::Future;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -33,9 +34,9 @@ use crate::error::{Error, Kind};
 use crate::message::{has_token, HeaderSpan, Span};
 use crate::response::{Response, ResponseBody};
 use crate::settings::Settings;
-use crate::socket::Socket;
 use crate::sys::PeerAddr;
 use crate::time::timeout::{now_ms, Timer};
+use crate::transport::Transport;
 use crate::Request;
 
 /// Bodies up to this size are copied into the send buffer (one write for head and body);
@@ -45,7 +46,7 @@ const COPY_BODY_MAX: usize = 16 * 1024;
 const BATCH_MAX: usize = 64 * 1024;
 
 struct Conn {
-    sock: Arc<Socket>,
+    sock: Arc<Transport>,
     peer: PeerAddr,
     cfg: Arc<Settings>,
     timer: Timer,
@@ -62,7 +63,7 @@ struct Conn {
 /// 101 is sent; the request is to be answered on stream 1, and `rbuf` holds what the
 /// client sent after it (its preface).
 pub(crate) struct H2c {
-    pub(crate) sock: Arc<Socket>,
+    pub(crate) sock: Arc<Transport>,
     pub(crate) timer: Timer,
     pub(crate) rbuf: BytesMut,
     pub(crate) request: Request,
@@ -84,7 +85,7 @@ enum Next {
 /// then the hand-off is returned. `rbuf` holds the bytes already received (the server read
 /// them to choose the protocol).
 pub(crate) async fn serve<A: App>(
-    sock: Arc<Socket>,
+    sock: Arc<Transport>,
     rbuf: BytesMut,
     peer: PeerAddr,
     app: &A,
@@ -433,7 +434,7 @@ impl Conn {
                     let timer = self.timer.handle();
                     let t = self.cfg.send_timeout;
                     timer.tickle(t);
-                    self.sock.send_file(&self.wbuf, &*f.file, f.offset, f.len, &|| timer.tickle(t)).await?;
+                    self.sock.send_file(&self.wbuf, f.file.as_fd(), f.offset, f.len, &|| timer.tickle(t)).await?;
                     self.wbuf.clear();
                 }
             }
@@ -516,7 +517,7 @@ impl Conn {
         }
     }
 
-    /// Lingering close (see `Socket::linger`).
+    /// Lingering close (see `Transport::linger`).
     async fn linger(&mut self) {
         self.sock.linger(self.cfg.linger_timeout).await;
     }

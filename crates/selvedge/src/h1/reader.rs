@@ -15,8 +15,8 @@ use super::body::{BodyError, Decoded, Decoder};
 use crate::body::BodySource;
 use crate::error::{Error, Kind};
 use crate::settings::Settings;
-use crate::socket::Socket;
 use crate::time::timeout::{now_ms, TimerHandle};
+use crate::transport::Transport;
 
 /// Where a finished or dropped reader leaves its state for the connection.
 pub(crate) type Home = Arc<Mutex<Option<State>>>;
@@ -33,7 +33,7 @@ pub(crate) enum Failure {
 /// The reader's state: the connection's socket and receive buffer, and the decoder.
 #[derive(Debug)]
 pub(crate) struct State {
-    pub(crate) sock: Arc<Socket>,
+    pub(crate) sock: Arc<Transport>,
     pub(crate) buf: BytesMut,
     pub(crate) decoder: Decoder,
     /// `Expect: 100-continue` was sent and the interim response is not yet written.
@@ -48,7 +48,7 @@ pub(crate) struct State {
 
 impl State {
     pub(crate) fn new(
-        sock: Arc<Socket>,
+        sock: Arc<Transport>,
         buf: BytesMut,
         decoder: Decoder,
         continue_pending: bool,

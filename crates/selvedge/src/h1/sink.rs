@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use crate::body::{BodySink, WriteFuture};
 use crate::message::put_hex;
-use crate::socket::Socket;
 use crate::time::timeout::TimerHandle;
+use crate::transport::Transport;
 
 /// The HTTP/1.1 [`BodySink`].
 #[derive(Debug)]
 pub(crate) struct Sink {
-    sock: Arc<Socket>,
+    sock: Arc<Transport>,
     chunked: bool,
     /// Bytes still due of a declared `Content-Length` (shared with the connection).
     left: Option<Arc<AtomicU64>>,
@@ -25,12 +25,17 @@ pub(crate) struct Sink {
 
 impl Sink {
     /// A body framed by chunks (`chunked`) or by the connection's end.
-    pub(crate) fn new(sock: Arc<Socket>, chunked: bool, timer: TimerHandle, send_timeout: Duration) -> Sink {
+    pub(crate) fn new(sock: Arc<Transport>, chunked: bool, timer: TimerHandle, send_timeout: Duration) -> Sink {
         Sink { sock, chunked, left: None, timer, send_timeout, scratch: Vec::with_capacity(24) }
     }
 
     /// A body of a declared length: writing past it fails.
-    pub(crate) fn sized(sock: Arc<Socket>, left: Arc<AtomicU64>, timer: TimerHandle, send_timeout: Duration) -> Sink {
+    pub(crate) fn sized(
+        sock: Arc<Transport>,
+        left: Arc<AtomicU64>,
+        timer: TimerHandle,
+        send_timeout: Duration,
+    ) -> Sink {
         Sink { sock, chunked: false, left: Some(left), timer, send_timeout, scratch: Vec::new() }
     }
 }

@@ -36,9 +36,9 @@ use crate::dispatch::{or_500, poll_catching};
 use crate::error::{Error, Kind};
 use crate::response::{Response, StreamBody};
 use crate::settings::Settings;
-use crate::socket::Socket;
 use crate::sys::PeerAddr;
 use crate::time::timeout::{now_ms, Timer, TimerHandle};
+use crate::transport::Transport;
 use crate::Request;
 
 /// State shared by the receiver, the sender and the stream tasks.
@@ -83,7 +83,7 @@ impl Drop for TaskGuard {
 /// prefix of it); `upgraded` is the request of an `Upgrade: h2c`, to be answered on
 /// stream 1 (the 101 has been sent).
 pub(crate) async fn serve<A: App>(
-    sock: Arc<Socket>,
+    sock: Arc<Transport>,
     peer: PeerAddr,
     app: Arc<A>,
     cfg: Arc<Settings>,
@@ -207,8 +207,8 @@ async fn reaper(shared: &Shared) {
     }
 }
 
-/// Lingering close, so the peer reads our GOAWAY instead of a reset (see `Socket::linger`).
-async fn linger(sock: &Socket, cfg: &Settings) {
+/// Lingering close, so the peer reads our GOAWAY instead of a reset (see `Transport::linger`).
+async fn linger(sock: &Transport, cfg: &Settings) {
     sock.linger(cfg.linger_timeout).await;
 }
 
@@ -232,7 +232,7 @@ fn arm(shared: &Shared, p: &Proto, timer: &TimerHandle, cfg: &Settings) {
 
 async fn receiver<A: App>(
     shared: &Arc<Shared>,
-    sock: &Socket,
+    sock: &Transport,
     app: &Arc<A>,
     cfg: &Arc<Settings>,
     peer: &PeerAddr,
@@ -293,7 +293,7 @@ async fn receiver<A: App>(
 /// when the connection should close with a linger, `None` when the peer is gone.
 async fn sender(
     shared: &Arc<Shared>,
-    sock: &Socket,
+    sock: &Transport,
     cfg: &Arc<Settings>,
     timer: &TimerHandle,
     mut wbuf: Vec<u8>,

@@ -280,7 +280,7 @@ fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Respon
                     let (mut off, end) = (f.offset, f.offset + f.len);
                     while off < end {
                         let want = ((end - off) as usize).min(buf.len());
-                        let n = crate::sys::pread(std::os::fd::AsRawFd::as_raw_fd(&*f.file), &mut buf[..want], off)?;
+                        let n = crate::sys::pread(std::os::fd::AsFd::as_fd(&*f.file), &mut buf[..want], off)?;
                         if n == 0 {
                             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sending"));
                         }

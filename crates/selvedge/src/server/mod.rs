@@ -24,7 +24,7 @@ pub use inherit::{listen_fds, local_listen, Inherited, LISTEN_FDS_START};
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -41,6 +41,7 @@ use crate::settings::{Settings, Workers};
 use crate::socket::Socket;
 use crate::sys;
 use crate::time::timeout::{self, Group, Timer};
+use crate::transport::Transport;
 
 mod per_ip;
 use per_ip::PerIp;
@@ -405,7 +406,6 @@ async fn accept_loop<A: App>(
 ) {
     #[cfg(not(feature = "tls"))]
     let _ = tls;
-    let fd = listener.as_raw_fd();
     loop {
         group.wait_room().await;
         let mut guard = tokio::select! {
@@ -419,7 +419,7 @@ async fn accept_loop<A: App>(
             if group.is_draining() {
                 return;
             }
-            match sys::accept(fd) {
+            match sys::accept(listener.get_ref().as_fd()) {
                 Ok((conn, peer)) => {
                     crate::stats::add(crate::stats::Counter::Accepted, 1);
                     // Over `max_connections_per_ip`: `conn` is dropped here, closing it.
@@ -440,10 +440,16 @@ async fn accept_loop<A: App>(
                             slot,
                             negotiate::serve_tls(sock, tc.clone(), peer, app.clone(), cfg.clone(), timer),
                         ),
-                        None => per_ip::spawn(slot, negotiate::serve(sock, peer, app.clone(), cfg.clone(), timer)),
+                        None => per_ip::spawn(
+                            slot,
+                            negotiate::serve(Transport::Plain(sock), peer, app.clone(), cfg.clone(), timer),
+                        ),
                     };
                     #[cfg(not(feature = "tls"))]
-                    let task = per_ip::spawn(slot, negotiate::serve(sock, peer, app.clone(), cfg.clone(), timer));
+                    let task = per_ip::spawn(
+                        slot,
+                        negotiate::serve(Transport::Plain(sock), peer, app.clone(), cfg.clone(), timer),
+                    );
                     handle.set_abort(task.abort_handle());
                     if group.is_full() {
                         break;

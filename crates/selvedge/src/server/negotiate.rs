@@ -23,9 +23,9 @@ use crate::app::App;
 use crate::error::{Error, Kind};
 use crate::h2::codec::{preface, PrefaceMatch};
 use crate::settings::Settings;
-use crate::socket::Socket;
 use crate::sys::PeerAddr;
 use crate::time::timeout::{now_ms, Timer};
+use crate::transport::Transport;
 
 /// What the client's first bytes say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +68,7 @@ fn preface_shaped(buf: &[u8]) -> bool {
 }
 
 /// Serves an accepted connection (after the TLS handshake, on TLS listeners).
-pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg: Arc<Settings>, timer: Timer) {
+pub(crate) async fn serve<A: App>(sock: Transport, peer: PeerAddr, app: Arc<A>, cfg: Arc<Settings>, timer: Timer) {
     let sock = Arc::new(sock);
     if sock.alpn_h2() {
         return serve_h2(sock, peer, app, cfg, timer, BytesMut::new(), None).await;
@@ -94,7 +94,7 @@ pub(crate) async fn serve<A: App>(sock: Socket, peer: PeerAddr, app: Arc<A>, cfg
 /// close).
 #[cfg(feature = "tls")]
 pub(crate) async fn serve_tls<A: App>(
-    mut sock: Socket,
+    sock: crate::socket::Socket,
     config: Arc<rustls::ServerConfig>,
     peer: PeerAddr,
     app: Arc<A>,
@@ -105,26 +105,24 @@ pub(crate) async fn serve_tls<A: App>(
         Ok(s) => s,
         Err(e) => return cfg.exception(&Error::io(e)),
     };
-    sock.tls = Some(Box::new(session));
     timer.set_deadline(now_ms(), cfg.tls_handshake_timeout);
-    let Some(session) = sock.tls.as_deref() else { return };
     if let Err(e) = session.handshake(&sock).await {
         cfg.exception(&Error::io(e));
-        sock.raw_shutdown_write();
+        sock.shutdown_write();
         return;
     }
     if session.alpn().as_deref() == Some(crate::tls::ACME_TLS_ALPN) {
         // A TLS-ALPN-01 validation: the handshake was the answer; no data follows (RFC 8737).
         session.close_notify(&sock);
-        sock.raw_shutdown_write();
+        sock.shutdown_write();
         return;
     }
-    serve(sock, peer, app, cfg, timer).await;
+    serve(Transport::Tls { sock, session: Box::new(session) }, peer, app, cfg, timer).await;
 }
 
 /// HTTP/2, boxed so that HTTP/1.1 connections do not carry its driver's state.
 async fn serve_h2<A: App>(
-    sock: Arc<Socket>,
+    sock: Arc<Transport>,
     peer: PeerAddr,
     app: Arc<A>,
     cfg: Arc<Settings>,
@@ -140,7 +138,7 @@ async fn serve_h2<A: App>(
 /// first byte (shutdown may close it), and holds no receive buffer while it waits unless
 /// few connections are live (`pool::hold_while_idle`). `None`: the client left, the read
 /// failed, or the server is shutting down.
-async fn first_bytes(sock: &Socket, cfg: &Settings, timer: &Timer) -> Option<BytesMut> {
+async fn first_bytes(sock: &Transport, cfg: &Settings, timer: &Timer) -> Option<BytesMut> {
     let mut buf = crate::pool::take_read(cfg.read_buffer);
     match sock.try_read(&mut buf) {
         Ok(Some(0)) | Err(_) => return None,

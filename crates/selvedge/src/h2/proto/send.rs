@@ -4,7 +4,7 @@
 //! interleave by precedence at frame granularity.
 
 use std::collections::VecDeque;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -336,11 +336,7 @@ impl Proto {
                 out.resize(start + HEADER_LEN + n, 0);
                 let mut got = 0;
                 while got < n {
-                    match crate::sys::pread(
-                        file.as_raw_fd(),
-                        &mut out[start + HEADER_LEN + got..],
-                        *offset + got as u64,
-                    ) {
+                    match crate::sys::pread(file.as_fd(), &mut out[start + HEADER_LEN + got..], *offset + got as u64) {
                         Ok(0) | Err(_) => break,
                         Ok(k) => got += k,
                     }

@@ -1,0 +1,166 @@
+//! What a connection reads and writes: a plain socket, or a TLS session over one. Protocol
+//! drivers see only this type; TLS depends on the socket and the socket knows nothing of
+//! TLS.
+
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::time::Duration;
+
+use bytes::BytesMut;
+
+use crate::socket::Socket;
+
+/// A connection's byte stream.
+#[derive(Debug)]
+pub(crate) enum Transport {
+    /// Cleartext.
+    Plain(Socket),
+    /// TLS: every read and write goes through the session.
+    #[cfg(feature = "tls")]
+    Tls {
+        /// The socket under the session.
+        sock: Socket,
+        /// The session (boxed: much larger than a socket).
+        session: Box<crate::tls::Session>,
+    },
+}
+
+impl Transport {
+    /// Whether the connection is TLS.
+    #[inline]
+    pub(crate) fn is_tls(&self) -> bool {
+        !matches!(self, Transport::Plain(_))
+    }
+
+    /// Whether the TLS client chose HTTP/2 by ALPN.
+    pub(crate) fn alpn_h2(&self) -> bool {
+        match self {
+            Transport::Plain(_) => false,
+            #[cfg(feature = "tls")]
+            Transport::Tls { session, .. } => session.alpn().as_deref() == Some(b"h2"),
+        }
+    }
+
+    /// Tries one read without waiting; `Ok(None)` means it would block.
+    pub(crate) fn try_read(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+        match self {
+            Transport::Plain(s) => s.try_read(buf),
+            #[cfg(feature = "tls")]
+            Transport::Tls { session, .. } => session.try_read(buf),
+        }
+    }
+
+    /// Reads into the spare capacity of `buf` (which must have some). `Ok(0)` is end of
+    /// stream.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: bytes are only appended to `buf` by a completed read.
+    #[inline]
+    pub(crate) async fn read(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        match self {
+            Transport::Plain(s) => s.read(buf).await,
+            #[cfg(feature = "tls")]
+            Transport::Tls { sock, session } => session.read(sock, buf).await,
+        }
+    }
+
+    /// Waits until a read would make progress, calls `fill` (an idle connection takes its
+    /// buffer back only now), then reads into `buf` as [`read`](Self::read) does. In
+    /// cleartext one readiness check serves both the wait and the read.
+    pub(crate) async fn read_when_ready(
+        &self,
+        buf: &mut BytesMut,
+        fill: impl FnOnce(&mut BytesMut),
+    ) -> io::Result<usize> {
+        match self {
+            Transport::Plain(s) => s.read_when_ready(buf, fill).await,
+            #[cfg(feature = "tls")]
+            Transport::Tls { sock, session } => {
+                if !session.has_plaintext() {
+                    sock.ready().await?;
+                }
+                fill(buf);
+                session.read(sock, buf).await
+            }
+        }
+    }
+
+    /// One write attempt without waiting, in cleartext: how many bytes the kernel took (0
+    /// if it would block or was interrupted). Over TLS it writes nothing and returns 0, so
+    /// callers go on with [`write_all`](Self::write_all) for the rest.
+    #[inline]
+    pub(crate) fn try_write(&self, data: &[u8]) -> io::Result<usize> {
+        match self {
+            Transport::Plain(s) => s.try_write(data),
+            #[cfg(feature = "tls")]
+            Transport::Tls { .. } => Ok(0),
+        }
+    }
+
+    /// Writes all of `data`.
+    pub(crate) async fn write_all(&self, data: &[u8]) -> io::Result<()> {
+        match self {
+            Transport::Plain(s) => s.write_all(data).await,
+            #[cfg(feature = "tls")]
+            Transport::Tls { sock, session } => session.write_all(sock, &[data]).await,
+        }
+    }
+
+    /// Writes all of the slices (one `writev` when cleartext).
+    pub(crate) async fn write_all_vectored(&self, bufs: &mut [&[u8]]) -> io::Result<()> {
+        match self {
+            Transport::Plain(s) => s.write_all_vectored(bufs).await,
+            #[cfg(feature = "tls")]
+            Transport::Tls { sock, session } => session.write_all(sock, bufs).await,
+        }
+    }
+
+    /// Sends `header` then `len` bytes of `file` from `offset`: `send(MSG_MORE)` +
+    /// `sendfile` in cleartext, `pread` + encrypted writes over TLS. `on_progress` runs
+    /// after each step that moved bytes.
+    pub(crate) async fn send_file(
+        &self,
+        header: &[u8],
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        on_progress: &(dyn Fn() + Sync),
+    ) -> io::Result<()> {
+        match self {
+            Transport::Plain(s) => s.send_file(header, file, offset, len, on_progress).await,
+            #[cfg(feature = "tls")]
+            Transport::Tls { sock, session } => session.send_file(sock, header, file, offset, len, on_progress).await,
+        }
+    }
+
+    /// Half-closes the write side (after a TLS `close_notify`, on TLS).
+    pub(crate) fn shutdown_write(&self) {
+        match self {
+            Transport::Plain(s) => s.shutdown_write(),
+            #[cfg(feature = "tls")]
+            Transport::Tls { sock, session } => {
+                session.close_notify(sock);
+                sock.shutdown_write();
+            }
+        }
+    }
+
+    /// Lingering close: half-close (FIN), then read and discard what the peer still sends,
+    /// up to 1 MiB or `timeout`, so closing with unread data does not reset the connection
+    /// under the answer (or the HTTP/2 GOAWAY) the peer has yet to read.
+    pub(crate) async fn linger(&self, timeout: Duration) {
+        self.shutdown_write();
+        let mut buf = BytesMut::with_capacity(4096);
+        let drain = async {
+            let mut total = 0usize;
+            while total <= 1 << 20 {
+                buf.clear();
+                match self.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => total += n,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(timeout, drain).await;
+    }
+}
