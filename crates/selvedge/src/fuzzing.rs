@@ -87,12 +87,15 @@ pub fn h2_frame(data: &[u8]) {
     }
 }
 
+/// A fixed `Date` for the HTTP/2 state machine.
+const DATE: [u8; crate::time::date::DATE_LEN] = *b"Sun, 06 Nov 1994 08:49:37 GMT";
+
 /// The HTTP/2 connection state machine (sans-IO) driven by an arbitrary frame sequence
 /// (the input after the preface): each request is answered at once with a small body, and
 /// the sender's output is drained, as the driver does.
 pub fn h2_conn(data: &[u8]) {
     use crate::h2::proto::{Event, Proto};
-    let mut p = Proto::new(crate::h2::H2Settings::default(), Some("fuzz"));
+    let mut p = Proto::new(crate::settings::H2Settings::default(), Some("fuzz"));
     let mut buf = BytesMut::from(data);
     let mut events = Vec::new();
     let mut out = Vec::new();
@@ -115,13 +118,13 @@ pub fn h2_conn(data: &[u8]) {
             }
         }
         out.clear();
-        p.fill(&mut out, 64 * 1024);
+        p.fill(&mut out, 64 * 1024, &DATE, &mut Vec::new());
         if p.is_done() {
             break;
         }
     }
     out.clear();
-    p.fill(&mut out, 64 * 1024);
+    p.fill(&mut out, 64 * 1024, &DATE, &mut Vec::new());
 }
 
 /// The `Range` header parser, against a size taken from the first two bytes.

@@ -11,6 +11,22 @@ use crate::body::Body;
 use crate::message::{HeaderSpan, Span};
 use crate::sys::PeerAddr;
 
+/// A request's head as a protocol parsed it: its bytes, and where in them the parts are
+/// (an HTTP/1.1 head points into the receive buffer, an HTTP/2 one into its decoded
+/// fields). The driver makes it a [`Request`] with the rest ([`Request::new`]).
+#[derive(Debug)]
+pub(crate) struct RequestHead {
+    pub(crate) buf: Bytes,
+    pub(crate) method: Method,
+    pub(crate) target: Span,
+    pub(crate) path: Span,
+    pub(crate) query: Option<Span>,
+    pub(crate) authority: Option<Span>,
+    pub(crate) headers: Vec<HeaderSpan>,
+    /// See [`Request::upgrade`].
+    pub(crate) upgrade: Option<Span>,
+}
+
 /// An HTTP request. Cheap to move: the head's bytes are shared, never copied.
 pub struct Request {
     pub(crate) buf: Bytes,
@@ -74,6 +90,13 @@ fn ascii(b: &[u8]) -> &str {
 }
 
 impl Request {
+    /// The request of `head`, as it came from `peer`.
+    #[inline]
+    pub(crate) fn new(head: RequestHead, version: Version, peer: PeerAddr, secure: bool, body: Body) -> Request {
+        let RequestHead { buf, method, target, path, query, authority, headers, upgrade } = head;
+        Request { buf, method, target, path, query, authority, headers, version, peer, body, secure, upgrade }
+    }
+
     #[inline]
     fn slice(&self, s: Span) -> &[u8] {
         &self.buf[s.range()]

@@ -95,6 +95,46 @@ fn curl_file_over_h2_with_pread() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// File bytes are read outside the connection's lock; a file that turns out shorter than
+/// its response (it shrank) resets that stream instead of sending bytes it does not have,
+/// and the connection goes on.
+#[test]
+fn file_shorter_than_its_response_resets_the_stream() {
+    let dir = std::env::temp_dir().join(format!("selvedge-h2-short-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("short.bin");
+    let data: Vec<u8> = (0..50_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(&path, &data).unwrap();
+    let srv = start(settings(), file_app(path));
+    let mut c = Client::connect(srv.addr, &[]);
+    c.get(1, "/f?0-199999");
+    let mut got = Vec::new();
+    let reset = loop {
+        match c.next().expect("the server answers") {
+            Frame::Headers(h) => assert_eq!(c.status(&h), "206"),
+            Frame::Data(d) => {
+                assert!(!d.end_stream, "a short file must not look complete");
+                got.extend_from_slice(&d.data);
+            }
+            Frame::RstStream(r) => break r,
+            _ => {}
+        }
+    };
+    assert_eq!((reset.stream, reset.reason), (1, Reason::INTERNAL_ERROR));
+    assert!(got.len() < data.len() && got[..] == data[..got.len()], "{} bytes", got.len());
+    // The connection still serves.
+    c.get(3, "/f?10-19");
+    let body = loop {
+        if let Some(Frame::Data(d)) = c.next() {
+            if d.stream == 3 {
+                break d.data;
+            }
+        }
+    };
+    assert_eq!(&body[..], &data[10..20]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn curl_upgrade_h2c() {
     let srv = start(settings(), app);

@@ -19,17 +19,19 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::{poll_fn, Future};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
+use http::Version;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use super::codec::{self, PrefaceMatch};
-use super::frame::Reason;
-use super::proto::{After, Event, Proto, Timeouts};
+use super::frame::{Reason, HEADER_LEN};
+use super::proto::{After, Event, FileRead, Proto, Timeouts};
 use crate::app::App;
 use crate::body::{Body, BodySink, BodySource, BodyWriter, WriteFuture};
 use crate::dispatch::{or_500, poll_catching};
@@ -37,6 +39,7 @@ use crate::error::{Error, Kind};
 use crate::response::{Response, StreamBody};
 use crate::settings::Settings;
 use crate::sys::PeerAddr;
+use crate::time::date::{self, DATE_LEN};
 use crate::time::timeout::{now_ms, Timer, TimerHandle};
 use crate::transport::Transport;
 use crate::Request;
@@ -101,9 +104,8 @@ pub(crate) async fn serve<A: App>(
         min_rate: cfg.min_body_rate,
         stall: ms(h2cfg.stream_stall_timeout),
     });
-    let mut events = Vec::new();
-    if let Some(req) = upgraded {
-        proto.upgrade_stream(req, &mut events);
+    if let Some(req) = &upgraded {
+        proto.upgrade_stream(req.header("http2-settings"), req.method() == http::Method::HEAD);
     }
     let shared = Arc::new(Shared {
         proto: Mutex::new(proto),
@@ -118,12 +120,16 @@ pub(crate) async fn serve<A: App>(
     timer.set_deadline(now_ms(), h2cfg.handshake_timeout);
     // Our SETTINGS go out at once (the server preface), before the client's arrives.
     let mut wbuf = Vec::with_capacity(h2cfg.write_batch + 16 * 1024);
-    shared.lock().fill(&mut wbuf, 0);
+    shared.lock().fill(&mut wbuf, 0, &[0; DATE_LEN], &mut Vec::new());
     if sock.write_all(&wbuf).await.is_err() {
         return;
     }
     wbuf.clear();
-    spawn_streams(&shared, &app, &cfg, &peer, sock.is_tls(), &mut events);
+    if let Some(req) = upgraded {
+        let mut ready = Vec::new();
+        start_app(&shared, &app, &cfg, 1, req, &mut ready);
+        hand_over(&shared, &cfg, ready);
+    }
 
     // The client preface.
     loop {
@@ -134,7 +140,7 @@ pub(crate) async fn serve<A: App>(
                 {
                     let mut p = shared.lock();
                     p.go_away(Reason::PROTOCOL_ERROR);
-                    p.fill(&mut out, 0);
+                    p.fill(&mut out, 0, &[0; DATE_LEN], &mut Vec::new());
                 }
                 let _ = sock.write_all(&out).await;
                 cfg.exception(&Error::new(Kind::BadRequest, "invalid HTTP/2 connection preface"));
@@ -299,17 +305,21 @@ async fn sender(
     mut wbuf: Vec<u8>,
 ) -> Option<Reason> {
     let batch = cfg.h2.write_batch;
+    let mut reads = Vec::new();
+    let mut date = [0u8; DATE_LEN];
     loop {
         let notified = shared.wake.notified();
+        date::current(&mut date);
         let (done, failed) = {
             let mut p = shared.lock();
             p.set_now(now_ms());
-            p.fill(&mut wbuf, batch);
+            p.fill(&mut wbuf, batch, &date, &mut reads);
             if p.take_timers_changed() {
                 shared.timers.notify_one();
             }
             (p.is_done() && !p.has_output(), p.failed())
         };
+        read_files(shared, &mut wbuf, &mut reads);
         if !wbuf.is_empty() {
             shared.writing.store(true, Ordering::Relaxed);
             timer.tickle(cfg.send_timeout);
@@ -337,10 +347,50 @@ async fn sender(
     }
 }
 
-/// Starts the app for each new request. Each app call is first polled once right here:
-/// most answer at once (bytes or a file), and those responses are handed over together
-/// under one lock, with no task spawned. An app that is not ready gets its own task (the
-/// seed's worker), as does a streaming body.
+/// Reads the file bytes of the batch's DATA frames into the room `fill` left for them,
+/// outside the connection's lock. A stream whose read fails or comes up short (the file
+/// shrank) has its file frames taken out of the batch again; the `Proto` then gives their
+/// window back and resets the stream.
+fn read_files(shared: &Shared, out: &mut Vec<u8>, reads: &mut Vec<FileRead>) {
+    if reads.is_empty() {
+        return;
+    }
+    let mut failed: Vec<u32> = Vec::new();
+    for r in reads.iter() {
+        if failed.contains(&r.stream) {
+            continue;
+        }
+        let dst = &mut out[r.at..r.at + r.len];
+        let mut got = 0;
+        while got < r.len {
+            match crate::sys::pread(r.file.as_fd(), &mut dst[got..], r.offset + got as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => got += k,
+            }
+        }
+        if got < r.len {
+            failed.push(r.stream);
+        }
+    }
+    if !failed.is_empty() {
+        let mut removed = vec![0u64; failed.len()];
+        // From the last frame back, so the earlier frames' positions stay right.
+        for r in reads.iter().rev() {
+            if let Some(i) = failed.iter().position(|&id| id == r.stream) {
+                out.drain(r.at - HEADER_LEN..r.at + r.len);
+                removed[i] += r.len as u64;
+            }
+        }
+        let mut p = shared.lock();
+        for (id, n) in failed.into_iter().zip(removed) {
+            p.file_failed(id, n);
+        }
+    }
+    reads.clear();
+}
+
+/// Starts the app for each new request (see [`start_app`]) and hands over the answers
+/// that were ready at once.
 fn spawn_streams<A: App>(
     shared: &Arc<Shared>,
     app: &Arc<A>,
@@ -353,30 +403,13 @@ fn spawn_streams<A: App>(
         return;
     }
     let mut ready: Vec<(u32, Option<Response>)> = Vec::new();
-    let mut cx = Context::from_waker(Waker::noop());
     for ev in events.drain(..) {
         match ev {
-            Event::Request(id, mut req, has_body) => {
-                req.peer = peer.clone();
-                req.secure = secure;
-                if has_body {
-                    req.body = Body::stream(BodyReader { shared: shared.clone(), id });
-                }
-                // One allocation per request: the app's future, boxed so that it can move
-                // into a task of its own if it is not ready at the first poll.
-                let app = app.clone();
-                let mut fut = Box::pin(async move { app.handle(req).await });
-                match poll_catching(fut.as_mut(), &mut cx) {
-                    Poll::Ready(res) => ready.push((id, res)),
-                    Poll::Pending => {
-                        let fut = poll_fn(move |cx| poll_catching(fut.as_mut(), cx));
-                        let task = tokio::spawn(stream_task(shared.clone(), id, cfg.clone(), fut));
-                        let mut tasks = shared.tasks.lock().unwrap_or_else(|e| e.into_inner());
-                        if !task.is_finished() {
-                            tasks.insert(id, task.abort_handle());
-                        }
-                    }
-                }
+            Event::Request(id, head, has_body) => {
+                let body =
+                    if has_body { Body::stream(BodyReader { shared: shared.clone(), id }) } else { Body::empty() };
+                let req = Request::new(head, Version::HTTP_2, peer.clone(), secure, body);
+                start_app(shared, app, cfg, id, req, &mut ready);
             }
             Event::Cancel(id) => {
                 if let Some(t) = shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&id) {
@@ -385,6 +418,41 @@ fn spawn_streams<A: App>(
             }
         }
     }
+    hand_over(shared, cfg, ready);
+}
+
+/// Runs the app for `req` on stream `id`. The call is first polled once right here: most
+/// answer at once (bytes or a file), and those answers go to `ready`, to be handed over
+/// together under one lock, with no task spawned. An app that is not ready gets its own
+/// task (Warp's worker), as does a streaming body.
+fn start_app<A: App>(
+    shared: &Arc<Shared>,
+    app: &Arc<A>,
+    cfg: &Arc<Settings>,
+    id: u32,
+    req: Request,
+    ready: &mut Vec<(u32, Option<Response>)>,
+) {
+    // One allocation per request: the app's future, boxed so that it can move into a task
+    // of its own if it is not ready at the first poll.
+    let app = app.clone();
+    let mut fut = Box::pin(async move { app.handle(req).await });
+    match poll_catching(fut.as_mut(), &mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(res) => ready.push((id, res)),
+        Poll::Pending => {
+            let fut = poll_fn(move |cx| poll_catching(fut.as_mut(), cx));
+            let task = tokio::spawn(stream_task(shared.clone(), id, cfg.clone(), fut));
+            let mut tasks = shared.tasks.lock().unwrap_or_else(|e| e.into_inner());
+            if !task.is_finished() {
+                tasks.insert(id, task.abort_handle());
+            }
+        }
+    }
+}
+
+/// Hands the answers that were ready at once to the `Proto`, under one lock, and starts a
+/// task for each streaming body among them.
+fn hand_over(shared: &Arc<Shared>, cfg: &Settings, ready: Vec<(u32, Option<Response>)>) {
     if ready.is_empty() {
         return;
     }

@@ -2,14 +2,15 @@
 //! stream error of type PROTOCOL_ERROR (§8.1.1).
 //!
 //! The decoded fields are copied once into one buffer per request, which the
-//! [`Request`]'s spans point into (as an HTTP/1 request's point into its receive buffer).
+//! [`RequestHead`]'s spans point into (as an HTTP/1 request's point into its receive
+//! buffer).
 
 use bytes::{Bytes, BytesMut};
-use http::{Method, Version};
+use http::Method;
 
 use crate::hpack::{self, DecodeError, Token};
 use crate::message::{parse_decimal, HeaderSpan, Span, LOWER_TOKEN};
-use crate::Request;
+use crate::request::RequestHead;
 
 /// Bytes of decoded fields the arena allocates at a time.
 const ARENA: usize = 16 * 1024;
@@ -25,10 +26,11 @@ pub(crate) enum HeaderError {
     Compression,
 }
 
-/// What a request's header block tells the connection besides the request.
+/// What a request's header block tells: the request's head, and what the connection needs
+/// besides.
 #[derive(Debug)]
 pub(crate) struct Head {
-    pub(crate) req: Request,
+    pub(crate) req: RequestHead,
     pub(crate) content_length: Option<u64>,
     /// The RFC 9218 `priority` field, if any.
     pub(crate) priority: Option<Bytes>,
@@ -179,20 +181,7 @@ pub(crate) fn request(
     };
     // This request's bytes; the spare room stays in the arena for the next one.
     let fields = buf.split();
-    let req = Request {
-        buf: fields.freeze(),
-        method,
-        target,
-        path,
-        query,
-        authority,
-        headers,
-        version: Version::HTTP_2,
-        peer: crate::sys::PeerAddr::Unix,
-        body: crate::body::Body::empty(),
-        secure: false,
-        upgrade: protocol,
-    };
+    let req = RequestHead { buf: fields.freeze(), method, target, path, query, authority, headers, upgrade: protocol };
     Ok(Head { req, content_length, priority })
 }
 
@@ -236,6 +225,11 @@ mod tests {
         request(&mut hpack::Decoder::default(), &block(fields), true, &mut BytesMut::new())
     }
 
+    /// The request the driver makes of a head.
+    fn req(h: RequestHead) -> crate::Request {
+        crate::Request::new(h, http::Version::HTTP_2, crate::sys::PeerAddr::Unix, false, crate::Body::empty())
+    }
+
     const BASE: [(&str, &str); 3] = [(":method", "GET"), (":scheme", "http"), (":path", "/a/b?x=1")];
 
     #[test]
@@ -245,13 +239,13 @@ mod tests {
         f.push(("accept", "*/*"));
         f.push(("content-length", "5"));
         let h = decode(&f).unwrap();
-        assert_eq!(h.req.path(), "/a/b");
-        assert_eq!(h.req.query(), Some("x=1"));
-        assert_eq!(h.req.target(), "/a/b?x=1");
-        assert_eq!(h.req.authority(), Some("example.com"));
-        assert_eq!(h.req.header("accept"), Some(&b"*/*"[..]));
-        assert_eq!(h.req.version(), Version::HTTP_2);
         assert_eq!(h.content_length, Some(5));
+        let r = req(h.req);
+        assert_eq!(r.path(), "/a/b");
+        assert_eq!(r.query(), Some("x=1"));
+        assert_eq!(r.target(), "/a/b?x=1");
+        assert_eq!(r.authority(), Some("example.com"));
+        assert_eq!(r.header("accept"), Some(&b"*/*"[..]));
     }
 
     #[test]
@@ -283,8 +277,8 @@ mod tests {
         let ws = [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":path", "/chat")];
         let mut f = ws.to_vec();
         f.push((":authority", "example.com"));
-        let h = decode(&f).unwrap();
-        assert_eq!((h.req.method(), h.req.upgrade(), h.req.path()), (&Method::CONNECT, Some("websocket"), "/chat"));
+        let r = req(decode(&f).unwrap().req);
+        assert_eq!((r.method(), r.upgrade(), r.path()), (&Method::CONNECT, Some("websocket"), "/chat"));
         // Not advertised: `:protocol` is an unknown pseudo-header.
         assert_eq!(
             request(&mut hpack::Decoder::default(), &block(&f), false, &mut BytesMut::new()).err(),
@@ -296,8 +290,8 @@ mod tests {
             [(":method", "GET"), (":protocol", "websocket"), (":scheme", "https"), (":path", "/"), (":authority", "a")];
         assert_eq!(decode(&get).err(), Some(HeaderError::Malformed));
         // Plain CONNECT has no upgrade.
-        let plain = decode(&[(":method", "CONNECT"), (":authority", "example.com:443")]).unwrap();
-        assert_eq!(plain.req.upgrade(), None);
+        let plain = req(decode(&[(":method", "CONNECT"), (":authority", "example.com:443")]).unwrap().req);
+        assert_eq!(plain.upgrade(), None);
     }
 
     #[test]

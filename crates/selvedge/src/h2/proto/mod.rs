@@ -1,22 +1,32 @@
 //! The HTTP/2 connection as a sans-IO state machine: frames in, events and frames out.
 //!
-//! [`Proto::recv`] takes one parsed frame (and the coarse clock, for the abuse budgets) and
-//! updates stream states, windows and the HPACK context; what the peer must be told
-//! (SETTINGS acks, PING acks, WINDOW_UPDATE, RST_STREAM, GOAWAY) is queued as encoded
-//! control frames; new requests come out as [`Event`]s. [`Proto::fill`] (in `send.rs`)
-//! writes the next batch of output: all control frames first, then response frames chosen
-//! by the priority queue. Nothing here touches a socket or a clock, so tests drive it byte
-//! by byte.
+//! [`Proto::recv`] takes one parsed frame (and the time, for the abuse budgets and the
+//! deadlines) and updates stream states, windows and the HPACK context; what the peer must
+//! be told (SETTINGS acks, PING acks, WINDOW_UPDATE, RST_STREAM, GOAWAY) is queued as
+//! encoded control frames; new requests come out as [`Event`]s. [`Proto::fill`] (in
+//! `send.rs`) writes the next batch of output: all control frames first, then response
+//! frames chosen by the priority queue. Nothing here touches a socket, a file or a clock:
+//! the time and the `Date` are passed in, and file bytes are read by the driver into the
+//! places `fill` leaves for them (outside the connection's lock), so tests drive it byte by
+//! byte.
+//!
+//! The parts: `stream.rs` (one stream's state), `flow.rs` (windows), `budget.rs` (abuse
+//! budgets), `continuation.rs` (header blocks over several frames), `headers.rs` (blocks
+//! to request heads), `send.rs` (responses out), `timers.rs` (deadlines), `priority.rs`
+//! (the output queue), `store.rs` (the stream map).
 //!
 //! Errors follow RFC 9113 §5.4: `recv` returns a connection error's code (the caller ends
 //! the connection with [`Proto::go_away`]); stream errors are handled inside by resetting
 //! the stream.
 
+mod budget;
+mod continuation;
+mod flow;
 mod headers;
 pub mod priority;
 mod send;
 mod store;
-pub(crate) use send::After;
+pub(crate) use send::{After, FileRead};
 mod stream;
 mod timers;
 
@@ -28,9 +38,12 @@ use bytes::{Bytes, BytesMut};
 
 pub(crate) use self::stream::{OutBody, Send, State, Stream};
 use super::frame::{self, Frame, Reason, Setting, MAX_WINDOW};
-use super::H2Settings;
 use crate::hpack;
-use crate::Request;
+use crate::request::RequestHead;
+use crate::settings::H2Settings;
+use budget::Budget;
+use continuation::Block;
+use flow::FlowControl;
 use headers::HeaderError;
 use priority::{Precedence, Queue};
 
@@ -39,9 +52,11 @@ use priority::{Precedence, Queue};
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Event {
-    /// A new request on stream `.0`: run the app (the body is attached by the driver;
-    /// `.2`: whether the request has one, i.e. the stream is still open).
-    Request(u32, Request, bool),
+    /// A new request on stream `.0`: run the app (the driver makes the [`Request`] of the
+    /// head, with its body if `.2`: the request has one, i.e. the stream is still open).
+    ///
+    /// [`Request`]: crate::Request
+    Request(u32, RequestHead, bool),
     /// Stream `.0` was reset: stop its app.
     Cancel(u32),
 }
@@ -55,27 +70,6 @@ struct HeadCache {
     block: Vec<u8>,
     /// Scratch for the next head's key.
     key_next: Vec<u8>,
-}
-
-/// A header block being received across CONTINUATION frames.
-struct Block {
-    stream: u32,
-    buf: BytesMut,
-    end_stream: bool,
-    dependency: Option<frame::StreamDependency>,
-    frames: u32,
-    /// When its first frame arrived.
-    since: u64,
-}
-
-/// Abuse counters over the current window (`H2Settings::abuse_window`).
-#[derive(Default)]
-struct Budget {
-    start: u64,
-    peer_resets: u32,
-    local_resets: u32,
-    control: u32,
-    empty: u32,
 }
 
 /// Decodes base64url without padding (RFC 4648 §5), as `HTTP2-Settings` is sent.
@@ -119,10 +113,9 @@ pub(crate) struct Proto {
     /// The client's SETTINGS_INITIAL_WINDOW_SIZE and SETTINGS_MAX_FRAME_SIZE.
     peer_initial_window: i64,
     peer_max_frame: u32,
-    /// Connection send window (the client's grant) and receive window (ours).
-    conn_send: i64,
-    conn_recv: i64,
-    conn_unacked: u32,
+    /// The connection's send window (the client's grant) and receive window (ours).
+    send_flow: FlowControl,
+    recv_flow: FlowControl,
     /// Encoded control frames waiting for the sender.
     control: Vec<u8>,
     queue: Queue,
@@ -170,9 +163,8 @@ impl Proto {
             henc: hpack::Encoder::new(),
             peer_initial_window: frame::DEFAULT_WINDOW as i64,
             peer_max_frame: frame::DEFAULT_MAX_FRAME_SIZE,
-            conn_send: frame::DEFAULT_WINDOW as i64,
-            conn_recv: cfg.connection_window.max(frame::DEFAULT_WINDOW) as i64,
-            conn_unacked: 0,
+            send_flow: FlowControl::new(frame::DEFAULT_WINDOW as i64),
+            recv_flow: FlowControl::new(cfg.connection_window.max(frame::DEFAULT_WINDOW) as i64),
             control: Vec::with_capacity(256),
             queue: Queue::new(),
             conn_blocked: Vec::new(),
@@ -184,7 +176,7 @@ impl Proto {
             peer_goaway: false,
             requests: 0,
             no_rfc7540: false,
-            budget: Budget::default(),
+            budget: Budget::new(&cfg),
             events: Vec::new(),
             scratch: BytesMut::new(),
             head_cache: HeadCache::default(),
@@ -212,18 +204,18 @@ impl Proto {
             values.push((Setting::HEADER_TABLE_SIZE, p.cfg.header_table_size));
         }
         frame::Settings { ack: false, values }.encode(&mut p.control);
-        let extra = p.conn_recv - frame::DEFAULT_WINDOW as i64;
+        let extra = p.recv_flow.window() - frame::DEFAULT_WINDOW as i64;
         if extra > 0 {
             frame::WindowUpdate { stream: 0, increment: extra as u32 }.encode(&mut p.control);
         }
         p
     }
 
-    /// Stream 1 of an `Upgrade: h2c` connection: the upgrade request, half-closed (remote).
-    /// Its `HTTP2-Settings` (base64url SETTINGS payload) are applied with no ACK: the 101
-    /// acknowledged them (RFC 7540 §3.2.1); invalid ones are ignored.
-    pub(crate) fn upgrade_stream(&mut self, req: Request, events: &mut Vec<Event>) {
-        if let Some(payload) = req.header("http2-settings").and_then(base64url) {
+    /// Stream 1 of an `Upgrade: h2c` connection: the upgrade request (the driver runs it),
+    /// half-closed (remote). Its `HTTP2-Settings` (base64url SETTINGS payload) are applied
+    /// with no ACK: the 101 acknowledged them (RFC 7540 §3.2.1); invalid ones are ignored.
+    pub(crate) fn upgrade_stream(&mut self, http2_settings: Option<&[u8]>, is_head: bool) {
+        if let Some(payload) = http2_settings.and_then(base64url) {
             let head = frame::Head { len: payload.len() as u32, kind: frame::kind::SETTINGS, flags: 0, stream: 0 };
             if let Ok(Frame::Settings(s)) = Frame::parse(head, Bytes::from(payload)) {
                 let _ = self.apply_settings(s);
@@ -232,9 +224,8 @@ impl Proto {
         self.last_id = 1;
         self.requests = 1;
         let mut s = Stream::new(State::HalfClosedRemote, self.peer_initial_window, self.cfg.initial_window_size as i64);
-        s.is_head = req.method == http::Method::HEAD;
+        s.is_head = is_head;
         self.streams.insert(1, s);
-        events.push(Event::Request(1, req, false));
     }
 
     /// Our SETTINGS_MAX_FRAME_SIZE: the codec's limit on received frames.
@@ -325,25 +316,20 @@ impl Proto {
     /// [`Proto::recv`] for a HEADERS frame borrowed from the receive buffer.
     fn recv_headers_ref(&mut self, h: frame::HeadersRef<'_>, now: u64) -> Result<(), Reason> {
         self.now = now;
-        if now.saturating_sub(self.budget.start) >= self.cfg.abuse_window.as_millis() as u64 {
-            self.budget = Budget { start: now, ..Budget::default() };
-        }
+        self.budget.tick(now);
         if !self.got_settings || self.block.is_some() {
             return Err(Reason::PROTOCOL_ERROR);
         }
         self.recv_headers(h.stream, h.fragment, h.end_stream, h.end_headers, h.dependency)
     }
 
-    /// Handles one frame. `now` is [`crate::time::timeout::now_ms`]: it only dates the abuse
-    /// counters.
+    /// Handles one frame arriving at `now` (milliseconds of the driver's clock).
     ///
     /// # Errors
     /// A connection error's code: call [`Proto::go_away`] with it.
     pub(crate) fn recv(&mut self, f: Frame, now: u64) -> Result<(), Reason> {
         self.now = now;
-        if now.saturating_sub(self.budget.start) >= self.cfg.abuse_window.as_millis() as u64 {
-            self.budget = Budget { start: now, ..Budget::default() };
-        }
+        self.budget.tick(now);
         if !self.got_settings {
             match &f {
                 Frame::Settings(s) if !s.ack => self.got_settings = true,
@@ -361,7 +347,7 @@ impl Proto {
             Frame::Headers(h) => self.recv_headers(h.stream, &h.fragment, h.end_stream, h.end_headers, h.dependency),
             Frame::Continuation(c) => self.recv_continuation(c),
             Frame::Priority(p) => {
-                self.count_control()?;
+                self.budget.control()?;
                 if p.dependency.stream == p.stream {
                     return self.reset(p.stream, Reason::PROTOCOL_ERROR);
                 }
@@ -373,7 +359,7 @@ impl Proto {
                 Ok(())
             }
             Frame::PriorityUpdate(u) => {
-                self.count_control()?;
+                self.budget.control()?;
                 if u.stream % 2 == 0 {
                     return Err(Reason::PROTOCOL_ERROR);
                 }
@@ -388,7 +374,7 @@ impl Proto {
             Frame::Settings(s) => self.recv_settings(s),
             Frame::PushPromise(_) => Err(Reason::PROTOCOL_ERROR),
             Frame::Ping(p) => {
-                self.count_control()?;
+                self.budget.control()?;
                 if !p.ack {
                     frame::Ping { ack: true, payload: p.payload }.encode(&mut self.control);
                 }
@@ -427,22 +413,6 @@ impl Proto {
             || (id > self.last_id && self.queue.tracked() < 2 * self.cfg.max_concurrent_streams as usize + 16)
     }
 
-    fn count_control(&mut self) -> Result<(), Reason> {
-        self.budget.control += 1;
-        if self.budget.control > self.cfg.max_control_frames {
-            return Err(Reason::ENHANCE_YOUR_CALM);
-        }
-        Ok(())
-    }
-
-    fn count_empty(&mut self) -> Result<(), Reason> {
-        self.budget.empty += 1;
-        if self.budget.empty > self.cfg.max_empty_frames {
-            return Err(Reason::ENHANCE_YOUR_CALM);
-        }
-        Ok(())
-    }
-
     /// A peer that makes us queue control frames faster than it reads them is cut off.
     fn check_control_queue(&self) -> Result<(), Reason> {
         if self.control.len() > self.cfg.max_control_queue {
@@ -463,10 +433,7 @@ impl Proto {
         self.forget(id, true);
         if reason != Reason::NO_ERROR {
             // MadeYouReset: resets the peer provokes count against a budget too.
-            self.budget.local_resets += 1;
-            if self.budget.local_resets > self.cfg.max_local_resets {
-                return Err(Reason::ENHANCE_YOUR_CALM);
-            }
+            self.budget.local_reset()?;
         }
         self.check_control_queue()
     }
@@ -512,21 +479,14 @@ impl Proto {
     }
 
     fn recv_data(&mut self, d: frame::Data) -> Result<(), Reason> {
-        let flow = d.flow_len as i64;
-        if flow > self.conn_recv {
-            return Err(Reason::FLOW_CONTROL_ERROR);
-        }
         // The connection window is granted back as data arrives; each stream's window
         // bounds what waits in memory for its app.
-        self.conn_recv -= flow;
-        self.conn_unacked += d.flow_len;
-        if self.conn_unacked >= self.cfg.connection_window / 2 {
-            frame::WindowUpdate { stream: 0, increment: self.conn_unacked }.encode(&mut self.control);
-            self.conn_recv += self.conn_unacked as i64;
-            self.conn_unacked = 0;
+        self.recv_flow.recv_data(d.flow_len)?;
+        if let Some(inc) = self.recv_flow.release(d.flow_len, self.cfg.connection_window / 2) {
+            frame::WindowUpdate { stream: 0, increment: inc }.encode(&mut self.control);
         }
         if d.flow_len == 0 && !d.end_stream {
-            self.count_empty()?;
+            self.budget.empty()?;
         }
         let id = d.stream;
         let Some(s) = self.streams.get_mut(&id) else {
@@ -539,10 +499,9 @@ impl Proto {
         if !s.state.can_recv() {
             return self.reset(id, Reason::STREAM_CLOSED);
         }
-        if flow > s.recv_window {
-            return self.reset(id, Reason::FLOW_CONTROL_ERROR);
+        if let Err(r) = s.recv_flow.recv_data(d.flow_len) {
+            return self.reset(id, r);
         }
-        s.recv_window -= flow;
         let data_len = d.data.len();
         s.received += d.data.len() as u64;
         if s.content_length.is_some_and(|n| s.received > n || (d.end_stream && s.received != n)) {
@@ -576,61 +535,9 @@ impl Proto {
         if !s.state.can_recv() {
             return;
         }
-        s.recv_unacked += n;
-        if s.recv_unacked >= threshold.max(1) {
-            frame::WindowUpdate { stream: id, increment: s.recv_unacked }.encode(&mut self.control);
-            s.recv_window += s.recv_unacked as i64;
-            s.recv_unacked = 0;
+        if let Some(inc) = s.recv_flow.release(n, threshold) {
+            frame::WindowUpdate { stream: id, increment: inc }.encode(&mut self.control);
         }
-    }
-
-    fn recv_headers(
-        &mut self,
-        stream: u32,
-        fragment: &[u8],
-        end_stream: bool,
-        end_headers: bool,
-        dependency: Option<frame::StreamDependency>,
-    ) -> Result<(), Reason> {
-        if fragment.is_empty() && !end_headers {
-            self.count_empty()?;
-        }
-        if end_headers {
-            return self.headers_complete(stream, fragment, end_stream, dependency);
-        }
-        if fragment.len() > self.max_block() {
-            return Err(Reason::ENHANCE_YOUR_CALM);
-        }
-        let mut buf = BytesMut::with_capacity(fragment.len() * 2);
-        buf.extend_from_slice(fragment);
-        self.block = Some(Block { stream, buf, end_stream, dependency, frames: 1, since: self.now });
-        self.timers_changed = true;
-        Ok(())
-    }
-
-    /// Largest header block (compressed) we collect across CONTINUATION frames.
-    fn max_block(&self) -> usize {
-        self.cfg.max_header_list_size as usize + 16 * 1024
-    }
-
-    fn recv_continuation(&mut self, c: frame::Continuation) -> Result<(), Reason> {
-        if c.fragment.is_empty() && !c.end_headers {
-            self.count_empty()?;
-        }
-        let max = self.max_block();
-        let max_frames = self.cfg.max_continuation_frames;
-        let Some(b) = self.block.as_mut() else { return Err(Reason::PROTOCOL_ERROR) };
-        b.frames += 1;
-        // CONTINUATION flood: too many frames or too many bytes in one block.
-        if b.frames > max_frames || b.buf.len() + c.fragment.len() > max {
-            return Err(Reason::ENHANCE_YOUR_CALM);
-        }
-        b.buf.extend_from_slice(&c.fragment);
-        if !c.end_headers {
-            return Ok(());
-        }
-        let b = self.block.take().expect("checked above");
-        self.headers_complete(b.stream, &b.buf, b.end_stream, b.dependency)
     }
 
     fn skip_block(&mut self, block: &[u8]) -> Result<(), Reason> {
@@ -760,16 +667,13 @@ impl Proto {
             self.forget(id, false);
             // Rapid reset (CVE-2023-44487): streams the peer opens and cancels cost us a
             // task each; past the budget the connection ends.
-            self.budget.peer_resets += 1;
-            if self.budget.peer_resets > self.cfg.max_peer_resets {
-                return Err(Reason::ENHANCE_YOUR_CALM);
-            }
+            self.budget.peer_reset()?;
         }
         Ok(())
     }
 
     fn recv_settings(&mut self, s: frame::Settings) -> Result<(), Reason> {
-        self.count_control()?;
+        self.budget.control()?;
         if s.ack {
             return Ok(());
         }
@@ -787,12 +691,9 @@ impl Proto {
                     self.peer_initial_window = v as i64;
                     let mut reopened = Vec::new();
                     for (&sid, st) in self.streams.iter_mut() {
-                        let before = st.send_window;
-                        st.send_window += delta;
-                        if st.send_window > MAX_WINDOW as i64 {
-                            return Err(Reason::FLOW_CONTROL_ERROR);
-                        }
-                        if before <= 0 && st.send_window > 0 {
+                        let before = st.send_flow.window();
+                        st.send_flow.shift(delta)?;
+                        if before <= 0 && st.send_flow.window() > 0 {
                             reopened.push(sid);
                         }
                     }
@@ -810,10 +711,7 @@ impl Proto {
 
     fn recv_window_update(&mut self, id: u32, inc: u32) -> Result<(), Reason> {
         if id == 0 {
-            self.conn_send += inc as i64;
-            if self.conn_send > MAX_WINDOW as i64 {
-                return Err(Reason::FLOW_CONTROL_ERROR);
-            }
+            self.send_flow.inc_window(inc)?;
             for sid in std::mem::take(&mut self.conn_blocked) {
                 if let Some(s) = self.streams.get_mut(&sid) {
                     s.conn_blocked = false;
@@ -828,9 +726,8 @@ impl Proto {
                 Some(_) => Ok(()),
             };
         };
-        s.send_window += inc as i64;
-        if s.send_window > MAX_WINDOW as i64 {
-            return self.reset(id, Reason::FLOW_CONTROL_ERROR);
+        if let Err(r) = s.send_flow.inc_window(inc) {
+            return self.reset(id, r);
         }
         self.schedule(id);
         Ok(())

@@ -2,9 +2,15 @@
 //! by the apps, and [`Proto::fill`], which packs the next batch of frames into one buffer:
 //! control frames first, then one frame per turn of the priority queue, so that streams
 //! interleave by precedence at frame granularity.
+//!
+//! A file's DATA frames are laid out in the batch with room for their payload and a
+//! [`FileRead`] each: the driver reads the file bytes into place after releasing the
+//! connection's lock, so a cold disk read stalls no other stream's work, and reports a
+//! failed read back ([`Proto::file_failed`]).
 
 use std::collections::VecDeque;
-use std::os::fd::AsFd;
+use std::fs::File;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -13,7 +19,20 @@ use http::StatusCode;
 
 use super::{OutBody, Proto, Send, State};
 use crate::h2::frame::{self, Reason, HEADER_LEN};
+use crate::message::decimal;
 use crate::response::{Response, ResponseBody};
+use crate::time::date::DATE_LEN;
+
+/// A DATA frame's payload to read from a file into the batch: `len` bytes of `file` from
+/// `offset`, into `at..at + len` (the frame's header is just before `at`).
+#[derive(Debug)]
+pub(crate) struct FileRead {
+    pub(crate) stream: u32,
+    pub(crate) file: Arc<File>,
+    pub(crate) offset: u64,
+    pub(crate) len: usize,
+    pub(crate) at: usize,
+}
 
 /// Response headers that must not appear in HTTP/2 (RFC 9113 §8.2.2).
 fn connection_specific(n: &http::HeaderName) -> bool {
@@ -39,7 +58,7 @@ impl Proto {
     /// Queues stream `id` if it has something to send now.
     pub(crate) fn schedule(&mut self, id: u32) {
         let Some(s) = self.streams.get_mut(&id) else { return };
-        if s.win_blocked && s.send_window > 0 {
+        if s.win_blocked && s.send_flow.window() > 0 {
             s.win_blocked = false;
             s.stall_since = None;
             self.win_blocked -= 1;
@@ -49,7 +68,7 @@ impl Proto {
             Send::Head { .. } => true,
             Send::Body(b) => {
                 let ready = b.ready();
-                (ready == 0 && b.finished()) || (ready > 0 && s.send_window > 0 && !s.conn_blocked)
+                (ready == 0 && b.finished()) || (ready > 0 && s.send_flow.window() > 0 && !s.conn_blocked)
             }
         };
         if sendable {
@@ -219,7 +238,8 @@ impl Proto {
 
     /// Appends the next batch of frames to `out`, up to about `max` bytes: all queued
     /// control frames, then frames of ready streams in priority order, one frame per turn.
-    pub(crate) fn fill(&mut self, out: &mut Vec<u8>, max: usize) {
+    /// Response heads carry `date`; file payloads are left to the caller, as `reads`.
+    pub(crate) fn fill(&mut self, out: &mut Vec<u8>, max: usize, date: &[u8; DATE_LEN], reads: &mut Vec<FileRead>) {
         out.extend_from_slice(&self.control);
         self.control.clear();
         if self.failed.is_some() {
@@ -227,19 +247,35 @@ impl Proto {
         }
         while out.len() < max {
             let Some(id) = self.queue.pop() else { break };
-            let sent = self.turn(id, out);
+            let sent = self.turn(id, out, date, reads);
             if let Some(sent) = sent {
                 self.queue.push(id, sent);
             }
         }
-        // Resets issued while sending (a file that shrank) go out in this batch too.
+        // Resets issued while sending go out in this batch too.
         out.extend_from_slice(&self.control);
         self.control.clear();
     }
 
+    /// A file read for stream `id` failed or came up short (the file shrank): the driver
+    /// removed the stream's DATA frames (`removed` payload bytes) from the batch. Their
+    /// window is given back and the stream reset with INTERNAL_ERROR (also when its last
+    /// frame, now removed, had closed it on our side).
+    pub(crate) fn file_failed(&mut self, id: u32, removed: u64) {
+        let _ = self.send_flow.inc_window(removed as u32);
+        if self.streams.contains_key(&id) {
+            let _ = self.reset_quiet(id, Reason::INTERNAL_ERROR);
+        } else {
+            frame::RstStream { stream: id, reason: Reason::INTERNAL_ERROR }.encode(&mut self.control);
+            if let Some(c) = self.closed.iter_mut().find(|(i, _)| *i == id) {
+                c.1 = true;
+            }
+        }
+    }
+
     /// One turn of stream `id`: its head if due, then one DATA frame. Returns the bytes
     /// sent if the stream should be queued again.
-    fn turn(&mut self, id: u32, out: &mut Vec<u8>) -> Option<usize> {
+    fn turn(&mut self, id: u32, out: &mut Vec<u8>, date: &[u8; DATE_LEN], reads: &mut Vec<FileRead>) -> Option<usize> {
         let max_frame = self.peer_max_frame as usize;
         let s = self.streams.get_mut(&id)?;
         if let Send::Head { .. } = s.send {
@@ -248,8 +284,6 @@ impl Proto {
             };
             let end = body.ready() == 0 && body.finished();
             self.scratch.clear();
-            let mut date = [0u8; crate::time::date::DATE_LEN];
-            crate::time::date::current(&mut date);
             let status = status.as_str().as_bytes();
             // The app's own Date or Server replaces ours (as on HTTP/1.1).
             let (own_date, own_server) =
@@ -257,7 +291,7 @@ impl Proto {
             let server = self.server_name.filter(|_| !own_server).map(|n| (SERVER.as_str().as_bytes(), n.as_bytes()));
             let date = (!own_date).then_some((DATE.as_str().as_bytes(), &date[..]));
             let mut digits = [0u8; 20];
-            let length = length.map(|n| (CONTENT_LENGTH.as_str().as_bytes(), crate::message::decimal(n, &mut digits)));
+            let length = length.map(|n| (CONTENT_LENGTH.as_str().as_bytes(), decimal(n, &mut digits)));
             let fields = [(&b":status"[..], status)].into_iter().chain(date).chain(server).chain(length).chain(
                 headers
                     .iter()
@@ -310,9 +344,9 @@ impl Proto {
             }
             return None; // a stream waiting for its app: the writer schedules it again
         }
-        let n = (ready.min(max_frame as u64) as i64).min(s.send_window).min(self.conn_send);
+        let n = (ready.min(max_frame as u64) as i64).min(s.send_flow.window()).min(self.send_flow.window());
         if n <= 0 {
-            if self.conn_send <= 0 {
+            if self.send_flow.window() <= 0 {
                 if !s.conn_blocked {
                     s.conn_blocked = true;
                     self.conn_blocked.push(id);
@@ -333,19 +367,15 @@ impl Proto {
             OutBody::Empty => {}
             OutBody::Bytes(b) => out.extend_from_slice(&b.split_to(n)),
             OutBody::File { file, offset, remaining } => {
+                // Room for the payload, which the driver reads in outside the lock.
                 out.resize(start + HEADER_LEN + n, 0);
-                let mut got = 0;
-                while got < n {
-                    match crate::sys::pread(file.as_fd(), &mut out[start + HEADER_LEN + got..], *offset + got as u64) {
-                        Ok(0) | Err(_) => break,
-                        Ok(k) => got += k,
-                    }
-                }
-                if got < n {
-                    out.truncate(start);
-                    let _ = self.reset_quiet(id, Reason::INTERNAL_ERROR);
-                    return None;
-                }
+                reads.push(FileRead {
+                    stream: id,
+                    file: file.clone(),
+                    offset: *offset,
+                    len: n,
+                    at: start + HEADER_LEN,
+                });
                 *offset += n as u64;
                 *remaining -= n as u64;
             }
@@ -366,8 +396,8 @@ impl Proto {
                 }
             }
         }
-        s.send_window -= n as i64;
-        self.conn_send -= n as i64;
+        s.send_flow.send_data(n as u32);
+        self.send_flow.send_data(n as u32);
         if end {
             s.send = Send::Done;
             self.sent_end(id);
@@ -376,7 +406,7 @@ impl Proto {
         let s = self.streams.get_mut(&id)?;
         let Send::Body(body) = &s.send else { return None };
         let more = body.ready() > 0 || body.finished();
-        if more && s.send_window > 0 {
+        if more && s.send_flow.window() > 0 {
             Some(n)
         } else {
             if body.ready() > 0 && !s.win_blocked {

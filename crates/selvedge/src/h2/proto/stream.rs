@@ -9,6 +9,7 @@ use std::task::Waker;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 
+use super::flow::FlowControl;
 use crate::h2::frame::Reason;
 
 /// A stream's state, server side (no push, so no reserved states):
@@ -124,11 +125,10 @@ pub(crate) enum Send {
 pub(crate) struct Stream {
     pub(crate) state: State,
     /// Our send window (the client's grant), may go negative after a SETTINGS change.
-    pub(crate) send_window: i64,
-    /// Octets the client may still send before our next WINDOW_UPDATE.
-    pub(crate) recv_window: i64,
-    /// Octets consumed by the app but not yet granted back.
-    pub(crate) recv_unacked: u32,
+    pub(crate) send_flow: FlowControl,
+    /// What the client may still send, and what the app consumed but we have not yet
+    /// granted back.
+    pub(crate) recv_flow: FlowControl,
     /// Request body pieces not yet read by the app.
     pub(crate) inbox: VecDeque<Bytes>,
     /// The app's task waiting for body data.
@@ -160,9 +160,8 @@ impl Stream {
     pub(crate) fn new(state: State, send_window: i64, recv_window: i64) -> Stream {
         Stream {
             state,
-            send_window,
-            recv_window,
-            recv_unacked: 0,
+            send_flow: FlowControl::new(send_window),
+            recv_flow: FlowControl::new(recv_window),
             inbox: VecDeque::new(),
             reader: None,
             recv_error: None,

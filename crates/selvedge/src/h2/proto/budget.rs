@@ -1,0 +1,109 @@
+//! Abuse budgets: what a peer may make us do per `H2Settings::abuse_window` before the
+//! connection ends with GOAWAY(ENHANCE_YOUR_CALM).
+//!
+//! - **Rapid reset** (CVE-2023-44487): streams the peer opens and resets (each cost us a
+//!   task): `max_peer_resets`.
+//! - **MadeYouReset** (CVE-2025-8671): stream errors the peer provokes so that we reset:
+//!   `max_local_resets`.
+//! - **Control-frame floods**: SETTINGS, PING, PRIORITY, PRIORITY_UPDATE:
+//!   `max_control_frames`.
+//! - **Empty frames**: DATA, HEADERS and CONTINUATION without payload or END_STREAM:
+//!   `max_empty_frames`.
+//!
+//! The counters restart when a frame arrives a whole window after the window began.
+
+use super::frame::Reason;
+use crate::settings::H2Settings;
+
+/// The counters over the current window, and their limits.
+#[derive(Debug, Clone)]
+pub(crate) struct Budget {
+    window_ms: u64,
+    start: u64,
+    limits: Counts,
+    used: Counts,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    peer_resets: u32,
+    local_resets: u32,
+    control: u32,
+    empty: u32,
+}
+
+fn spend(used: &mut u32, max: u32) -> Result<(), Reason> {
+    *used += 1;
+    if *used > max {
+        return Err(Reason::ENHANCE_YOUR_CALM);
+    }
+    Ok(())
+}
+
+impl Budget {
+    pub(crate) fn new(cfg: &H2Settings) -> Budget {
+        Budget {
+            window_ms: cfg.abuse_window.as_millis() as u64,
+            start: 0,
+            limits: Counts {
+                peer_resets: cfg.max_peer_resets,
+                local_resets: cfg.max_local_resets,
+                control: cfg.max_control_frames,
+                empty: cfg.max_empty_frames,
+            },
+            used: Counts::default(),
+        }
+    }
+
+    /// A frame arrives at `now`: a new window begins if the last one is over.
+    #[inline]
+    pub(crate) fn tick(&mut self, now: u64) {
+        if now.saturating_sub(self.start) >= self.window_ms {
+            self.start = now;
+            self.used = Counts::default();
+        }
+    }
+
+    /// The peer reset a stream of its own.
+    pub(crate) fn peer_reset(&mut self) -> Result<(), Reason> {
+        spend(&mut self.used.peer_resets, self.limits.peer_resets)
+    }
+
+    /// We reset a stream for an error of the peer's.
+    pub(crate) fn local_reset(&mut self) -> Result<(), Reason> {
+        spend(&mut self.used.local_resets, self.limits.local_resets)
+    }
+
+    /// A control frame arrived.
+    pub(crate) fn control(&mut self) -> Result<(), Reason> {
+        spend(&mut self.used.control, self.limits.control)
+    }
+
+    /// An empty frame arrived.
+    pub(crate) fn empty(&mut self) -> Result<(), Reason> {
+        spend(&mut self.used.empty, self.limits.empty)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_restart_with_the_window() {
+        let cfg = H2Settings {
+            max_control_frames: 2,
+            abuse_window: std::time::Duration::from_secs(10),
+            ..H2Settings::default()
+        };
+        let mut b = Budget::new(&cfg);
+        b.tick(1);
+        assert!(b.control().is_ok() && b.control().is_ok());
+        assert_eq!(b.control(), Err(Reason::ENHANCE_YOUR_CALM));
+        b.tick(9_999);
+        assert_eq!(b.control(), Err(Reason::ENHANCE_YOUR_CALM), "the same window");
+        b.tick(10_001);
+        assert!(b.control().is_ok(), "a new window");
+        assert!(b.empty().is_ok() && b.peer_reset().is_ok() && b.local_reset().is_ok());
+    }
+}
