@@ -29,8 +29,6 @@ pub(crate) enum Kind {
     Panic,
     /// The application's response cannot be sent as given.
     BadResponse,
-    /// The request body was already taken or handed back.
-    BodyGone,
 }
 
 impl Error {

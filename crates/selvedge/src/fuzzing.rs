@@ -48,6 +48,191 @@ pub fn chunked(data: &[u8]) {
     }
 }
 
+/// The HTTP/1.1 connection state machine (sans-IO), driven as its driver drives it, by an
+/// arbitrary peer: the first byte sets the size of the pieces the peer's bytes arrive in
+/// and how the app treats bodies; the rest are the peer's bytes. Checked on the way:
+///
+/// - a request head is parsed only where the previous message ended (its head, and its
+///   body as an independent decoder frames it): never out of a body;
+/// - never more answers than requests (a rejected head counts as one), nothing after the
+///   close;
+/// - the buffers stay bounded.
+pub fn h1_conn(data: &[u8]) {
+    use std::sync::Arc;
+
+    use crate::h1::conn::{head_error, Conn, Next, Returned, Send, Start};
+    use crate::h1::inbound::Step;
+    use crate::h1::parse::Framing;
+
+    let Some((&ctl, input)) = data.split_first() else { return };
+    let step = usize::from(ctl & 0x1f) + 1;
+    let body_limits = BodyLimits { max_body: 1 << 14, max_chunk_ext: 64, max_trailers: 256 };
+    let cfg = Arc::new(crate::Settings {
+        limits: Limits { max_target: 256, max_head: 1024, max_headers: 16 },
+        body: body_limits,
+        max_drain: 512,
+        ..crate::Settings::default()
+    });
+    let mut conn = Conn::new(cfg, BytesMut::new(), 0);
+    let (mut fed, mut now) = (0usize, 0u64);
+    let (mut attempts, mut answers) = (0usize, 0usize);
+    // Where the next head must start; `None` once no further head may be parsed.
+    let mut boundary = Some(0usize);
+    let next_piece = |fed: &mut usize| -> Option<&[u8]> {
+        if *fed >= input.len() {
+            return None;
+        }
+        let n = step.min(input.len() - *fed);
+        let piece = &input[*fed..*fed + n];
+        *fed += n;
+        Some(piece)
+    };
+    for _ in 0..10_000 {
+        now += 1;
+        assert!(conn.buffered() <= 1024 + step, "receive buffer unbounded: {}", conn.buffered());
+        assert!(conn.write_buf().len() <= 128 * 1024, "write buffer unbounded");
+        let res = match conn.poll(now) {
+            Next::Request => {
+                let h = *conn.pending_head().expect("a head after Request");
+                let start = fed - conn.buffered();
+                assert_eq!(Some(start), boundary, "a head parsed where no message starts");
+                let head_end = start + h.len;
+                // Where this message ends, by an independent decoder over the input.
+                boundary = match h.framing {
+                    Framing::None => Some(0),
+                    Framing::Length(n) => {
+                        Decoder::length(n, body_limits).ok().and_then(|d| framed(d, &input[head_end..]))
+                    }
+                    Framing::Chunked => framed(Decoder::chunked(body_limits), &input[head_end..]),
+                }
+                .map(|n| head_end + n);
+                attempts += 1;
+                let mut lent = None;
+                let mut path = Vec::new();
+                let started = conn.start(
+                    false,
+                    &crate::PeerAddr::Unix,
+                    false,
+                    |l| {
+                        lent = Some(l);
+                        crate::Body::empty()
+                    },
+                    |req| path = req.path_bytes().to_vec(),
+                );
+                match started {
+                    Start::App => {
+                        let choice = (ctl >> 5) ^ path.last().copied().unwrap_or(0);
+                        let returned = match lent {
+                            None => Returned::None,
+                            Some(_) if choice % 4 == 3 => Returned::Kept,
+                            Some(mut l) if choice % 4 == 0 => {
+                                // The app reads the whole body, more bytes as they come.
+                                loop {
+                                    match l.inbound.decode(&mut l.buf) {
+                                        Some(Step::Data(_)) => {}
+                                        Some(_) => break,
+                                        None => {
+                                            if let Step::Read = l.inbound.wait(now) {
+                                                let Some(p) = next_piece(&mut fed) else { break };
+                                                l.buf.extend_from_slice(p);
+                                                if l.inbound.handle_read(p.len(), now).is_some() {
+                                                    break;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                Returned::Back(l)
+                            }
+                            Some(l) => Returned::Back(l),
+                        };
+                        let res = fuzz_response(choice);
+                        if conn.app_done(returned, choice % 16 == 15) {
+                            loop {
+                                match conn.poll(now) {
+                                    Next::Respond | Next::Fail(_) => break,
+                                    Next::Read { .. } => match next_piece(&mut fed) {
+                                        Some(p) => {
+                                            conn.read_buf().extend_from_slice(p);
+                                            conn.handle_read(p.len(), now);
+                                        }
+                                        None => return,
+                                    },
+                                    Next::Close { .. } => return,
+                                    other => panic!("while draining: {other:?}"),
+                                }
+                            }
+                        }
+                        res
+                    }
+                    Start::H2c(_) => return,
+                    Start::Reject(status, _) => crate::Response::error(status),
+                }
+            }
+            Next::Flush => {
+                conn.handle_written();
+                continue;
+            }
+            Next::Read { .. } => {
+                match next_piece(&mut fed) {
+                    Some(p) => {
+                        conn.read_buf().extend_from_slice(p);
+                        conn.handle_read(p.len(), now);
+                    }
+                    None => return,
+                }
+                continue;
+            }
+            Next::Reject(e) => {
+                attempts += 1;
+                boundary = None;
+                crate::Response::error(head_error(e).0)
+            }
+            Next::Close { .. } | Next::Done => return,
+            Next::Respond | Next::Fail(_) => panic!("a response was due outside a request"),
+        };
+        answers += 1;
+        assert!(answers <= attempts, "more answers than requests");
+        let send = match conn.respond(res, false) {
+            Ok(send) => send,
+            Err(_) => conn.respond(crate::Response::error(http::StatusCode::INTERNAL_SERVER_ERROR), true).expect("500"),
+        };
+        match send {
+            Send::Stream(_, framing) => conn.stream_done(framing, Ok(true)),
+            Send::Switch(..) => return,
+            Send::Bytes(_) | Send::File(_) => conn.handle_written(),
+            Send::Buffered => {}
+        }
+    }
+}
+
+/// How many bytes of `input` a body framed by `d` takes; `None` if it is not complete in
+/// `input` (or malformed).
+fn framed(mut d: Decoder, input: &[u8]) -> Option<usize> {
+    let mut buf = BytesMut::from(input);
+    loop {
+        match d.decode(&mut buf) {
+            Ok(Decoded::Data(_)) => {}
+            Ok(Decoded::Done) => return Some(input.len() - buf.len()),
+            Ok(Decoded::NeedMore) | Err(_) => return None,
+        }
+    }
+}
+
+/// The fuzzing app's answer, by `choice`: bytes, nothing, a large body, a stream, a close.
+fn fuzz_response(choice: u8) -> crate::Response {
+    use http::StatusCode;
+    match choice % 8 {
+        0 | 1 => crate::Response::bytes(StatusCode::OK, "ok"),
+        2 => crate::Response::new(StatusCode::NO_CONTENT),
+        3 => crate::Response::bytes(StatusCode::OK, vec![b'x'; 20_000]),
+        4 => crate::Response::stream(StatusCode::OK, |_| async { Ok(()) }),
+        5 => crate::Response::bytes(StatusCode::OK, "bye").header(http::header::CONNECTION, "close"),
+        6 => crate::Response::stream(StatusCode::SWITCHING_PROTOCOLS, |_| async { Ok(()) }),
+        _ => crate::Response::new(StatusCode::NOT_MODIFIED),
+    }
+}
+
 /// The HPACK decoder: the first byte picks the table size, the rest are header blocks
 /// separated by `0xff 0x00` pairs (so one input exercises a connection's worth of state).
 pub fn hpack_decode(data: &[u8]) {

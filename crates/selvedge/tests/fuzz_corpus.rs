@@ -24,6 +24,13 @@ fn replay_h1_parse() {
 }
 
 #[test]
+fn replay_h1_conn() {
+    for (_, data) in corpus("h1_conn") {
+        selvedge::fuzzing::h1_conn(&data);
+    }
+}
+
+#[test]
 fn replay_chunked() {
     for (_, data) in corpus("chunked") {
         selvedge::fuzzing::chunked(&data);

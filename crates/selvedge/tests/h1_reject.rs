@@ -19,6 +19,8 @@ const CASES: &[(&str, &[u8], u16)] = &[
     ("invalid method", b"GE@T /hello HTTP/1.1\r\nHost: h\r\n\r\n", 400),
     ("NUL in value", b"GET /hello HTTP/1.1\r\nHost: h\r\nX: a\0b\r\n\r\n", 400),
     ("NUL in target", b"GET /hel\0lo HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ("fragment in target", b"GET /hello#top HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ("fragment in absolute-form", b"GET http://h/hello#top HTTP/1.1\r\nHost: h\r\n\r\n", 400),
     ("missing Host", b"GET /hello HTTP/1.1\r\nX: y\r\n\r\n", 400),
     ("two Hosts", b"GET /hello HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
     (

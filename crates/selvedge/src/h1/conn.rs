@@ -1,531 +1,704 @@
-//! One HTTP/1.x connection, as plain sequential async code: read a head, call the app,
-//! write the response, repeat.
+//! One HTTP/1.1 connection as a sans-IO state machine: bytes and the time go in
+//! ([`Conn::handle_read`], `now` arguments), requests come out ([`Next::Request`]),
+//! responses go in ([`Conn::respond`]) and bytes come out ([`Conn::write_buf`]). It never
+//! touches a socket or the clock; the async driver (`driver.rs`) does the reads, writes and
+//! app calls it asks for, and arms the connection's timer with [`Conn::deadline`]. Unit
+//! tests drive it byte by byte (`tests.rs`).
 //!
-//! - Pipelining: while the receive buffer already holds another complete request, its
-//!   response is appended to the send buffer; the batch goes out in one write before the
-//!   next read.
-//! - Bodies: the receive buffer moves into the request's body reader and comes back when
-//!   the app is done; what the app left unread is drained (up to `max_drain`) so the
-//!   connection can be kept, else it is closed.
-//! - Timers: the header phase has an absolute deadline from the request's first byte; idle
-//!   waits, body reads and writes each set their own (see `time::timeout`). While the app
-//!   runs the timer is paused.
-//! - Errors in the head get their status (400, 413, 414, 417, 431, 501, 505) and a lingering
-//!   close: half-close, drain for a moment, then close, so the client reads the answer.
+//! Modelled on hyper's `proto::h1::conn` (`Reading` / keep-alive state and the decision to
+//! keep the connection made in one place) and quinn's `handle_*` / `poll_*` with `now`
+//! passed in:
+//!
+//! ```text
+//!            +------- pipelined head already buffered -------+
+//!            v                                               |
+//!   Head --(head)--> App --(app_done)--+--> Respond --(respond)--+--> Head   (keep-alive)
+//!     ^                                |       ^                 +--> Closed (close, linger?)
+//!     |                                v       |
+//!     |                              Drain ----+  (unread body up to `max_drain`)
+//!     +--- Upgrade: h2c: 101, then the connection goes to HTTP/2 (Handoff)
+//! ```
+//!
+//! - **Pipelining**: while the receive buffer holds another complete head, its response is
+//!   appended to the write buffer; the batch goes out in one write before the next read
+//!   (or once it reaches [`BATCH_MAX`]).
+//! - **Bodies**: the receive buffer is lent with the body (`Lent`) to the app's reader and
+//!   comes back when the app is done; what the app left unread is drained (up to
+//!   `max_drain`) before the answer so the connection can be kept, else it is closed with a
+//!   linger. A body that fails while draining turns the answer into its 400/413.
+//! - **Keep-alive**: HTTP/1.1 unless `Connection: close`; HTTP/1.0 only with `Connection:
+//!   keep-alive`; never after the app's own `Connection: close`, during shutdown, after a
+//!   stream of unknown length to HTTP/1.0, a stream shorter than its declared length, a
+//!   panic, or an unread body; a 101 ends HTTP/1.1 on the connection.
+//! - **Errors in the head** get their status (400, 413, 414, 417, 431, 501, 505) and a
+//!   lingering close: half-close, drain for a moment, then close, so the client reads the
+//!   answer.
+//! - **Deadlines**: a head must be complete within `header_timeout` of its first byte
+//!   (reads do not extend it); an idle keep-alive connection waits `idle_timeout`; a write
+//!   `send_timeout`; a drained body has the body deadline; none while the app runs.
 
-use std::future::Future;
-use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use http::header::CONNECTION;
 use http::{Method, StatusCode, Version};
 
 use super::body::Decoder;
+use super::inbound::{Failure, Inbound, Step};
 use super::parse::{self, Framing, Head, Minor, ParseError};
-use super::reader::{self, Failure, Reader};
-use super::sink::Sink;
+use super::reader::Lent;
 use super::write::{compose, ConnHeader, Framing as Out};
-use crate::app::App;
-use crate::body::{Body, BodyWriter};
-use crate::dispatch::{self, AppSlot};
+use crate::body::Body;
 use crate::error::{Error, Kind};
 use crate::message::{has_token, HeaderSpan, Span};
-use crate::response::{Response, ResponseBody};
+use crate::request::{Request, RequestHead};
+use crate::response::{FileBody, Response, ResponseBody, StreamBody};
 use crate::settings::Settings;
 use crate::sys::PeerAddr;
-use crate::time::timeout::{now_ms, Timer};
-use crate::transport::Transport;
-use crate::Request;
+use crate::time::timeout::NO_DEADLINE;
 
-/// Bodies up to this size are copied into the send buffer (one write for head and body);
+/// Bodies up to this size are copied into the write buffer (one write for head and body);
 /// larger ones go out with `writev` straight from their own memory.
-const COPY_BODY_MAX: usize = 16 * 1024;
+pub(crate) const COPY_BODY_MAX: usize = 16 * 1024;
 /// A pipelined batch is flushed once it reaches this size.
-const BATCH_MAX: usize = 64 * 1024;
+pub(crate) const BATCH_MAX: usize = 64 * 1024;
 
-struct Conn {
-    sock: Arc<Transport>,
-    peer: PeerAddr,
+/// The `Upgrade: h2c` answer (RFC 7540 §3.2).
+const SWITCH_H2C: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
+
+/// What the connection needs next; see [`Conn::poll`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// A complete request head is buffered: [`Conn::start`] it.
+    Request,
+    /// Send all of [`Conn::write_buf`], then [`Conn::handle_written`].
+    Flush,
+    /// Read into [`Conn::read_buf`], then [`Conn::handle_read`]. `idle`: between requests
+    /// (the driver may give the buffers back while it waits).
+    Read { idle: bool },
+    /// The head is invalid: answer [`head_error`]'s error ([`Conn::respond`]); the
+    /// connection then closes with a linger.
+    Reject(ParseError),
+    /// The unread body is drained: [`Conn::respond`] now.
+    Respond,
+    /// The body failed while draining: answer this status instead of the app's response
+    /// ([`body_error`]).
+    Fail(u16),
+    /// Send the write buffer, then close: `linger` when the client may still be sending.
+    Close { linger: bool },
+    /// The connection ended without a word (the peer left, or its body broke).
+    Done,
+}
+
+/// What [`Conn::start`] made of a head.
+#[derive(Debug)]
+pub(crate) enum Start {
+    /// The request went to the app (`run`).
+    App,
+    /// `Upgrade: h2c` accepted: the 101 is in the write buffer. Send it, then hand the
+    /// connection and this request (for stream 1) to HTTP/2 ([`Conn::into_rbuf`]).
+    H2c(Box<Request>),
+    /// The request cannot be served (an unknown method form, a body over the limit):
+    /// answer the error; the connection then closes with a linger.
+    Reject(StatusCode, Error),
+}
+
+/// The error a [`ParseError`] is answered with, and its status.
+pub(crate) fn head_error(e: ParseError) -> (StatusCode, Error) {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let err = match e {
+        ParseError::BadRequest(why) => Error::new(Kind::BadRequest, why),
+        _ => Error::new(Kind::BadRequest, "invalid request head"),
+    };
+    (status, err.with_status(status.as_u16()))
+}
+
+/// The error a body that failed while draining is answered with ([`Next::Fail`]).
+pub(crate) fn body_error(status: u16) -> (StatusCode, Error) {
+    let err = Error::new(Kind::Body, "invalid request body").with_status(status);
+    (StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), err)
+}
+
+/// The app's request body, as the driver found it after the app.
+#[derive(Debug)]
+pub(crate) enum Returned {
+    /// The request had none.
+    None,
+    /// The app kept it beyond its response (a tunnel, or a leak): the connection cannot go
+    /// on.
+    Kept,
+    /// It came back.
+    Back(Lent),
+}
+
+/// What the driver sends after [`Conn::respond`] put the head in the write buffer.
+#[derive(Debug)]
+pub(crate) enum Send {
+    /// Nothing more: the body (if any) is in the write buffer too.
+    Buffered,
+    /// The write buffer, then these bytes (one `writev`); then [`Conn::handle_written`].
+    Bytes(bytes::Bytes),
+    /// The write buffer, then `len` bytes of the file (`sendfile`); then
+    /// [`Conn::handle_written`].
+    File(FileBody),
+    /// Flush the head, then the app writes the body (see [`StreamFraming`]); then
+    /// [`Conn::stream_done`].
+    Stream(StreamBody, StreamFraming),
+    /// 101 Switching Protocols: flush it, raise the flag (the request body becomes the
+    /// client's bytes), then the app's stream runs the other protocol until it ends the
+    /// connection.
+    Switch(StreamBody, Arc<AtomicBool>),
+}
+
+/// How a streamed body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamFraming {
+    /// `Content-Length: n` (the app declared it): writing past it fails, stopping short
+    /// closes the connection.
+    Sized(u64),
+    /// Chunked (HTTP/1.1).
+    Chunked,
+    /// Until the connection closes (HTTP/1.0).
+    Close,
+}
+
+/// How the connection reads; see the module's diagram.
+#[derive(Debug)]
+enum Reading {
+    /// Waiting for a head; `since`: when its first byte arrived (its deadline runs from
+    /// there).
+    Head { since: Option<u64> },
+    /// The app has the request (and the receive buffer, if it has the body).
+    App,
+    /// Reading and discarding what the app left of its body, `drained` bytes so far.
+    Drain { body: Box<Inbound>, drained: u64 },
+    /// The app's response is due.
+    Respond,
+    /// No more requests: close once the write buffer is out.
+    Closed { linger: bool },
+    /// Handed to HTTP/2 after the 101.
+    Handoff,
+}
+
+/// What the response to the current request depends on.
+#[derive(Debug, Clone, Copy)]
+struct Current {
+    minor: Minor,
+    is_head: bool,
+    keep_alive: bool,
+    /// Close with a linger: the client may still be sending.
+    linger: bool,
+}
+
+/// One HTTP/1.1 connection; see the module's text.
+#[derive(Debug)]
+pub(crate) struct Conn {
     cfg: Arc<Settings>,
-    timer: Timer,
+    /// Received bytes not yet consumed (lent to the app's reader with a body).
     rbuf: BytesMut,
+    /// Bytes to send.
     wbuf: Vec<u8>,
     /// The header lines of the head being parsed (moved into its request).
     headers: Vec<HeaderSpan>,
-    /// `Upgrade: h2c` was accepted: the connection turns into HTTP/2, with this request to
-    /// answer on stream 1.
-    h2c: Option<Request>,
-}
-
-/// A connection HTTP/1.1 hands over to HTTP/2 after `Upgrade: h2c` (RFC 7540 §3.2): the
-/// 101 is sent; the request is to be answered on stream 1, and `rbuf` holds what the
-/// client sent after it (its preface).
-pub(crate) struct H2c {
-    pub(crate) sock: Arc<Transport>,
-    pub(crate) timer: Timer,
-    pub(crate) rbuf: BytesMut,
-    pub(crate) request: Request,
-}
-
-/// What to do after a response.
-#[derive(PartialEq, Eq)]
-enum Next {
-    KeepAlive,
-    /// Close after flushing; `linger` when the client may still be sending.
-    Close {
-        linger: bool,
-    },
-    /// Hand the connection to HTTP/2.
-    Upgrade,
-}
-
-/// Serves one connection until it closes, or until it turns into HTTP/2 (`Upgrade: h2c`):
-/// then the hand-off is returned. `rbuf` holds the bytes already received (the server read
-/// them to choose the protocol).
-pub(crate) async fn serve<A: App>(
-    sock: Arc<Transport>,
-    rbuf: BytesMut,
-    peer: PeerAddr,
-    app: &A,
-    cfg: Arc<Settings>,
-    timer: Timer,
-) -> Option<H2c> {
-    let mut conn = Conn { sock, peer, cfg, timer, rbuf, wbuf: Vec::new(), headers: Vec::new(), h2c: None };
-    let open = crate::stats::OpenConn::new(false);
-    let live = crate::pool::Live::new();
-    conn.run(app).await;
-    drop(live);
-    let Some(request) = conn.h2c.take() else {
-        drop(open);
-        return None;
-    };
-    // Counted as HTTP/2 from here (by its driver).
-    open.hand_off();
-    let Conn { sock, timer, rbuf, .. } = conn;
-    Some(H2c { sock, timer, rbuf, request })
+    /// The last head parsed (for [`start`](Self::start)).
+    head: Option<Head>,
+    reading: Reading,
+    cur: Current,
+    /// The flag an upgradable request's tunnel waits on (raised after the 101).
+    switched: Option<Arc<AtomicBool>>,
+    /// No request has been read yet (its wait is the header timeout, not the idle one).
+    fresh: bool,
+    deadline: u64,
 }
 
 impl Conn {
-    async fn run<A: App>(&mut self, app: &A) {
-        let mut first = true;
-        // Where the app's futures run (its box is reused while that is cheap: `AppSlot`).
-        let mut slot = AppSlot::default();
-        loop {
-            let head = match self.read_head(first).await {
-                Ok(Some(h)) => h,
-                Ok(None) => return,
-                Err(e) => {
-                    let err = Error::new(Kind::BadRequest, "invalid request head").with_status(e.status());
-                    let err = match e {
-                        ParseError::BadRequest(why) => Error::new(Kind::BadRequest, why).with_status(400),
-                        _ => err,
-                    };
-                    self.reject(e.status(), err).await;
-                    return;
-                }
-            };
-            first = false;
-            match self.request(head, |req| app.handle(req), &mut slot).await {
-                Next::KeepAlive => {}
-                Next::Upgrade => return,
-                Next::Close { linger } => {
-                    if self.flush().await.is_ok() && linger {
-                        self.linger().await;
-                    }
-                    return;
-                }
-            }
+    /// A connection whose first bytes (`rbuf`, maybe empty) arrived at `now`.
+    pub(crate) fn new(cfg: Arc<Settings>, rbuf: BytesMut, now: u64) -> Conn {
+        let since = (!rbuf.is_empty()).then_some(now);
+        let deadline = match since {
+            Some(t) => t.saturating_add(cfg.header_timeout.as_millis() as u64),
+            None => NO_DEADLINE,
+        };
+        Conn {
+            cfg,
+            rbuf,
+            wbuf: Vec::new(),
+            headers: Vec::new(),
+            head: None,
+            reading: Reading::Head { since },
+            cur: Current { minor: Minor::One, is_head: false, keep_alive: true, linger: false },
+            switched: None,
+            fresh: true,
+            deadline,
         }
     }
 
-    /// Reads until a complete head is buffered. `Ok(None)`: the connection ended quietly.
-    async fn read_head(&mut self, first: bool) -> Result<Option<Head>, ParseError> {
-        let mut deadline_set = false;
-        loop {
-            if !self.rbuf.is_empty() {
-                if self.headers.capacity() == 0 {
-                    self.headers = crate::pool::take_spans();
-                }
-                if let parse::Status::Complete(h) = parse::parse(&self.rbuf, &self.cfg.limits, &mut self.headers)? {
-                    return Ok(Some(h));
-                }
-            }
-            if self.flush().await.is_err() {
-                return Ok(None);
-            }
-            let idle = self.rbuf.is_empty();
-            if idle {
-                if !self.timer.enter_idle() {
-                    return Ok(None);
-                }
-                self.timer.tickle(if first { self.cfg.header_timeout } else { self.cfg.idle_timeout });
-            } else if !deadline_set {
-                // Part of the next request is already here: its head is on the clock.
-                self.timer.set_deadline(now_ms(), self.cfg.header_timeout);
-                deadline_set = true;
-            }
-            let n = if idle {
-                self.read_when_idle().await
-            } else {
-                self.make_room();
-                self.sock.read(&mut self.rbuf).await
-            };
-            match n {
-                Ok(0) | Err(_) => return Ok(None),
-                Ok(_) => {}
-            }
-            if idle {
-                if !self.timer.leave_idle() {
-                    return Ok(None);
-                }
-                self.timer.set_deadline(now_ms(), self.cfg.header_timeout);
-                deadline_set = true;
-            }
-        }
-    }
-
-    /// Gives the receive buffer room for a read if it has less than 512 bytes (a plain
-    /// function: an async wrapper around the read costs ~70 instructions per request).
+    /// When the connection must be closed if it has not moved on ([`NO_DEADLINE`]: no
+    /// deadline, while the app runs).
     #[inline]
-    fn make_room(&mut self) {
+    pub(crate) fn deadline(&self) -> u64 {
+        self.deadline
+    }
+
+    /// The bytes to send.
+    #[inline]
+    pub(crate) fn write_buf(&self) -> &[u8] {
+        &self.wbuf
+    }
+
+    /// All of [`write_buf`](Self::write_buf) was sent.
+    #[inline]
+    pub(crate) fn handle_written(&mut self) {
+        self.wbuf.clear();
+    }
+
+    /// Where the next read goes, with room for it (at least 512 bytes: the buffer grows by
+    /// `read_buffer` at a time, up to the head limit).
+    #[inline]
+    pub(crate) fn read_buf(&mut self) -> &mut BytesMut {
         if self.rbuf.capacity() - self.rbuf.len() < 512 {
             self.rbuf.reserve(self.cfg.read_buffer);
         }
+        &mut self.rbuf
     }
 
-    /// The first read of a request on an idle connection. Unless few connections are live
-    /// (`pool::hold_while_idle`), the connection holds no buffers while it waits: they go
-    /// back to the thread's pool and are taken again once the socket is readable.
-    async fn read_when_idle(&mut self) -> std::io::Result<usize> {
-        if crate::pool::hold_while_idle() && self.rbuf.capacity() > 0 {
-            self.make_room();
-            return self.sock.read(&mut self.rbuf).await;
-        }
+    /// Whether the connection holds its buffers (it may keep them while it waits).
+    #[inline]
+    pub(crate) fn holds_buffers(&self) -> bool {
+        self.rbuf.capacity() > 0
+    }
+
+    /// The empty receive buffer's slot, for a read that takes a buffer only once the socket
+    /// is readable (after [`release_buffers`](Self::release_buffers)).
+    #[inline]
+    pub(crate) fn recv_slot(&mut self) -> &mut BytesMut {
+        &mut self.rbuf
+    }
+
+    /// Gives the (empty) buffers back to the thread's pool while the connection waits for
+    /// its next request, so an idle connection holds none.
+    pub(crate) fn release_buffers(&mut self) {
         crate::pool::put_read(std::mem::take(&mut self.rbuf));
         crate::pool::put_write(std::mem::take(&mut self.wbuf));
-        let min = self.cfg.read_buffer;
-        let r = self.sock.read_when_ready(&mut self.rbuf, |b| *b = crate::pool::take_read(min)).await;
-        self.wbuf = crate::pool::take_write();
-        r
     }
 
-    /// Handles one request whose head is buffered.
-    async fn request<F: Future<Output = Response>>(
-        &mut self,
-        h: Head,
-        call: impl FnOnce(Request) -> F,
-        slot: &mut AppSlot<F>,
-    ) -> Next {
-        let minor = h.minor;
-        let method = match Method::from_bytes(&self.rbuf[h.method.range()]) {
-            Ok(m) => m,
-            Err(_) => {
-                self.reject(400, Error::new(Kind::BadRequest, "invalid method").with_status(400)).await;
-                return Next::Close { linger: false };
+    /// Takes a write buffer again after [`release_buffers`](Self::release_buffers).
+    pub(crate) fn reacquire_buffers(&mut self) {
+        self.wbuf = crate::pool::take_write();
+    }
+
+    /// Bytes received and not yet consumed (while the connection holds the receive buffer).
+    pub(crate) fn buffered(&self) -> usize {
+        self.rbuf.len()
+    }
+
+    /// The head [`poll`](Self::poll) found, before [`start`](Self::start) takes it.
+    pub(crate) fn pending_head(&self) -> Option<&Head> {
+        self.head.as_ref()
+    }
+
+    /// What is left of the receive buffer (the client's first HTTP/2 bytes after `Upgrade:
+    /// h2c`).
+    pub(crate) fn into_rbuf(self) -> BytesMut {
+        self.rbuf
+    }
+
+    /// `n` bytes were read into [`read_buf`](Self::read_buf) at `now`; 0: the peer closed.
+    pub(crate) fn handle_read(&mut self, n: usize, now: u64) {
+        match &mut self.reading {
+            Reading::Head { since } => {
+                if n == 0 {
+                    self.reading = Reading::Closed { linger: false };
+                } else if since.is_none() {
+                    *since = Some(now);
+                    self.deadline = now.saturating_add(self.cfg.header_timeout.as_millis() as u64);
+                }
             }
+            Reading::Drain { body, .. } => {
+                // A failure (the peer closed mid-body) is recorded in the body: the next
+                // step reports it.
+                let _ = body.handle_read(n, now);
+                self.deadline = body.deadline();
+            }
+            _ => {}
+        }
+    }
+
+    /// What the connection needs next, at `now`.
+    #[inline]
+    pub(crate) fn poll(&mut self, now: u64) -> Next {
+        match &mut self.reading {
+            Reading::Head { since } => {
+                let since = *since;
+                if self.wbuf.len() < BATCH_MAX && !self.rbuf.is_empty() {
+                    if let Some(next) = self.parse() {
+                        return next;
+                    }
+                }
+                if !self.wbuf.is_empty() {
+                    self.deadline = now.saturating_add(self.cfg.send_timeout.as_millis() as u64);
+                    return Next::Flush;
+                }
+                let idle = self.rbuf.is_empty();
+                self.deadline = match since {
+                    Some(t) => t.saturating_add(self.cfg.header_timeout.as_millis() as u64),
+                    None => {
+                        let wait = if self.fresh { self.cfg.header_timeout } else { self.cfg.idle_timeout };
+                        now.saturating_add(wait.as_millis() as u64)
+                    }
+                };
+                Next::Read { idle }
+            }
+            Reading::Drain { .. } => self.drain(now),
+            Reading::Respond => Next::Respond,
+            Reading::Closed { linger } => {
+                let linger = *linger;
+                if !self.wbuf.is_empty() {
+                    self.deadline = now.saturating_add(self.cfg.send_timeout.as_millis() as u64);
+                }
+                Next::Close { linger }
+            }
+            Reading::App | Reading::Handoff => Next::Done,
+        }
+    }
+
+    /// Parses the buffered head: `Some` if it is complete or invalid.
+    #[inline(never)]
+    fn parse(&mut self) -> Option<Next> {
+        if self.headers.capacity() == 0 {
+            self.headers = crate::pool::take_spans();
+        }
+        match parse::parse(&self.rbuf, &self.cfg.limits, &mut self.headers) {
+            Ok(parse::Status::Complete(h)) => {
+                self.head = Some(h);
+                Some(Next::Request)
+            }
+            Ok(parse::Status::Partial) => None,
+            Err(e) => {
+                // An invalid head: its answer, then a lingering close.
+                self.closing(Minor::One);
+                Some(Next::Reject(e))
+            }
+        }
+    }
+
+    /// The current request's answer closes the connection with a linger (an error answer).
+    fn closing(&mut self, minor: Minor) {
+        self.cur = Current { minor, is_head: false, keep_alive: false, linger: true };
+        self.reading = Reading::Respond;
+    }
+
+    /// Takes the head [`poll`](Self::poll) found off the receive buffer and makes its
+    /// request, from `peer` (`secure`: over TLS), and gives it to `run` (the app). A
+    /// request body is lent, with the receive buffer, to `lend` (which makes the app's
+    /// reader of it); the reader gives it back. `shutting_down`: the server is going away
+    /// (no HTTP/2 upgrade then).
+    pub(crate) fn start(
+        &mut self,
+        shutting_down: bool,
+        peer: &PeerAddr,
+        secure: bool,
+        lend: impl FnOnce(Lent) -> Body,
+        run: impl FnOnce(Request),
+    ) -> Start {
+        self.fresh = false;
+        let Some(h) = self.head.take() else {
+            self.closing(Minor::One);
+            return Start::Reject(StatusCode::BAD_REQUEST, Error::new(Kind::BadRequest, "no request"));
         };
-        let is_head = method == Method::HEAD;
-        let mut keep_alive = match minor {
+        let minor = h.minor;
+        let Ok(method) = Method::from_bytes(&self.rbuf[h.method.range()]) else {
+            self.closing(minor);
+            return Start::Reject(
+                StatusCode::BAD_REQUEST,
+                Error::new(Kind::BadRequest, "invalid method").with_status(400),
+            );
+        };
+        let keep_alive = match minor {
             Minor::One => !h.conn_close,
             Minor::Zero => h.conn_keep_alive && !h.conn_close,
         };
+        self.cur = Current { minor, is_head: method == Method::HEAD, keep_alive, linger: false };
         // Both kinds of upgrade need `Connection: upgrade`, which the parser noted.
-        let h2c = h.conn_upgrade && first_upgrade(&self.rbuf, &self.headers, minor);
+        let h2c = h.conn_upgrade && h.framing == Framing::None && wants_h2c(&self.rbuf, &self.headers, minor);
         let upgrade = if h2c || !h.conn_upgrade { None } else { upgrade_request(&self.rbuf, &h, &self.headers, minor) };
-        let head_bytes = self.rbuf.split_to(h.len).freeze();
-
         // An upgrade request's "body" is the connection after a 101, if the app switches.
-        let switched = upgrade.map(|_| Arc::new(AtomicBool::new(false)));
+        self.switched = upgrade.map(|_| Arc::new(AtomicBool::new(false)));
         let decoder = match h.framing {
-            Framing::None => switched.as_ref().map(|s| Decoder::tunnel(s.clone(), self.cfg.body)),
+            Framing::None => self.switched.as_ref().map(|s| Decoder::tunnel(s.clone(), self.cfg.body)),
             Framing::Length(n) => match Decoder::length(n, self.cfg.body) {
                 Ok(d) => Some(d),
                 Err(_) => {
-                    self.reject(413, Error::new(Kind::Body, "request body over the limit").with_status(413)).await;
-                    return Next::Close { linger: false };
+                    self.closing(minor);
+                    let err = Error::new(Kind::Body, "request body over the limit").with_status(413);
+                    return Start::Reject(StatusCode::PAYLOAD_TOO_LARGE, err);
                 }
             },
             Framing::Chunked => Some(Decoder::chunked(self.cfg.body)),
         };
-        let (body, home) = match decoder {
-            None => (Body::empty(), None),
+        let buf = self.rbuf.split_to(h.len).freeze();
+        let headers = std::mem::take(&mut self.headers);
+        if h2c && !shutting_down {
+            // `Upgrade: h2c` (RFC 7540 §3.2): 101, then HTTP/2, the request on stream 1.
+            self.wbuf.extend_from_slice(SWITCH_H2C);
+            self.reading = Reading::Handoff;
+            let head = RequestHead {
+                buf,
+                method,
+                target: h.target,
+                path: h.path,
+                query: h.query,
+                authority: h.authority,
+                headers,
+                upgrade,
+            };
+            return Start::H2c(Box::new(Request::new(head, Version::HTTP_2, peer.clone(), secure, Body::empty())));
+        }
+        self.reading = Reading::App;
+        self.deadline = NO_DEADLINE;
+        let body = match decoder {
+            None => Body::empty(),
             Some(d) => {
-                let home: reader::Home = Arc::new(Mutex::new(None));
-                let st = reader::State::new(
-                    self.sock.clone(),
-                    std::mem::take(&mut self.rbuf),
+                let inbound = Inbound::new(
                     d,
                     h.expect_continue && minor == Minor::One,
-                    self.timer.handle(),
-                    self.cfg.clone(),
+                    self.cfg.body_timeout.as_millis() as u64,
+                    self.cfg.min_body_rate,
                 );
-                (Body::stream(Reader::new(st, home.clone())), Some(home))
+                lend(Lent { inbound, buf: std::mem::take(&mut self.rbuf) })
             }
         };
-        let req = Request {
-            buf: head_bytes,
+        // Built where `run` takes it: the request is moved once, into the app's future.
+        run(Request {
+            buf,
             method,
             target: h.target,
             path: h.path,
             query: h.query,
             authority: h.authority,
-            headers: std::mem::take(&mut self.headers),
+            headers,
             version: if minor == Minor::One { Version::HTTP_11 } else { Version::HTTP_10 },
-            peer: self.peer.clone(),
+            peer: peer.clone(),
             body,
-            secure: self.sock.is_tls(),
+            secure,
             upgrade,
-        };
-        if h2c && home.is_none() && !self.timer.shutting_down() {
-            // `Upgrade: h2c` (RFC 7540 §3.2): 101, then HTTP/2, the request on stream 1.
-            self.wbuf
-                .extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n");
-            if self.flush().await.is_err() {
-                return Next::Close { linger: false };
-            }
-            let mut req = req;
-            req.version = Version::HTTP_2;
-            self.h2c = Some(req);
-            return Next::Upgrade;
+        });
+        Start::App
+    }
+
+    /// The app answered (`panicked`: with a panic) and its body is as `body` says. `true`:
+    /// [`poll`](Self::poll) first drains what it left unread (that keeps the connection) or
+    /// closes, and says when to [`respond`](Self::respond); `false`: respond now.
+    pub(crate) fn app_done(&mut self, body: Returned, panicked: bool) -> bool {
+        self.reading = Reading::Respond;
+        if panicked {
+            self.cur.keep_alive = false;
         }
-
-        self.timer.pause();
-        slot.load(call(req));
-        let mut res = match slot.run().await {
-            Some(res) => res,
-            None => {
-                keep_alive = false;
-                dispatch::panicked(&self.cfg)
+        match body {
+            Returned::None => {}
+            Returned::Kept => {
+                self.cur.keep_alive = false;
+                self.cur.linger = true;
             }
-        };
-
-        let mut linger = false;
-        if let Some(home) = home {
-            let st = home.lock().ok().and_then(|mut g| g.take());
-            match st {
-                None => {
-                    // The app kept the body beyond its response: the connection cannot go on.
-                    keep_alive = false;
-                    linger = true;
-                }
-                Some(mut st) => {
-                    if st.failed.is_none() && !st.decoder.is_done() {
-                        if st.continue_pending || st.decoder.remaining().is_some_and(|r| r > self.cfg.max_drain) {
-                            keep_alive = false;
-                            linger = true;
-                        } else {
-                            let mut drained = 0u64;
-                            while let Some(piece) = st.next().await {
-                                match piece {
-                                    Ok(b) => {
-                                        drained += b.len() as u64;
-                                        if drained > self.cfg.max_drain {
-                                            keep_alive = false;
-                                            linger = true;
-                                            break;
-                                        }
-                                    }
-                                    Err(_) => break,
-                                }
-                            }
-                        }
+            Returned::Back(Lent { inbound, buf }) => {
+                self.rbuf = buf;
+                if inbound.failed.is_none() && !inbound.decoder.is_done() {
+                    let too_much = inbound.decoder.remaining().is_some_and(|r| r > self.cfg.max_drain);
+                    if inbound.continue_pending || too_much {
+                        // The client waits for a 100 it will not get, or there is too much
+                        // to read: close (the client may still be sending).
+                        self.cur.keep_alive = false;
+                        self.cur.linger = true;
+                    } else {
+                        self.reading = Reading::Drain { body: Box::new(inbound), drained: 0 };
+                        return true;
                     }
-                    match st.failed {
-                        None => {}
-                        Some(Failure::Broken) => return Next::Close { linger: false },
-                        Some(Failure::Status(s)) => {
-                            let status = StatusCode::from_u16(s).unwrap_or(StatusCode::BAD_REQUEST);
-                            let err = Error::new(Kind::Body, "invalid request body").with_status(s);
-                            res = dispatch::reject(&self.cfg, status, &err);
-                            keep_alive = false;
-                            linger = true;
-                        }
-                    }
-                    self.rbuf = st.buf;
                 }
+                self.body_failed(inbound.failed);
+                return !matches!(self.reading, Reading::Respond);
             }
         }
+        false
+    }
 
-        if res.status == StatusCode::SWITCHING_PROTOCOLS {
-            return self.switch_protocols(res, switched).await;
-        }
-        if keep_alive && (self.timer.shutting_down() || asks_close(&res)) {
-            keep_alive = false;
-        }
-        match self.respond(res, is_head, minor, keep_alive).await {
-            Ok(true) if keep_alive => Next::KeepAlive,
-            Ok(_) => Next::Close { linger: linger || !self.rbuf.is_empty() },
-            Err(_) => Next::Close { linger: false },
+    /// Applies how the body failed (if it did) to the connection.
+    fn body_failed(&mut self, failed: Option<Failure>) {
+        match failed {
+            None => {}
+            Some(Failure::Broken) => self.reading = Reading::Closed { linger: false },
+            Some(Failure::Status(_)) => {
+                self.cur.keep_alive = false;
+                self.cur.linger = true;
+            }
         }
     }
 
-    /// Answers 101 and hands the connection to the app's stream (see
-    /// [`Response::upgrade`]); the connection closes when the stream ends. A 101 the request
-    /// did not ask for (or without a stream) becomes a 500.
-    async fn switch_protocols(&mut self, res: Response, switched: Option<Arc<AtomicBool>>) -> Next {
+    /// One step of the drain: discard what is buffered; read more, respond, or fail.
+    fn drain(&mut self, now: u64) -> Next {
+        let Reading::Drain { body, drained } = &mut self.reading else { return Next::Respond };
+        loop {
+            match body.decode(&mut self.rbuf) {
+                Some(Step::Data(b)) => {
+                    *drained += b.len() as u64;
+                    if *drained > self.cfg.max_drain {
+                        self.cur.keep_alive = false;
+                        self.cur.linger = true;
+                        self.reading = Reading::Respond;
+                        return Next::Respond;
+                    }
+                }
+                Some(Step::End) => {
+                    self.reading = Reading::Respond;
+                    return Next::Respond;
+                }
+                Some(Step::Failed(_)) => {
+                    let failed = body.failed;
+                    self.reading = Reading::Respond;
+                    self.body_failed(failed);
+                    return match failed {
+                        Some(Failure::Status(s)) => Next::Fail(s),
+                        _ => Next::Close { linger: false },
+                    };
+                }
+                Some(Step::Continue | Step::Read) | None => {
+                    // The 100 was never owed here (`app_done` closes instead).
+                    let _ = body.wait(now);
+                    self.deadline = body.deadline();
+                    if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+                        self.rbuf.reserve(self.cfg.read_buffer.max(4096));
+                    }
+                    return Next::Read { idle: false };
+                }
+            }
+        }
+    }
+
+    /// Puts the response's head (and a small body) in the write buffer and says what the
+    /// driver sends after it. `shutting_down`: the server is going away (the answer says
+    /// `Connection: close`).
+    ///
+    /// # Errors
+    /// A 101 to a request that cannot switch protocols (or without a stream): the driver
+    /// answers this error instead (the connection then closes).
+    pub(crate) fn respond(&mut self, res: Response, shutting_down: bool) -> Result<Send, Error> {
+        let cur = &mut self.cur;
+        if cur.keep_alive && (shutting_down || asks_close(&res)) {
+            cur.keep_alive = false;
+        }
         let Response { status, headers, body, shared } = res;
-        let (Some(switched), ResponseBody::Stream(s)) = (switched, body) else {
-            let err = Error::new(
-                Kind::BadResponse,
-                "the app answered 101 Switching Protocols to a request that cannot switch",
-            );
-            let res = dispatch::reject(&self.cfg, StatusCode::INTERNAL_SERVER_ERROR, &err);
-            return match self.respond(res, false, Minor::One, false).await {
-                Ok(_) => Next::Close { linger: true },
-                Err(_) => Next::Close { linger: false },
+        let server = self.cfg.server_name;
+        let shared = shared.as_deref();
+        if status == StatusCode::SWITCHING_PROTOCOLS {
+            let (Some(flag), ResponseBody::Stream(s)) = (self.switched.take(), body) else {
+                self.closing(Minor::One);
+                return Err(Error::new(
+                    Kind::BadResponse,
+                    "the app answered 101 Switching Protocols to a request that cannot switch",
+                ));
             };
-        };
-        compose(
-            &mut self.wbuf,
-            status,
-            shared.as_deref(),
-            &headers,
-            Out::None,
-            ConnHeader::Upgrade,
-            self.cfg.server_name,
-        );
-        if self.flush().await.is_err() {
-            return Next::Close { linger: false };
+            compose(&mut self.wbuf, status, shared, &headers, Out::None, ConnHeader::Upgrade, server);
+            self.reading = Reading::Closed { linger: false };
+            return Ok(Send::Switch(s, flag));
         }
-        switched.store(true, Ordering::Release);
-        let writer = BodyWriter::new(Sink::new(self.sock.clone(), false, self.timer.handle(), self.cfg.send_timeout));
-        let _ = (s.0)(writer).await;
-        Next::Close { linger: false }
-    }
-
-    /// Writes (or queues) the response. `Ok(false)`: the framing forced a close.
-    async fn respond(&mut self, res: Response, is_head: bool, minor: Minor, keep_alive: bool) -> std::io::Result<bool> {
-        let Response { status, headers, body, shared } = res;
+        let cur = *cur;
         let bodiless =
             status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
-        let conn = |keep: bool| match (keep, minor) {
+        let conn = |keep: bool| match (keep, cur.minor) {
             (false, _) => ConnHeader::Close,
             (true, Minor::Zero) => ConnHeader::KeepAlive,
             (true, Minor::One) => ConnHeader::Omit,
         };
-        let server = self.cfg.server_name;
-        match body {
+        let send = match body {
             ResponseBody::Empty => {
                 let f = if bodiless { Out::None } else { Out::Length(0) };
-                compose(&mut self.wbuf, status, shared.as_deref(), &headers, f, conn(keep_alive), server);
-                crate::pool::put_headers(headers);
+                compose(&mut self.wbuf, status, shared, &headers, f, conn(cur.keep_alive), server);
+                Send::Buffered
             }
             ResponseBody::Bytes(b) => {
                 let f = if bodiless { Out::None } else { Out::Length(b.len() as u64) };
-                compose(&mut self.wbuf, status, shared.as_deref(), &headers, f, conn(keep_alive), server);
-                crate::pool::put_headers(headers);
-                if !is_head && !bodiless {
-                    if b.len() <= COPY_BODY_MAX {
-                        self.wbuf.extend_from_slice(&b);
-                    } else {
-                        self.timer.tickle(self.cfg.send_timeout);
-                        self.sock.write_all_vectored(&mut [&self.wbuf, &b]).await?;
-                        self.wbuf.clear();
-                    }
+                compose(&mut self.wbuf, status, shared, &headers, f, conn(cur.keep_alive), server);
+                if cur.is_head || bodiless {
+                    Send::Buffered
+                } else if b.len() <= COPY_BODY_MAX {
+                    self.wbuf.extend_from_slice(&b);
+                    Send::Buffered
+                } else {
+                    Send::Bytes(b)
                 }
             }
             ResponseBody::File(f) => {
                 let framing = if bodiless { Out::None } else { Out::Length(f.len) };
-                compose(&mut self.wbuf, status, shared.as_deref(), &headers, framing, conn(keep_alive), server);
-                crate::pool::put_headers(headers);
-                if !is_head && !bodiless {
-                    let timer = self.timer.handle();
-                    let t = self.cfg.send_timeout;
-                    timer.tickle(t);
-                    self.sock.send_file(&self.wbuf, f.file.as_fd(), f.offset, f.len, &|| timer.tickle(t)).await?;
-                    self.wbuf.clear();
+                compose(&mut self.wbuf, status, shared, &headers, framing, conn(cur.keep_alive), server);
+                if cur.is_head || bodiless {
+                    Send::Buffered
+                } else {
+                    Send::File(f)
                 }
             }
             ResponseBody::Stream(s) => {
                 // A stream whose length the app declared goes out with that length.
                 let declared = declared_length(&headers);
-                if is_head || bodiless {
+                if cur.is_head || bodiless {
                     let framing = match (bodiless, declared) {
                         (true, _) => Out::None,
                         (false, Some(n)) => Out::Length(n),
                         (false, None) => Out::Chunked,
                     };
-                    compose(&mut self.wbuf, status, shared.as_deref(), &headers, framing, conn(keep_alive), server);
-                    return Ok(true);
+                    compose(&mut self.wbuf, status, shared, &headers, framing, conn(cur.keep_alive), server);
+                    Send::Buffered
+                } else if let Some(n) = declared {
+                    compose(&mut self.wbuf, status, shared, &headers, Out::Length(n), conn(cur.keep_alive), server);
+                    Send::Stream(s, StreamFraming::Sized(n))
+                } else if cur.minor == Minor::One {
+                    compose(&mut self.wbuf, status, shared, &headers, Out::Chunked, conn(cur.keep_alive), server);
+                    Send::Stream(s, StreamFraming::Chunked)
+                } else {
+                    self.cur.keep_alive = false;
+                    compose(&mut self.wbuf, status, shared, &headers, Out::Close, conn(false), server);
+                    Send::Stream(s, StreamFraming::Close)
                 }
-                if let Some(n) = declared {
-                    compose(
-                        &mut self.wbuf,
-                        status,
-                        shared.as_deref(),
-                        &headers,
-                        Out::Length(n),
-                        conn(keep_alive),
-                        server,
-                    );
-                    self.flush().await?;
-                    let left = Arc::new(std::sync::atomic::AtomicU64::new(n));
-                    let writer = BodyWriter::new(Sink::sized(
-                        self.sock.clone(),
-                        left.clone(),
-                        self.timer.handle(),
-                        self.cfg.send_timeout,
-                    ));
-                    (s.0)(writer).await?;
-                    // Short of the declared length: only closing tells the client.
-                    return Ok(left.load(Ordering::Acquire) == 0);
-                }
-                let chunked = minor == Minor::One;
-                let keep = keep_alive && chunked;
-                let framing = if chunked { Out::Chunked } else { Out::Close };
-                compose(&mut self.wbuf, status, shared.as_deref(), &headers, framing, conn(keep), server);
-                self.flush().await?;
-                let writer =
-                    BodyWriter::new(Sink::new(self.sock.clone(), chunked, self.timer.handle(), self.cfg.send_timeout));
-                (s.0)(writer).await?;
-                if chunked {
+            }
+        };
+        crate::pool::put_headers(headers);
+        self.switched = None;
+        self.next_request();
+        Ok(send)
+    }
+
+    /// A streamed body ended: `Ok(complete)` when the app's stream finished (`complete`:
+    /// all of a declared length was written), `Err` when it failed (a write failed: the
+    /// connection is gone). A stream short of its declared length leaves the connection
+    /// unusable: only closing tells the client.
+    pub(crate) fn stream_done(&mut self, framing: StreamFraming, outcome: Result<bool, ()>) {
+        match outcome {
+            Err(()) => self.reading = Reading::Closed { linger: false },
+            Ok(true) => {
+                if framing == StreamFraming::Chunked {
                     self.wbuf.extend_from_slice(b"0\r\n\r\n");
                 }
-                return Ok(keep);
+            }
+            Ok(false) => {
+                self.cur.keep_alive = false;
+                self.next_request();
             }
         }
-        if self.wbuf.len() >= BATCH_MAX {
-            self.flush().await?;
-        }
-        Ok(true)
     }
 
-    /// Writes out the send buffer.
-    async fn flush(&mut self) -> std::io::Result<()> {
-        if self.wbuf.is_empty() {
-            return Ok(());
-        }
-        self.timer.tickle(self.cfg.send_timeout);
-        // Usually the socket takes it all at once: no write future is made.
-        let r = match self.sock.try_write(&self.wbuf) {
-            Ok(n) if n == self.wbuf.len() => Ok(()),
-            Ok(n) => self.sock.write_all(&self.wbuf[n..]).await,
-            Err(e) => Err(e),
+    /// After the response: the next head, or the close.
+    fn next_request(&mut self) {
+        self.reading = if self.cur.keep_alive {
+            Reading::Head { since: None }
+        } else {
+            // Unread bytes in the buffer: the client is still sending.
+            Reading::Closed { linger: self.cur.linger || !self.rbuf.is_empty() }
         };
-        self.wbuf.clear();
-        r
-    }
-
-    /// Answers an invalid request with `status`, then closes with a linger.
-    async fn reject(&mut self, status: u16, err: Error) {
-        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
-        let res = dispatch::reject(&self.cfg, status, &err);
-        if self.respond(res, false, Minor::One, false).await.is_ok() && self.flush().await.is_ok() {
-            self.linger().await;
-        }
-    }
-
-    /// Lingering close (see `Transport::linger`).
-    async fn linger(&mut self) {
-        self.sock.linger(self.cfg.linger_timeout).await;
     }
 }
 
 /// Whether the request asks for `Upgrade: h2c` with an `HTTP2-Settings` header, both named
 /// in `Connection` (RFC 7540 §3.2).
-fn first_upgrade(buf: &[u8], headers: &[HeaderSpan], minor: Minor) -> bool {
+fn wants_h2c(buf: &[u8], headers: &[HeaderSpan], minor: Minor) -> bool {
     if minor != Minor::One {
         return false;
     }
@@ -572,7 +745,7 @@ fn declared_length(headers: &[(http::HeaderName, http::HeaderValue)]) -> Option<
     let mut found = None;
     for (n, v) in headers {
         if n == http::header::CONTENT_LENGTH {
-            let len = std::str::from_utf8(v.as_bytes()).ok()?.parse::<u64>().ok()?;
+            let len = crate::message::parse_decimal(v.as_bytes())?;
             if found.is_some_and(|f| f != len) {
                 return None;
             }

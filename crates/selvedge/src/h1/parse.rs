@@ -116,7 +116,7 @@ pub enum Framing {
 
 /// A complete request head: offsets into the received bytes and the facts found on the way
 /// (the header lines are in the vector the caller passed to [`parse`]).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct Head {
     /// Bytes the head occupies, including leading empty lines and the final CRLF.
     pub len: usize,
@@ -156,8 +156,10 @@ pub enum Status {
     Partial,
 }
 
+/// Visible ASCII but `#`: a fragment is never sent in a request-target (RFC 9112 §3.2, RFC
+/// 3986 §3.5), so a `#` there is a client error, not part of the path.
 const fn is_target(b: u8) -> bool {
-    b >= 0x21 && b <= 0x7e
+    b >= 0x21 && b <= 0x7e && b != b'#'
 }
 const fn is_host(b: u8) -> bool {
     b.is_ascii_alphanumeric()
@@ -184,7 +186,7 @@ const fn is_host(b: u8) -> bool {
         )
 }
 
-/// request-target characters: visible ASCII.
+/// request-target characters: visible ASCII but `#`.
 static TARGET: [bool; 256] = class!(is_target);
 /// Host characters: reg-name, IP-literal and port.
 static HOST: [bool; 256] = class!(is_host);
@@ -278,7 +280,7 @@ impl Cursor<'_> {
     fn scan_target(&mut self) -> Option<u8> {
         while let Some(w) = self.buf.get(self.pos..self.pos + 8) {
             let x = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-            let stop = swar::lt(x, 0x21) | swar::ge_7f(x);
+            let stop = swar::lt(x, 0x21) | swar::ge_7f(x) | swar::eq(x, b'#');
             if stop != 0 {
                 self.pos += swar::first(stop);
                 return Some(self.buf[self.pos]);
@@ -376,6 +378,9 @@ fn parse_inner(buf: &[u8], limits: &Limits, headers: &mut Vec<HeaderSpan>) -> Re
         return Err(ParseError::UriTooLong);
     }
     let b = need!(end);
+    if b == b'#' {
+        return Err(ParseError::BadRequest("fragment in request-target"));
+    }
     if b != b' ' || c.pos == t_start {
         return Err(ParseError::BadRequest("invalid request-target"));
     }
@@ -788,6 +793,10 @@ mod tests {
         double_space: b"GET  / HTTP/1.1\r\nHost: h\r\n\r\n" => 400;
         space_in_target: b"GET /a b HTTP/1.1\r\nHost: h\r\n\r\n" => 400;
         non_ascii_target: b"GET /\xff HTTP/1.1\r\nHost: h\r\n\r\n" => 400;
+        fragment_in_target: b"GET /a#b HTTP/1.1\r\nHost: h\r\n\r\n" => 400;
+        fragment_alone: b"GET # HTTP/1.1\r\nHost: h\r\n\r\n" => 400;
+        fragment_in_absolute_form: b"GET http://h/a?b#c HTTP/1.1\r\nHost: h\r\n\r\n" => 400;
+        fragment_before_complete: b"GET /a#" => 400;
         http09: b"GET /\r\n\r\n" => 400;
         lowercase_version: b"GET / http/1.1\r\nHost: h\r\n\r\n" => 400;
         http2_version: b"GET / HTTP/2.0\r\nHost: h\r\n\r\n" => 505;

@@ -81,7 +81,7 @@ pub(crate) async fn serve<A: App>(sock: Transport, peer: PeerAddr, app: Arc<A>, 
             sock.linger(cfg.linger_timeout).await;
         }
         Sniff::Http1 | Sniff::More => {
-            let h2c = crate::h1::conn::serve(sock, rbuf, peer.clone(), &*app, cfg.clone(), timer).await;
+            let h2c = crate::h1::driver::serve(sock, rbuf, peer.clone(), &*app, cfg.clone(), timer).await;
             if let Some(h) = h2c {
                 serve_h2(h.sock, peer, app, cfg, h.timer, h.rbuf, Some(h.request)).await;
             }

@@ -29,7 +29,8 @@ use tokio::task::AbortHandle;
 pub const TICK: Duration = Duration::from_millis(100);
 
 /// Deadline value meaning "no deadline".
-const PAUSED: u64 = u64::MAX;
+pub(crate) const NO_DEADLINE: u64 = u64::MAX;
+const PAUSED: u64 = NO_DEADLINE;
 
 /// Connection phases as the manager sees them.
 const PHASE_ACTIVE: u8 = 0;
@@ -241,6 +242,13 @@ impl TimerHandle {
     #[inline]
     pub fn set_deadline(&self, since: u64, timeout: Duration) {
         self.slot.deadline.store(since.saturating_add(timeout.as_millis() as u64), Ordering::Relaxed);
+    }
+
+    /// Sets the deadline to `at` (a [`now_ms`] time; [`NO_DEADLINE`] for none), as computed
+    /// by a sans-IO state machine.
+    #[inline]
+    pub(crate) fn set_at(&self, at: u64) {
+        self.slot.deadline.store(at, Ordering::Relaxed);
     }
 
     /// No deadline until the next tickle (while the application runs).

@@ -1,0 +1,285 @@
+//! The async side of an HTTP/1.1 connection: it does what the sans-IO [`Conn`] asks for —
+//! reads and writes on the connection's transport, the app call, files and streamed
+//! bodies — and keeps the connection's timer on the `Conn`'s deadline. Every decision
+//! (framing, keep-alive, linger, drain, `Expect`, upgrades) is the `Conn`'s.
+
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::BytesMut;
+use http::StatusCode;
+
+use super::conn::{body_error, head_error, Conn, Next, Returned, Send, Start, StreamFraming};
+use super::reader::{Home, Reader};
+use super::sink::Sink;
+use crate::app::App;
+use crate::body::{Body, BodyWriter};
+use crate::dispatch::{self, AppSlot};
+use crate::request::Request;
+use crate::response::Response;
+use crate::settings::Settings;
+use crate::sys::PeerAddr;
+use crate::time::timeout::{now_ms, Timer};
+use crate::transport::Transport;
+
+/// A connection HTTP/1.1 hands over to HTTP/2 after `Upgrade: h2c` (RFC 7540 §3.2): the
+/// 101 is sent; the request is to be answered on stream 1, and `rbuf` holds what the
+/// client sent after it (its preface).
+pub(crate) struct H2c {
+    pub(crate) sock: Arc<Transport>,
+    pub(crate) timer: Timer,
+    pub(crate) rbuf: BytesMut,
+    pub(crate) request: Request,
+}
+
+/// The connection's I/O: what the driver's steps share.
+struct Io<'a> {
+    sock: &'a Arc<Transport>,
+    cfg: &'a Arc<Settings>,
+    timer: &'a Timer,
+}
+
+/// Serves one connection until it closes, or until it turns into HTTP/2 (`Upgrade: h2c`):
+/// then the hand-off is returned. `rbuf` holds the bytes already received (the server read
+/// them to choose the protocol).
+pub(crate) async fn serve<A: App>(
+    sock: Arc<Transport>,
+    rbuf: BytesMut,
+    peer: PeerAddr,
+    app: &A,
+    cfg: Arc<Settings>,
+    timer: Timer,
+) -> Option<H2c> {
+    // Counts the connection as HTTP/1.x until it ends or turns into HTTP/2.
+    let open = crate::stats::OpenConn::new(false);
+    let _live = crate::pool::Live::new();
+    let mut conn = Conn::new(cfg.clone(), rbuf, now_ms());
+    // Where the app's futures run (its box is reused while that is cheap: `AppSlot`).
+    let mut slot = AppSlot::default();
+    let io = Io { sock: &sock, cfg: &cfg, timer: &timer };
+    let secure = sock.is_tls();
+    loop {
+        let res = match conn.poll(now_ms()) {
+            Next::Request => {
+                let mut home: Option<Home> = None;
+                let lend = |lent| {
+                    let h: Home = Arc::new(Mutex::new(None));
+                    home = Some(h.clone());
+                    Body::stream(Reader::new(lent, sock.clone(), timer.handle(), cfg.read_buffer, h))
+                };
+                let run = |req| slot.load(app.handle(req));
+                match conn.start(timer.shutting_down(), &peer, secure, lend, run) {
+                    Start::App => {
+                        timer.pause();
+                        let res = slot.run().await;
+                        let panicked = res.is_none();
+                        let res = dispatch::or_500(res, &cfg);
+                        let returned = match home {
+                            None => Returned::None,
+                            Some(home) => match home.lock().ok().and_then(|mut g| g.take()) {
+                                Some(lent) => Returned::Back(lent),
+                                None => Returned::Kept,
+                            },
+                        };
+                        if conn.app_done(returned, panicked) {
+                            match io.drain(&mut conn, res).await {
+                                Some(res) => res,
+                                None => return None,
+                            }
+                        } else {
+                            res
+                        }
+                    }
+                    Start::H2c(request) => {
+                        if io.flush(&mut conn).await.is_err() {
+                            return None;
+                        }
+                        open.hand_off();
+                        return Some(H2c { sock, timer, rbuf: conn.into_rbuf(), request: *request });
+                    }
+                    Start::Reject(status, err) => dispatch::reject(&cfg, status, &err),
+                }
+            }
+            Next::Flush => {
+                timer.set_at(conn.deadline());
+                // Usually the socket takes it all at once: no write future is made.
+                let buf = conn.write_buf();
+                let r = match sock.try_write(buf) {
+                    Ok(n) if n == buf.len() => Ok(()),
+                    Ok(n) => sock.write_all(&buf[n..]).await,
+                    Err(e) => Err(e),
+                };
+                conn.handle_written();
+                if r.is_err() {
+                    return None;
+                }
+                continue;
+            }
+            Next::Read { idle: true } => {
+                if !timer.enter_idle() {
+                    return None;
+                }
+                timer.set_at(conn.deadline());
+                let r = if crate::pool::hold_while_idle() && conn.holds_buffers() {
+                    sock.read(conn.read_buf()).await
+                } else {
+                    // An idle connection holds no buffers while it waits: they go back to
+                    // the thread's pool and are taken again once the socket is readable.
+                    conn.release_buffers();
+                    let min = cfg.read_buffer;
+                    let r = sock.read_when_ready(conn.recv_slot(), |b| *b = crate::pool::take_read(min)).await;
+                    conn.reacquire_buffers();
+                    r
+                };
+                match r {
+                    Ok(n) if n > 0 && timer.leave_idle() => {
+                        conn.handle_read(n, now_ms());
+                        timer.set_at(conn.deadline());
+                    }
+                    _ => return None,
+                }
+                continue;
+            }
+            Next::Read { idle: false } => {
+                if !io.read(&mut conn).await {
+                    return None;
+                }
+                continue;
+            }
+            Next::Reject(e) => {
+                let (status, err) = head_error(e);
+                dispatch::reject(&cfg, status, &err)
+            }
+            Next::Close { linger } => {
+                if io.flush(&mut conn).await.is_ok() && linger {
+                    sock.linger(cfg.linger_timeout).await;
+                }
+                return None;
+            }
+            Next::Respond | Next::Fail(_) | Next::Done => return None,
+        };
+        match conn.respond(res, timer.shutting_down()) {
+            Ok(Send::Buffered) => {}
+            Ok(send) => {
+                if !io.send(&mut conn, send).await {
+                    return None;
+                }
+            }
+            Err(err) => {
+                // A 101 the request cannot switch to: 500, and the connection closes.
+                let res = dispatch::reject(&cfg, StatusCode::INTERNAL_SERVER_ERROR, &err);
+                match conn.respond(res, true) {
+                    Ok(Send::Buffered) => {}
+                    _ => return None,
+                }
+            }
+        }
+    }
+}
+
+impl Io<'_> {
+    /// Reads the rest of a head, or of a body being drained. `false`: the connection is
+    /// over (closed or failed).
+    async fn read(&self, conn: &mut Conn) -> bool {
+        self.timer.set_at(conn.deadline());
+        match self.sock.read(conn.read_buf()).await {
+            Ok(n) if n > 0 => {
+                conn.handle_read(n, now_ms());
+                self.timer.set_at(conn.deadline());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drains what the app left of its body (reading as the `Conn` asks), then returns the
+    /// answer: `res`, or the body's error answer. `None`: the connection is over.
+    async fn drain(&self, conn: &mut Conn, res: Response) -> Option<Response> {
+        loop {
+            match conn.poll(now_ms()) {
+                Next::Respond => return Some(res),
+                Next::Fail(status) => {
+                    let (status, err) = body_error(status);
+                    return Some(dispatch::reject(self.cfg, status, &err));
+                }
+                Next::Read { .. } => {
+                    if !self.read(conn).await {
+                        return None;
+                    }
+                }
+                Next::Close { linger } => {
+                    drop(res);
+                    if self.flush(conn).await.is_ok() && linger {
+                        self.sock.linger(self.cfg.linger_timeout).await;
+                    }
+                    return None;
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Sends what follows a response's head (the head is in the write buffer). `false`: the
+    /// connection is over.
+    async fn send(&self, conn: &mut Conn, send: Send) -> bool {
+        let send_timeout = self.cfg.send_timeout;
+        match send {
+            Send::Buffered => true,
+            Send::Bytes(b) => {
+                self.timer.tickle(send_timeout);
+                let r = self.sock.write_all_vectored(&mut [conn.write_buf(), &b]).await;
+                conn.handle_written();
+                r.is_ok()
+            }
+            Send::File(f) => {
+                let timer = self.timer.handle();
+                timer.tickle(send_timeout);
+                let r = self
+                    .sock
+                    .send_file(conn.write_buf(), f.file.as_fd(), f.offset, f.len, &|| timer.tickle(send_timeout))
+                    .await;
+                conn.handle_written();
+                r.is_ok()
+            }
+            Send::Stream(s, framing) => {
+                if self.flush(conn).await.is_err() {
+                    return false;
+                }
+                let handle = self.timer.handle();
+                let (sink, left) = match framing {
+                    StreamFraming::Sized(n) => {
+                        let left = Arc::new(AtomicU64::new(n));
+                        (Sink::sized(self.sock.clone(), left.clone(), handle, send_timeout), Some(left))
+                    }
+                    StreamFraming::Chunked => (Sink::new(self.sock.clone(), true, handle, send_timeout), None),
+                    StreamFraming::Close => (Sink::new(self.sock.clone(), false, handle, send_timeout), None),
+                };
+                let r = (s.0)(BodyWriter::new(sink)).await;
+                let complete = left.is_none_or(|l| l.load(Ordering::Acquire) == 0);
+                conn.stream_done(framing, r.map(|()| complete).map_err(|_| ()));
+                true
+            }
+            Send::Switch(s, switched) => {
+                if self.flush(conn).await.is_err() {
+                    return false;
+                }
+                switched.store(true, Ordering::Release);
+                let sink = Sink::new(self.sock.clone(), false, self.timer.handle(), send_timeout);
+                let _ = (s.0)(BodyWriter::new(sink)).await;
+                true
+            }
+        }
+    }
+
+    /// Sends the write buffer (within the send timeout).
+    async fn flush(&self, conn: &mut Conn) -> std::io::Result<()> {
+        if conn.write_buf().is_empty() {
+            return Ok(());
+        }
+        self.timer.tickle(self.cfg.send_timeout);
+        let r = self.sock.write_all(conn.write_buf()).await;
+        conn.handle_written();
+        r
+    }
+}
