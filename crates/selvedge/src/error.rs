@@ -62,7 +62,9 @@ impl Error {
         self.inner.kind == Kind::Io
     }
 
-    /// A timeout.
+    /// A deadline passed: an HTTP/2 request body that stalled (its stream was reset after
+    /// `Settings::body_timeout` without `min_body_rate`). On HTTP/1.1 a missed deadline
+    /// closes the whole connection, and the app's task with it.
     pub fn is_timeout(&self) -> bool {
         self.inner.kind == Kind::Timeout
     }

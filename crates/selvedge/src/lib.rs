@@ -1,24 +1,10 @@
 //! # selvedge
 //!
-//! A high-performance HTTP/1.1 (and, as it lands, HTTP/2) server engine, built on the design
-//! of Haskell's Warp: an app is an async function from [`Request`] to [`Response`]; the
-//! engine runs one lightweight task per connection, written as plain sequential code.
-//!
-//! The engine's four key ideas, and where they live:
-//! - **Few system calls** ([`sys`], `socket`): `accept4` with non-blocking set,
-//!   `TCP_NODELAY` inherited from the listener, reads that clear readiness when they drain
-//!   the socket (no `EAGAIN` round trip), one `write` per batch of pipelined responses,
-//!   `send(MSG_MORE)` + `sendfile` for files.
-//! - **Specialised functions, no recalculation**: a hand-written zero-copy parser with
-//!   byte-class tables ([`h1::parse`]), a header composer that copies prepared bytes
-//!   ([`h1::write`]), and a `Date` value rendered once a second ([`time::date`]).
-//! - **No locks on hot paths**: timers are atomics, the date cache is a sequence lock of
-//!   atomics, workers are per-core runtimes with their own `SO_REUSEPORT` listener.
-//! - **Files** ([`file`](mod@file)): an open-file and file-info cache swept by a two-phase reaper,
-//!   ranges and conditional requests; bodies go out as `send(MSG_MORE)` + `sendfile`.
-//! - **Clean-up with timers**: one timeout manager for every connection
-//!   ([`time::timeout`]): a tickle is a memory write; a connection whose deadline passes is
-//!   dropped, which closes it and runs every destructor.
+//! A high-performance HTTP/1.1 and HTTP/2 server engine, built on the design of Haskell's
+//! Warp (Yamamoto, Snoyman and Voellmy, "Warp", *The Performance of Open Source
+//! Applications*, chapter 11) and of its HTTP/2 successor (Yamamoto, "Experience Report:
+//! Developing High Performance HTTP/2 Server in Haskell"): an app is an async function from
+//! [`Request`] to [`Response`]; the engine runs one lightweight task per connection.
 //!
 //! ```no_run
 //! use selvedge::{Response, Server, Settings};
@@ -57,6 +43,60 @@
 //! handle.shutdown();
 //! handle.join();
 //! ```
+//!
+//! ## The key ideas, and where they live
+//! - **Few system calls** (`sys`, `socket`): `accept4` with non-blocking set, `TCP_NODELAY`
+//!   inherited from the listener, reads that clear readiness when they drain the socket (no
+//!   `EAGAIN` round trip), one `write` per batch of pipelined responses, `send(MSG_MORE)` +
+//!   `sendfile` for files.
+//! - **Specialised functions, no recalculation**: a hand-written zero-copy parser with
+//!   byte-class tables (`h1::parse`), a header composer that copies prepared bytes
+//!   (`h1::write`), and a `Date` value rendered once a second ([`time::date`]).
+//! - **Few locks on hot paths**: an HTTP/1.1 request takes none (timers are atomics, the
+//!   date cache is a sequence lock of atomics, workers are per-core runtimes with their own
+//!   `SO_REUSEPORT` listener); an HTTP/2 connection keeps its state behind one mutex that its
+//!   receiver, sender and streams take briefly, never across I/O or a file read.
+//! - **Files** ([`file`](mod@file)): an open-file and file-info cache swept by a two-phase reaper,
+//!   ranges and conditional requests.
+//! - **Clean-up with timers**: one timeout manager for every connection; a tickle is a
+//!   memory write; a connection whose deadline passes is dropped, which closes it and runs
+//!   every destructor.
+//!
+//! ## Architecture
+//! Protocol logic is sans-IO: the HTTP/1.1 connection (`h1::conn`) and the HTTP/2
+//! connection (`h2::proto`) take bytes and the time in and give requests, bytes and their
+//! next deadline out; they never touch a socket or the clock, and are tested byte by byte.
+//! Around each, a thin async driver (`h1::driver`, `h2::conn`) does the I/O. The drivers
+//! never call each other: the server chooses the protocol in one place (`server::negotiate`:
+//! ALPN, the HTTP/2 preface, `Upgrade: h2c`). What every driver shares sits below them: the
+//! app interface ([`App`], [`Request`], [`Response`]), protocol-neutral bodies ([`Body`],
+//! [`BodyWriter`], over small traits each protocol implements), running an app for one
+//! request (`dispatch`: panics, hooks, error pages), and the vocabulary of messages
+//! (`message`).
+//!
+//! ## Module dependency order
+//! Each module uses only modules on its own line or above it, and no files import each
+//! other in a circle (both checked by `tests/layering.rs`):
+//!
+//! 1. `message`, `error`, `sys`, `time`, `stats`, `hpack`, `h2::frame`, `h2::codec`: the vocabulary,
+//!    errors, system calls, the clock, counters and codecs.
+//! 2. `h1::parse`, `h1::body`, `pool`, `socket`: HTTP/1.1 heads and body framing, buffer
+//!    pools, the raw socket.
+//! 3. `tls`, `transport`: TLS over the socket, and the transport (plain or TLS) the drivers
+//!    use.
+//! 4. `body`, `request`, `response`, `app`: the app interface.
+//! 5. `middleware`, `file`, `tower`: what apps are built from.
+//! 6. `settings`, `dispatch`: limits and hooks; running an app for one request.
+//! 7. `h1::write`, `h1::inbound`, `h1::conn`, `h2::proto`: the sans-IO protocol state
+//!    machines.
+//! 8. `h1`, `h1::reader`, `h1::sink`, `h1::driver`, `h2`, `h2::conn`: the protocol drivers.
+//! 9. `server`, `fuzzing`: listeners, workers, negotiation; the fuzz targets' entry points.
+//!
+//! ## Features
+//! `tls` (default: TLS listeners with rustls), `compress` (default: gzip and brotli
+//! responses), `tower` (tower services as apps), `unstable` (the protocol internals `h1`,
+//! `h2`, `hpack`, `message`, `sys` as public modules, for benches, fuzz targets and the
+//! selvedge server's proxy; no compatibility promise).
 
 #![warn(missing_docs)]
 
@@ -65,12 +105,6 @@ mod body;
 mod dispatch;
 mod error;
 pub mod file;
-#[doc(hidden)]
-pub mod fuzzing;
-pub mod h1;
-pub mod h2;
-pub mod hpack;
-pub mod message;
 pub mod middleware;
 mod pool;
 mod request;
@@ -79,7 +113,6 @@ pub mod server;
 mod settings;
 mod socket;
 pub mod stats;
-pub mod sys;
 pub mod time;
 #[cfg(feature = "tls")]
 pub mod tls;
@@ -87,13 +120,50 @@ pub mod tls;
 pub mod tower;
 mod transport;
 
+// The protocol internals: public with the `unstable` feature (for benches, fuzz targets,
+// tests and the selvedge server's proxy; no compatibility promise), private otherwise.
+// Written out rather than generated, so that rustdoc resolves each module's links in the
+// module itself.
+#[cfg(feature = "unstable")]
+pub mod h1;
+#[cfg(not(feature = "unstable"))]
+#[allow(dead_code, unused_imports)]
+mod h1;
+#[cfg(feature = "unstable")]
+pub mod h2;
+#[cfg(not(feature = "unstable"))]
+#[allow(dead_code, unused_imports)]
+mod h2;
+#[cfg(feature = "unstable")]
+pub mod hpack;
+#[cfg(not(feature = "unstable"))]
+#[allow(dead_code, unused_imports)]
+mod hpack;
+#[cfg(feature = "unstable")]
+pub mod message;
+#[cfg(not(feature = "unstable"))]
+#[allow(dead_code, unused_imports)]
+mod message;
+#[cfg(feature = "unstable")]
+pub mod sys;
+#[cfg(not(feature = "unstable"))]
+#[allow(dead_code, unused_imports)]
+mod sys;
+
+/// Entry points for the fuzz targets (unstable).
+#[cfg(feature = "unstable")]
+#[doc(hidden)]
+pub mod fuzzing;
+
 pub use app::{App, AppExt, BoxApp, Middleware};
 pub use body::{Body, BodyWriter};
 pub use error::Error;
+pub use h1::body::BodyLimits;
+pub use h1::parse::Limits;
 pub use request::{percent_decode, Request, Segments};
 pub use response::{Cleanup, FieldsSlot, FileBody, IntoHeaderValue, Response, ResponseBody, SharedFields};
 pub use server::{Listen, Listening, Server, ServerHandle};
-pub use settings::{ErrorResponseHook, ExceptionHook, Settings, Workers};
+pub use settings::{ErrorResponseHook, ExceptionHook, H2Settings, Settings, Workers};
 pub use sys::PeerAddr;
 
 pub use http;

@@ -493,6 +493,45 @@ fn head_with_a_stream_body_that_owns_the_request_body() {
     assert_eq!(out.len(), 100_000);
 }
 
+/// The app reading a body that stalls gets an error that says so (`Error::is_timeout`).
+#[test]
+fn a_stalled_upload_is_a_timeout_for_the_app() {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::Arc;
+    let mut cfg = settings();
+    cfg.body_timeout = Duration::from_millis(500);
+    let seen = Arc::new(AtomicU8::new(0));
+    let s2 = seen.clone();
+    let srv = start(cfg, move |mut req: Request| {
+        let seen = s2.clone();
+        async move {
+            let r = req.body_mut().chunk().await;
+            let code = match r {
+                Some(Err(e)) if e.is_timeout() && !e.is_body() => 1,
+                Some(Err(_)) => 2,
+                _ => 3,
+            };
+            seen.store(code, Ordering::SeqCst);
+            Response::new(StatusCode::OK)
+        }
+    });
+    let mut c = Client::connect(srv.addr, &[]);
+    let f = c.request_frame(1, "POST", "/upload", &[], false);
+    c.send(&f);
+    // No body at all: the stream is reset, and the app's read fails as a timeout.
+    let reset = loop {
+        if let Some(Frame::RstStream(r)) = c.next() {
+            break r;
+        }
+    };
+    assert_eq!((reset.stream, reset.reason), (1, Reason::CANCEL));
+    let t = Instant::now();
+    while seen.load(Ordering::SeqCst) == 0 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 1, "1: a timeout, 2: another error, 3: no error");
+}
+
 #[test]
 fn slow_upload_stream_is_reset_while_the_connection_serves_others() {
     let mut cfg = settings();

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use selvedge::time::timeout::now_ms;
+use selvedge::time::now_ms;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::conn::Conn;

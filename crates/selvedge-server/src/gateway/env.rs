@@ -21,8 +21,8 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use selvedge::message::decimal;
 use selvedge::http::Version;
+use selvedge::message::decimal;
 use selvedge::{PeerAddr, Request};
 
 use super::script::Script;

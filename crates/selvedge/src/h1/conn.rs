@@ -45,9 +45,8 @@ use http::header::CONNECTION;
 use http::{Method, StatusCode, Version};
 
 use super::body::Decoder;
-use super::inbound::{Failure, Inbound, Step};
+use super::inbound::{Failure, Inbound, Lent, Step};
 use super::parse::{self, Framing, Head, Minor, ParseError};
-use super::reader::Lent;
 use super::write::{compose, ConnHeader, Framing as Out};
 use crate::body::Body;
 use crate::error::{Error, Kind};

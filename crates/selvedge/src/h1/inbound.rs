@@ -43,6 +43,14 @@ pub(crate) enum Step {
 /// The interim response owed to `Expect: 100-continue`.
 pub(crate) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
+/// A body as the connection lends it to the app's reader: the phase, and the receive
+/// buffer it decodes from (with whatever follows the body: pipelined requests).
+#[derive(Debug)]
+pub(crate) struct Lent {
+    pub(crate) inbound: Inbound,
+    pub(crate) buf: BytesMut,
+}
+
 /// One request body's phase; see the module's text.
 #[derive(Debug)]
 pub(crate) struct Inbound {

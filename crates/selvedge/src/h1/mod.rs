@@ -3,7 +3,7 @@
 //!
 //! - [`parse`]: request heads (zero-copy, strict), into caller-owned header storage.
 //! - [`body`]: request-body framing (`Content-Length`, chunked) as byte-level decoders.
-//! - [`write`]: the response-head composer.
+//! - [`write`](mod@write): the response-head composer.
 //! - `inbound`: a request body's phase (100-continue, failures, the body deadline), sans-IO.
 //! - `conn`: the connection as a sans-IO state machine (keep-alive, pipelining, drain,
 //!   upgrades, deadlines), unit-tested byte by byte in `tests`.

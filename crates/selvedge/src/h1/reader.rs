@@ -10,20 +10,13 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
-use super::inbound::{Failure, Inbound, Step, CONTINUE};
+use super::inbound::{Failure, Lent, Step, CONTINUE};
 use crate::body::BodySource;
 use crate::error::{Error, Kind};
 use crate::time::timeout::{now_ms, TimerHandle};
 use crate::transport::Transport;
-
-/// A body as the connection lends it: the phase, and the receive buffer it decodes from.
-#[derive(Debug)]
-pub(crate) struct Lent {
-    pub(crate) inbound: Inbound,
-    pub(crate) buf: BytesMut,
-}
 
 /// Where a finished or dropped reader leaves the body for the connection.
 pub(crate) type Home = Arc<Mutex<Option<Lent>>>;

@@ -10,8 +10,7 @@ use http::header::{CONNECTION, DATE};
 use http::{StatusCode, Version};
 
 use super::conn::{Conn, Next, Returned, Send, Start, StreamFraming, BATCH_MAX};
-use super::inbound::{Step, CONTINUE};
-use super::reader::Lent;
+use super::inbound::{Lent, Step, CONTINUE};
 use crate::body::Body;
 use crate::request::Request;
 use crate::response::{Response, ResponseBody};

@@ -533,7 +533,12 @@ impl BodySource for BodyReader {
         };
         let r = std::task::ready!(r);
         self.shared.wake.notify_one();
-        Poll::Ready(r.map(|r| r.map_err(|_| Error::new(Kind::Body, "HTTP/2 stream reset or connection closed"))))
+        Poll::Ready(r.map(|r| {
+            r.map_err(|timed_out| match timed_out {
+                true => Error::new(Kind::Timeout, "HTTP/2 request body too slow (the stream was reset)"),
+                false => Error::new(Kind::Body, "HTTP/2 stream reset or connection closed"),
+            })
+        }))
     }
 
     fn content_length(&self) -> Option<u64> {

@@ -12,7 +12,7 @@
 //!
 //! The counters restart when a frame arrives a whole window after the window began.
 
-use super::frame::Reason;
+use crate::h2::frame::Reason;
 use crate::settings::H2Settings;
 
 /// The counters over the current window, and their limits.

@@ -9,8 +9,8 @@
 
 use bytes::BytesMut;
 
-use super::frame::{self, Reason};
 use super::Proto;
+use crate::h2::frame::{self, Reason};
 
 /// A header block being received across CONTINUATION frames.
 pub(super) struct Block {

@@ -10,7 +10,7 @@
 //!   (consumed by the app, or discarded) accumulate until they are worth a WINDOW_UPDATE
 //!   ([`FlowControl::release`]).
 
-use super::frame::{Reason, MAX_WINDOW};
+use crate::h2::frame::{Reason, MAX_WINDOW};
 
 /// One window; see the module's text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,7 +36,7 @@ use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 
-pub(crate) use self::stream::{OutBody, Send, State, Stream};
+pub(crate) use self::stream::{Cause, OutBody, Send, State, Stream};
 use super::frame::{self, Frame, Reason, Setting, MAX_WINDOW};
 use crate::hpack;
 use crate::request::RequestHead;
@@ -104,8 +104,8 @@ const CLOSED_MEMORY: usize = 64;
 pub(crate) struct Proto {
     cfg: H2Settings,
     pub(crate) streams: store::Store<Stream>,
-    /// Recently closed streams, and whether we reset them (frames for those are ignored).
-    closed: VecDeque<(u32, bool)>,
+    /// Recently closed streams, and why.
+    closed: VecDeque<(u32, Cause)>,
     /// Highest client stream id seen.
     last_id: u32,
     hdec: hpack::Decoder,
@@ -430,7 +430,7 @@ impl Proto {
             s.wake_writer();
             self.events.push(Event::Cancel(id));
         }
-        self.forget(id, true);
+        self.forget(id, Cause::Reset);
         if reason != Reason::NO_ERROR {
             // MadeYouReset: resets the peer provokes count against a budget too.
             self.budget.local_reset()?;
@@ -452,19 +452,19 @@ impl Proto {
     }
 
     /// Forgets a closed stream (remembering its id for a while).
-    fn forget(&mut self, id: u32, reset_by_us: bool) {
+    fn forget(&mut self, id: u32, cause: Cause) {
         self.queue.forget(id);
         if self.closed.len() == CLOSED_MEMORY {
             self.closed.pop_front();
         }
-        self.closed.push_back((id, reset_by_us));
+        self.closed.push_back((id, cause));
     }
 
     fn close(&mut self, id: u32) {
         self.unstall(id);
         // Dropped where it lies (a stream is a few hundred bytes: no move out).
         if self.streams.delete(&id) {
-            self.forget(id, false);
+            self.forget(id, Cause::Ended);
         }
     }
 
@@ -475,7 +475,7 @@ impl Proto {
         if id > self.last_id {
             return None;
         }
-        Some(self.closed.iter().rev().find(|(i, _)| *i == id).is_some_and(|(_, by_us)| *by_us))
+        Some(self.closed.iter().rev().find(|(i, _)| *i == id).is_some_and(|(_, c)| *c != Cause::Ended))
     }
 
     fn recv_data(&mut self, d: frame::Data) -> Result<(), Reason> {
@@ -664,7 +664,7 @@ impl Proto {
             s.wake_reader();
             s.wake_writer();
             self.events.push(Event::Cancel(id));
-            self.forget(id, false);
+            self.forget(id, Cause::Ended);
             // Rapid reset (CVE-2023-44487): streams the peer opens and cancels cost us a
             // task each; past the budget the connection ends.
             self.budget.peer_reset()?;

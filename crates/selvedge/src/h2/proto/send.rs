@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, DATE, SERVER};
 use http::StatusCode;
 
-use super::{OutBody, Proto, Send, State};
+use super::{Cause, OutBody, Proto, Send, State};
 use crate::h2::frame::{self, Reason, HEADER_LEN};
 use crate::message::decimal;
 use crate::response::{Response, ResponseBody};
@@ -169,27 +169,35 @@ impl Proto {
 
     /// Resets a stream for a reason of our own (not counted against the peer).
     pub(crate) fn reset_quiet(&mut self, id: u32, reason: Reason) -> Result<(), Reason> {
+        self.reset_for(id, reason, Cause::Reset);
+        Ok(())
+    }
+
+    /// Resets a stream with `reason`, remembering `cause`.
+    pub(crate) fn reset_for(&mut self, id: u32, reason: Reason, cause: Cause) {
         if let Some(mut s) = self.take_stream(id) {
             frame::RstStream { stream: id, reason }.encode(&mut self.control);
             s.wake_reader();
             s.wake_writer();
-            self.forget(id, true);
+            self.forget(id, cause);
         }
-        Ok(())
     }
 
-    /// The app's read of its request body: the next piece, `None` at the end.
-    pub(crate) fn poll_body(&mut self, id: u32, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Reason>>> {
+    /// The app's read of its request body: the next piece, `None` at the end; `Err(true)`
+    /// when the body timed out (the stream was reset for it), `Err(false)` when the stream
+    /// was reset otherwise or the connection failed.
+    pub(crate) fn poll_body(&mut self, id: u32, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, bool>>> {
         let Some(s) = self.streams.get_mut(&id) else {
-            return Poll::Ready(Some(Err(self.failed.unwrap_or(Reason::CANCEL))));
+            let timed_out = self.failed.is_none() && self.closed.iter().any(|c| *c == (id, Cause::TimedOut));
+            return Poll::Ready(Some(Err(timed_out)));
         };
         if let Some(b) = s.inbox.pop_front() {
             let n = b.len() as u32;
             self.grant(id, n);
             return Poll::Ready(Some(Ok(b)));
         }
-        if let Some(r) = s.recv_error {
-            return Poll::Ready(Some(Err(r)));
+        if s.recv_error.is_some() {
+            return Poll::Ready(Some(Err(false)));
         }
         if !s.state.can_recv() {
             return Poll::Ready(None);
@@ -268,7 +276,7 @@ impl Proto {
         } else {
             frame::RstStream { stream: id, reason: Reason::INTERNAL_ERROR }.encode(&mut self.control);
             if let Some(c) = self.closed.iter_mut().find(|(i, _)| *i == id) {
-                c.1 = true;
+                c.1 = Cause::Reset;
             }
         }
     }

@@ -79,6 +79,18 @@ impl State {
     }
 }
 
+/// Why a stream closed, remembered for a while after it left the map (to tell a closed
+/// stream from an idle one, and to answer late frames and reads rightly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// Ended by END_STREAM both ways, or reset by the peer.
+    Ended,
+    /// We reset it: its late frames are ignored.
+    Reset,
+    /// We reset it because its request body did not arrive in time (`timers.rs`).
+    TimedOut,
+}
+
 /// Where the response body comes from.
 pub(crate) enum OutBody {
     /// Nothing (more) to send but END_STREAM.

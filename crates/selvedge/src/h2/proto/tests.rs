@@ -7,8 +7,8 @@ use http::StatusCode;
 use super::{Event, Proto};
 use crate::h2::codec;
 use crate::h2::frame::{self, flag, kind, Frame, Head, Reason};
-use crate::h2::H2Settings;
 use crate::hpack;
+use crate::settings::H2Settings;
 use crate::Response;
 
 struct Peer {

@@ -13,8 +13,8 @@
 //!   for `stall` is reset with CANCEL; the other streams go on. (A connection that cannot
 //!   send at all is the connection timer's business: `send_timeout`.)
 
-use super::frame::Reason;
-use super::Proto;
+use super::{Cause, Proto};
+use crate::h2::frame::Reason;
 
 /// The deadlines' lengths, in milliseconds (0: off), and the minimum body rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +74,7 @@ impl Proto {
         for (id, s) in self.streams.iter_mut() {
             if s.body_deadline.is_some_and(|d| now >= d) {
                 if s.inbox.is_empty() {
-                    late.push(*id);
+                    late.push((*id, Cause::TimedOut));
                     continue;
                 }
                 // The app has unread data: the client is not the slow one.
@@ -83,14 +83,14 @@ impl Proto {
                 s.rate_bytes = 0;
             }
             if s.stall_since.is_some_and(|x| t.stall > 0 && now >= x + t.stall) {
-                late.push(*id);
+                late.push((*id, Cause::Reset));
             }
         }
-        for id in late {
+        for (id, cause) in late {
             if let Some(s) = self.streams.get_mut(&id) {
                 s.recv_error = Some(Reason::CANCEL);
             }
-            let _ = self.reset_quiet(id, Reason::CANCEL);
+            self.reset_for(id, Reason::CANCEL, cause);
         }
     }
 
