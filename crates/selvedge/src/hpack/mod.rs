@@ -37,11 +37,13 @@
 
 pub mod decoder;
 pub mod encoder;
+mod error;
 pub mod huffman;
 pub mod table;
 
-pub use decoder::{DecodeError, Decoder, FieldBytes, HeaderField, DEFAULT_MAX_HEADER_LIST_SIZE};
+pub use decoder::{Decoder, FieldBytes, HeaderField, DEFAULT_MAX_HEADER_LIST_SIZE};
 pub use encoder::{Encoder, Indexing};
+pub use error::DecodeError;
 pub use table::{Token, STATIC_TABLE};
 
 use bytes::{BufMut, BytesMut};

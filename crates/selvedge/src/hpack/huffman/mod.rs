@@ -15,7 +15,7 @@ mod table;
 
 use bytes::{BufMut, BytesMut};
 
-use super::DecodeError;
+use super::error::DecodeError;
 
 /// Decode-table flag: a symbol, `(entry >> 8) as u8`, is completed.
 pub(crate) const EMIT: u32 = 1 << 16;
