@@ -131,13 +131,11 @@ fn zero_window(pings: bool) {
 }
 
 #[test]
-#[ignore = "issue 16 fix 1: a send timeout closes with a bare FIN, no GOAWAY"]
 fn zero_window_is_closed_at_send_timeout_with_goaway() {
     zero_window(false);
 }
 
 #[test]
-#[ignore = "issue 16 fix 1: PING ACK writes extend the send timeout"]
 fn zero_window_with_pings_is_closed_at_send_timeout_with_goaway() {
     zero_window(true);
 }

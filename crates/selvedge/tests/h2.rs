@@ -375,30 +375,51 @@ fn ping_flood_and_empty_frames() {
     assert!(t.elapsed() < Duration::from_secs(5), "connection lingered {:?}", t.elapsed());
 }
 
+/// A slow reader whose window opens once, a little, then never again, and who chatters
+/// (PINGs every 100 ms) all along: the send timeout runs from the last DATA the window let
+/// through, not from the last write (PING ACKs are writes too), and the close comes after a
+/// GOAWAY(ENHANCE_YOUR_CALM).
 #[test]
-fn zero_window_slow_reader_is_timed_out() {
+fn zero_window_slow_reader_is_timed_out_from_its_last_data() {
     let mut cfg = settings();
     cfg.send_timeout = Duration::from_secs(1);
     let srv = start(cfg, sized);
-    // Window 0: the server can send headers but no data, ever.
+    // Window 0: the server can send headers but no data until the update below.
     let mut c = Client::connect(srv.addr, &[(0x4, 0)]);
     c.get(1, "/?1000000");
     let t = Instant::now();
-    let mut pings = 0;
-    loop {
-        // Chatter (PINGs) must not keep the stuck connection alive.
-        if pings < 20 {
+    c.sock.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let (mut next_ping, mut opened, mut data_at, mut goaway) = (Duration::ZERO, false, None, None);
+    let closed = loop {
+        let now = t.elapsed();
+        assert!(now < Duration::from_secs(6), "slow reader still connected after {now:?}");
+        if now >= next_ping {
             c.send(&raw(kind::PING, 0, 0, b"keepme!!"));
-            pings += 1;
+            next_ping = now + Duration::from_millis(100);
         }
-        c.sock.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        if !opened && now >= Duration::from_millis(600) {
+            opened = true;
+            c.send(&raw(kind::WINDOW_UPDATE, 0, 1, &1_000u32.to_be_bytes()));
+        }
         match c.next() {
-            None if t.elapsed() > Duration::from_millis(900) => break,
-            _ => {}
+            Some(Frame::Data(d)) if !d.data.is_empty() => data_at = Some(t.elapsed()),
+            Some(Frame::GoAway(g)) => goaway = Some((t.elapsed(), g.reason)),
+            Some(_) => {}
+            None => match c.sock.peek(&mut [0u8; 1]) {
+                Ok(0) => break t.elapsed(),
+                Err(e) if !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    break t.elapsed()
+                }
+                _ => {}
+            },
         }
-        assert!(t.elapsed() < Duration::from_secs(6), "slow reader still connected");
-    }
-    assert!(t.elapsed() < Duration::from_secs(6));
+    };
+    let data_at = data_at.expect("the window's 1,000 bytes were sent");
+    let (at, reason) = goaway.expect("a GOAWAY before the close");
+    assert_eq!(reason, Reason::ENHANCE_YOUR_CALM);
+    assert!(at >= data_at + Duration::from_millis(900), "GOAWAY at {at:?}, last DATA at {data_at:?}");
+    assert!(at <= data_at + Duration::from_millis(1_600), "GOAWAY at {at:?}, last DATA at {data_at:?}");
+    assert!(closed >= at && closed <= at + Duration::from_millis(500), "closed at {closed:?}, GOAWAY at {at:?}");
 }
 
 #[test]
@@ -570,4 +591,28 @@ fn slow_upload_stream_is_reset_while_the_connection_serves_others() {
         }
     }
     assert_eq!(status, "200");
+}
+
+/// An idle connection (no stream, no frame) ends at `idle_timeout` with GOAWAY(NO_ERROR)
+/// before the FIN, so the client knows it may retry on a new one.
+#[test]
+fn idle_connection_is_told_goaway_no_error_then_closed() {
+    let mut cfg = settings();
+    cfg.idle_timeout = Duration::from_millis(500);
+    let srv = start(cfg, sized);
+    let mut c = Client::connect(srv.addr, &[]);
+    c.get(1, "/?10");
+    let t = Instant::now();
+    c.sock.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut goaway = None;
+    while let Some(f) = c.next() {
+        if let Frame::GoAway(g) = f {
+            goaway = Some((t.elapsed(), g.reason, g.last_stream));
+        }
+    }
+    let closed = t.elapsed();
+    let (at, reason, last) = goaway.expect("a GOAWAY before the close");
+    assert_eq!((reason, last), (Reason::NO_ERROR, 1));
+    assert!(at >= Duration::from_millis(400) && at < Duration::from_millis(1_500), "GOAWAY at {at:?}");
+    assert!(closed < at + Duration::from_millis(500), "closed at {closed:?}");
 }

@@ -11,10 +11,14 @@
 //! Receiver and sender run in the connection's own task, so the timeout manager's abort
 //! stops both; a guard aborts the stream tasks when the connection ends.
 //!
-//! Timeouts (the connection's [`Timer`]): the handshake has `handshake_timeout`; activity
-//! extends the idle timeout; a response held back by a closed flow-control window (a peer
-//! that stops reading, "zero-window slow read") gets `send_timeout` from the moment it
-//! got stuck, which control-frame chatter does not extend.
+//! Timeouts: the handshake has `handshake_timeout` (the connection's [`Timer`]). After it,
+//! the sans-IO `Proto` keeps the deadlines (`proto/timers.rs`) and the reaper acts on
+//! them: a connection held back by closed flow-control windows (a peer that stops reading,
+//! "zero-window slow read") gets `send_timeout` from its last DATA progress, which
+//! control-frame chatter (PINGs) does not extend, then GOAWAY(ENHANCE_YOUR_CALM); an idle
+//! one gets GOAWAY(NO_ERROR). Either GOAWAY is flushed before the FIN. The connection's
+//! timer stays armed behind them, later by the linger time and a second ([`BACKSTOP`]), in
+//! case the socket itself takes nothing; a write in progress has `send_timeout`.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -43,6 +47,10 @@ use crate::time::date::{self, DATE_LEN};
 use crate::time::timeout::{now_ms, Timer, TimerHandle};
 use crate::transport::Transport;
 use crate::Request;
+
+/// How much later than the `Proto`'s own deadline the connection's timer aborts it: time
+/// for the GOAWAY and the lingering close.
+const BACKSTOP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// State shared by the receiver, the sender and the stream tasks.
 pub(crate) struct Shared {
@@ -103,6 +111,8 @@ pub(crate) async fn serve<A: App>(
         body: ms(cfg.body_timeout),
         min_rate: cfg.min_body_rate,
         stall: ms(h2cfg.stream_stall_timeout),
+        send: ms(cfg.send_timeout),
+        idle: ms(cfg.idle_timeout),
     });
     if let Some(req) = &upgraded {
         proto.upgrade_stream(req.header("http2-settings"), req.method() == http::Method::HEAD);
@@ -218,21 +228,20 @@ async fn linger(sock: &Transport, cfg: &Settings) {
     sock.linger(cfg.linger_timeout).await;
 }
 
-/// Sets the connection's deadline after activity.
+/// Sets the connection's timer after activity: the backstop behind the `Proto`'s send and
+/// idle deadlines (with streams in flight, the idle timeout itself, as before).
 fn arm(shared: &Shared, p: &Proto, timer: &TimerHandle, cfg: &Settings) {
     if shared.writing.load(Ordering::Relaxed) {
         return;
     }
     let mut since = shared.blocked_since.lock().unwrap_or_else(|e| e.into_inner());
+    let backstop = cfg.linger_timeout + BACKSTOP;
     if p.has_streams() && p.flow_blocked() {
-        if since.is_none() {
-            let now = now_ms();
-            *since = Some(now);
-            timer.set_deadline(now, cfg.send_timeout);
-        }
+        let at = *since.get_or_insert_with(now_ms);
+        timer.set_deadline(at, cfg.send_timeout + backstop);
     } else {
         *since = None;
-        timer.tickle(cfg.idle_timeout);
+        timer.tickle(if p.has_streams() { cfg.idle_timeout } else { cfg.idle_timeout + backstop });
     }
 }
 

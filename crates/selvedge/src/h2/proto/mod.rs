@@ -148,6 +148,11 @@ pub(crate) struct Proto {
     now: u64,
     timeouts: timers::Timeouts,
     timers_changed: bool,
+    /// Since when no stream could send DATA for flow control (the send deadline, see
+    /// `timers.rs`).
+    stuck_since: Option<u64>,
+    /// When the peer last sent a frame (once the connection is established).
+    active_at: Option<u64>,
 }
 
 impl Proto {
@@ -185,6 +190,8 @@ impl Proto {
             now: 0,
             timeouts: timers::Timeouts { stall: cfg.stream_stall_timeout.as_millis() as u64, ..Default::default() },
             timers_changed: false,
+            stuck_since: None,
+            active_at: None,
             cfg,
         };
         let mut values = vec![
@@ -316,6 +323,7 @@ impl Proto {
     /// [`Proto::recv`] for a HEADERS frame borrowed from the receive buffer.
     fn recv_headers_ref(&mut self, h: frame::HeadersRef<'_>, now: u64) -> Result<(), Reason> {
         self.now = now;
+        self.active_at = Some(now);
         self.budget.tick(now);
         if !self.got_settings || self.block.is_some() {
             return Err(Reason::PROTOCOL_ERROR);
@@ -332,10 +340,15 @@ impl Proto {
         self.budget.tick(now);
         if !self.got_settings {
             match &f {
-                Frame::Settings(s) if !s.ack => self.got_settings = true,
+                Frame::Settings(s) if !s.ack => {
+                    self.got_settings = true;
+                    // The idle deadline begins.
+                    self.timers_changed = true;
+                }
                 _ => return Err(Reason::PROTOCOL_ERROR),
             }
         }
+        self.active_at = Some(now);
         if let Some(b) = &self.block {
             match &f {
                 Frame::Continuation(c) if c.stream == b.stream => {}

@@ -253,6 +253,7 @@ impl Proto {
         if self.failed.is_some() {
             return;
         }
+        let window = self.send_flow.window();
         while out.len() < max {
             let Some(id) = self.queue.pop() else { break };
             let sent = self.turn(id, out, date, reads);
@@ -260,6 +261,8 @@ impl Proto {
                 self.queue.push(id, sent);
             }
         }
+        // DATA progress is what the connection window gave (every DATA byte passes it).
+        self.track_send(self.send_flow.window() != window);
         // Resets issued while sending go out in this batch too.
         out.extend_from_slice(&self.control);
         self.control.clear();

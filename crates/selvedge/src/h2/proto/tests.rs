@@ -438,7 +438,61 @@ fn no_rfc7540_priorities_setting_ignores_weights() {
 }
 
 fn timeouts() -> super::Timeouts {
-    super::Timeouts { header: 1_000, body: 2_000, min_rate: 100, stall: 3_000 }
+    super::Timeouts { header: 1_000, body: 2_000, min_rate: 100, stall: 3_000, send: 0, idle: 0 }
+}
+
+#[test]
+fn zero_window_connection_gets_goaway_at_the_send_deadline_pings_or_not() {
+    let mut p = Peer::new(H2Settings::default());
+    p.proto.set_timeouts(super::Timeouts { send: 1_000, stall: 60_000, ..timeouts() });
+    // Stream windows of 100 bytes; the client never opens them further.
+    p.send(&raw(kind::SETTINGS, 0, 0, b"\0\x04\0\0\0\x64"));
+    let _ = p.output();
+    p.get(1);
+    p.proto.respond(1, Response::bytes(StatusCode::OK, vec![b'a'; 1_000]));
+    p.now = 100;
+    let out = p.output();
+    assert!(out.iter().any(|f| matches!(f, Frame::Data(d) if d.data.len() == 100)), "{out:?}");
+    assert!(p.proto.take_timers_changed());
+    assert_eq!(p.proto.next_deadline(), Some(1_100), "from the last DATA progress");
+    // PINGs are answered, and change nothing.
+    for t in [300, 600, 900, 1_050] {
+        p.now = t;
+        p.send(&raw(kind::PING, 0, 0, b"chatter!"));
+        assert!(matches!(&p.output()[..], [Frame::Ping(a)] if a.ack));
+    }
+    assert_eq!(p.proto.next_deadline(), Some(1_100));
+    // A window update that lets 50 bytes go is progress: the deadline moves.
+    p.now = 1_080;
+    p.send(&raw(kind::WINDOW_UPDATE, 0, 1, &50u32.to_be_bytes()));
+    assert!(p.output().iter().any(|f| matches!(f, Frame::Data(d) if d.data.len() == 50)));
+    assert_eq!(p.proto.next_deadline(), Some(2_080));
+    p.proto.expire(2_079);
+    assert_eq!(goaway(&p.output()), None);
+    p.proto.expire(2_080);
+    assert_eq!(goaway(&p.output()), Some(Reason::ENHANCE_YOUR_CALM));
+    assert!(p.proto.is_done());
+}
+
+#[test]
+fn idle_connection_gets_goaway_no_error() {
+    let mut p = Peer::new(H2Settings::default());
+    p.proto.set_timeouts(super::Timeouts { idle: 5_000, ..timeouts() });
+    assert_eq!(p.proto.next_deadline(), Some(5_000), "from the client's SETTINGS");
+    p.now = 1_000;
+    p.get(1);
+    p.proto.respond(1, Response::bytes(StatusCode::OK, "hi"));
+    let _ = p.output();
+    assert_eq!(p.proto.next_deadline(), Some(6_000), "from the last frame");
+    // A stream in flight is not idle.
+    p.now = 2_000;
+    p.get(3);
+    p.proto.expire(7_000);
+    assert_eq!(goaway(&p.output()), None);
+    p.proto.respond(3, Response::bytes(StatusCode::OK, "hi"));
+    let _ = p.output();
+    p.proto.expire(12_000);
+    assert_eq!(goaway(&p.output()), Some(Reason::NO_ERROR));
 }
 
 #[test]

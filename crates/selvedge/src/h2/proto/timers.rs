@@ -10,8 +10,17 @@
 //!   app's read fails. Time the app spends not reading (flow control then stops the
 //!   client) does not count against the client.
 //! - **Send phase**: a stream whose response is held back by its own flow-control window
-//!   for `stall` is reset with CANCEL; the other streams go on. (A connection that cannot
-//!   send at all is the connection timer's business: `send_timeout`.)
+//!   for `stall` is reset with CANCEL; the other streams go on.
+//! - **Connection send deadline**: while the connection cannot send any stream's data
+//!   (the flow-control windows are closed: a zero-window slow reader), it must make DATA
+//!   progress within `send`, else GOAWAY(ENHANCE_YOUR_CALM) goes out and the connection
+//!   closes. Only DATA bytes the peer's windows let us send count as progress; control
+//!   frames (PING and SETTINGS acks) never do, so chatter does not keep it open.
+//! - **Idle**: a connection with no stream and no frame from the peer for `idle` ends with
+//!   GOAWAY(NO_ERROR).
+//!
+//! (The connection's timer in the timeout manager stays armed behind these deadlines, a
+//! little later, as a backstop, and covers a socket that takes no bytes at all.)
 
 use super::{Cause, Proto};
 use crate::h2::frame::Reason;
@@ -24,11 +33,15 @@ pub(crate) struct Timeouts {
     /// Bytes per second.
     pub(crate) min_rate: u64,
     pub(crate) stall: u64,
+    /// The connection send deadline (see the module's text).
+    pub(crate) send: u64,
+    /// A connection without streams or frames this long ends.
+    pub(crate) idle: u64,
 }
 
 impl Default for Timeouts {
     fn default() -> Self {
-        Timeouts { header: 10_000, body: 30_000, min_rate: 256, stall: 60_000 }
+        Timeouts { header: 10_000, body: 30_000, min_rate: 256, stall: 60_000, send: 30_000, idle: 60_000 }
     }
 }
 
@@ -53,6 +66,13 @@ impl Proto {
     pub(crate) fn next_deadline(&self) -> Option<u64> {
         let t = self.timeouts;
         let mut next = self.block.as_ref().filter(|_| t.header > 0).map(|b| b.since + t.header);
+        let conn = [
+            self.stuck_since.filter(|_| t.send > 0).map(|x| x + t.send),
+            self.active_at.filter(|_| t.idle > 0 && self.failed.is_none()).map(|x| x + t.idle),
+        ];
+        for d in conn.into_iter().flatten() {
+            next = Some(next.map_or(d, |n| n.min(d)));
+        }
         for (_, s) in self.streams.iter() {
             for d in [s.body_deadline, s.stall_since.filter(|_| t.stall > 0).map(|x| x + t.stall)].into_iter().flatten()
             {
@@ -69,6 +89,21 @@ impl Proto {
         if self.block.as_ref().is_some_and(|b| t.header > 0 && now >= b.since + t.header) {
             self.go_away(Reason::ENHANCE_YOUR_CALM);
             return;
+        }
+        if self.stuck_since.is_some_and(|x| t.send > 0 && now >= x + t.send) {
+            if self.has_streams() && self.flow_blocked() {
+                self.go_away(Reason::ENHANCE_YOUR_CALM);
+                return;
+            }
+            self.stuck_since = None;
+        }
+        if self.active_at.is_some_and(|x| t.idle > 0 && now >= x + t.idle) {
+            if self.streams.is_empty() {
+                self.go_away(Reason::NO_ERROR);
+                return;
+            }
+            // Streams in flight: their own deadlines (and the connection's timer) apply.
+            self.active_at = Some(now);
         }
         let mut late = Vec::new();
         for (id, s) in self.streams.iter_mut() {
@@ -91,6 +126,19 @@ impl Proto {
                 s.recv_error = Some(Reason::CANCEL);
             }
             self.reset_for(id, Reason::CANCEL, cause);
+        }
+    }
+
+    /// After a batch was filled: while the connection cannot send, the send deadline runs
+    /// from the last DATA progress (`progress`: this batch sent DATA bytes).
+    pub(crate) fn track_send(&mut self, progress: bool) {
+        if !self.streams.is_empty() && self.flow_blocked() {
+            if progress || self.stuck_since.is_none() {
+                self.stuck_since = Some(self.now);
+                self.timers_changed = true;
+            }
+        } else {
+            self.stuck_since = None;
         }
     }
 
