@@ -784,6 +784,7 @@ struct RawHttp2 {
     abuse_window: Option<NonZeroDur>,
     max_peer_resets: Option<Count<0, { u32::MAX as u64 }>>,
     max_local_resets: Option<Count<0, { u32::MAX as u64 }>>,
+    max_refused_headers: Option<Count<0, { u32::MAX as u64 }>>,
     max_control_frames: Option<Count<0, { u32::MAX as u64 }>>,
     max_empty_frames: Option<Count<0, { u32::MAX as u64 }>>,
     max_control_queue: Option<Size<1024, { u32::MAX as u64 }>>,
@@ -808,6 +809,7 @@ impl RawHttp2 {
         set(self.max_continuation_frames.map(Count::get), &mut h.max_continuation_frames);
         set(self.max_peer_resets.map(Count::get), &mut h.max_peer_resets);
         set(self.max_local_resets.map(Count::get), &mut h.max_local_resets);
+        set(self.max_refused_headers.map(Count::get), &mut h.max_refused_headers);
         set(self.max_control_frames.map(Count::get), &mut h.max_control_frames);
         set(self.max_empty_frames.map(Count::get), &mut h.max_empty_frames);
         set(self.max_requests.map(Count::get), &mut h.max_requests);

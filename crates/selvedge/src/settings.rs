@@ -176,6 +176,10 @@ pub struct H2Settings {
     pub max_peer_resets: u32,
     /// MadeYouReset (CVE-2025-8671): stream errors the client may provoke per window: 1,000.
     pub max_local_resets: u32,
+    /// Request header blocks refused per window: answered 431 (over
+    /// `max_header_list_size`: an HPACK bomb) or reset as malformed: 8. Beyond:
+    /// GOAWAY(ENHANCE_YOUR_CALM).
+    pub max_refused_headers: u32,
     /// SETTINGS/PING/PRIORITY/PRIORITY_UPDATE flood: control frames per window: 10,000.
     pub max_control_frames: u32,
     /// Empty DATA/HEADERS/CONTINUATION frames (no payload, no END_STREAM) per window: 100.
@@ -218,6 +222,7 @@ impl Default for H2Settings {
             abuse_window: Duration::from_secs(10),
             max_peer_resets: 1000,
             max_local_resets: 1000,
+            max_refused_headers: 8,
             max_control_frames: 10_000,
             max_empty_frames: 100,
             max_control_queue: 64 * 1024,

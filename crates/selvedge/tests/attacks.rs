@@ -271,7 +271,6 @@ fn h2_body_far_below_min_rate_is_reset_long_before_body_timeout() {
 const MAX_REFUSED_BLOCKS: usize = 16;
 
 #[test]
-#[ignore = "issue 16 fix 3: header blocks refused with 431 cost the connection nothing"]
 fn polite_hpack_bomber_is_cut_off_after_a_few_431s() {
     let srv = start(settings(), site);
     let mut c = Client::connect(srv.addr, &[]);

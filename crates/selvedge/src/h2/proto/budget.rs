@@ -5,6 +5,10 @@
 //!   task): `max_peer_resets`.
 //! - **MadeYouReset** (CVE-2025-8671): stream errors the peer provokes so that we reset:
 //!   `max_local_resets`.
+//! - **Refused header blocks**: requests answered 431 (the decoded header list is over
+//!   `max_header_list_size`, e.g. an HPACK bomb that stays under the stream limits) or
+//!   reset as malformed: `max_refused_headers`. Decoding such a block stops at the size
+//!   limit, but each still costs a pass over its bytes.
 //! - **Control-frame floods**: SETTINGS, PING, PRIORITY, PRIORITY_UPDATE:
 //!   `max_control_frames`.
 //! - **Empty frames**: DATA, HEADERS and CONTINUATION without payload or END_STREAM:
@@ -30,6 +34,7 @@ struct Counts {
     local_resets: u32,
     control: u32,
     empty: u32,
+    refused: u32,
 }
 
 fn spend(used: &mut u32, max: u32) -> Result<(), Reason> {
@@ -50,6 +55,7 @@ impl Budget {
                 local_resets: cfg.max_local_resets,
                 control: cfg.max_control_frames,
                 empty: cfg.max_empty_frames,
+                refused: cfg.max_refused_headers,
             },
             used: Counts::default(),
         }
@@ -79,6 +85,11 @@ impl Budget {
         spend(&mut self.used.control, self.limits.control)
     }
 
+    /// A request's header block was refused (431, or malformed).
+    pub(crate) fn refused(&mut self) -> Result<(), Reason> {
+        spend(&mut self.used.refused, self.limits.refused)
+    }
+
     /// An empty frame arrived.
     pub(crate) fn empty(&mut self) -> Result<(), Reason> {
         spend(&mut self.used.empty, self.limits.empty)
@@ -105,5 +116,17 @@ mod tests {
         b.tick(10_001);
         assert!(b.control().is_ok(), "a new window");
         assert!(b.empty().is_ok() && b.peer_reset().is_ok() && b.local_reset().is_ok());
+    }
+
+    #[test]
+    fn refused_header_blocks_have_their_own_budget() {
+        let cfg = H2Settings { max_refused_headers: 3, ..H2Settings::default() };
+        let mut b = Budget::new(&cfg);
+        b.tick(1);
+        for _ in 0..3 {
+            assert!(b.refused().is_ok());
+        }
+        assert_eq!(b.refused(), Err(Reason::ENHANCE_YOUR_CALM));
+        assert!(b.local_reset().is_ok(), "the other counters are apart");
     }
 }

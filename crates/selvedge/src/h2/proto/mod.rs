@@ -619,8 +619,16 @@ impl Proto {
         let head = match headers::request(&mut self.hdec, block, self.cfg.enable_connect_protocol, &mut self.arena) {
             Ok(h) => Some(h),
             Err(HeaderError::Compression) => return Err(Reason::COMPRESSION_ERROR),
-            Err(HeaderError::Malformed) => return self.reset(id, Reason::PROTOCOL_ERROR),
-            Err(HeaderError::TooLarge) => None,
+            Err(HeaderError::Malformed) => {
+                self.budget.refused()?;
+                return self.reset(id, Reason::PROTOCOL_ERROR);
+            }
+            Err(HeaderError::TooLarge) => {
+                // An HPACK bomb that stays under the stream limits: a few 431s, then the
+                // connection ends.
+                self.budget.refused()?;
+                None
+            }
         };
         let state = if end_stream { State::HalfClosedRemote } else { State::Open };
         let mut prec = self.queue.precedence(id);

@@ -317,6 +317,26 @@ fn header_list_too_large_gets_431() {
 }
 
 #[test]
+fn header_blocks_refused_past_the_budget_end_the_connection() {
+    let cfg = H2Settings { max_header_list_size: 200, max_refused_headers: 3, ..H2Settings::default() };
+    let mut p = Peer::new(cfg);
+    let big = "b".repeat(300);
+    for i in 0..3u32 {
+        p.headers(2 * i + 1, &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("x", &big)], true);
+        let out = p.output();
+        let Frame::Headers(h) = &out[0] else { panic!("{out:?}") };
+        let h = h.clone();
+        assert_eq!(p.status_of(&h), "431");
+    }
+    assert_eq!(p.error, None);
+    p.headers(7, &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("x", &big)], true);
+    assert_eq!(p.error, Some(Reason::ENHANCE_YOUR_CALM));
+    let out = p.output();
+    assert!(!out.iter().any(|f| matches!(f, Frame::Headers(_))), "no fourth 431: {out:?}");
+    assert_eq!(goaway(&out), Some(Reason::ENHANCE_YOUR_CALM));
+}
+
+#[test]
 fn concurrency_limit_refuses() {
     let cfg = H2Settings { max_concurrent_streams: 2, ..H2Settings::default() };
     let mut p = Peer::new(cfg);
