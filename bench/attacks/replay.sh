@@ -51,7 +51,6 @@ is_flood() {
 # reported as known failing and does not fail the run. Delete a line to make it strict.
 KNOWN_FAILING=(
     "slow-post slow-post-h2 slow-body=issue 16 fix 2 pending"
-    "myr-window myr-data myr-priority=issue 16 fix 4 pending"
 )
 
 case $MODE in

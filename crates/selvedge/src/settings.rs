@@ -174,7 +174,8 @@ pub struct H2Settings {
     pub abuse_window: Duration,
     /// Rapid reset (CVE-2023-44487): streams the client may reset per window: 1,000.
     pub max_peer_resets: u32,
-    /// MadeYouReset (CVE-2025-8671): stream errors the client may provoke per window: 1,000.
+    /// MadeYouReset (CVE-2025-8671): stream errors the client may provoke per window (each
+    /// one we answer with RST_STREAM; REFUSED_STREAM does not count): 100.
     pub max_local_resets: u32,
     /// Request header blocks refused per window: answered 431 (over
     /// `max_header_list_size`: an HPACK bomb) or reset as malformed: 8. Beyond:
@@ -221,7 +222,7 @@ impl Default for H2Settings {
             max_continuation_frames: 64,
             abuse_window: Duration::from_secs(10),
             max_peer_resets: 1000,
-            max_local_resets: 1000,
+            max_local_resets: 100,
             max_refused_headers: 8,
             max_control_frames: 10_000,
             max_empty_frames: 100,

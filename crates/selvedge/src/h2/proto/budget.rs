@@ -4,7 +4,8 @@
 //! - **Rapid reset** (CVE-2023-44487): streams the peer opens and resets (each cost us a
 //!   task): `max_peer_resets`.
 //! - **MadeYouReset** (CVE-2025-8671): stream errors the peer provokes so that we reset:
-//!   `max_local_resets`.
+//!   `max_local_resets`. REFUSED_STREAM (over the concurrency limit) and NO_ERROR do not
+//!   count: the first is the client's business (RFC 9113 §8.7), the second is ours.
 //! - **Refused header blocks**: requests answered 431 (the decoded header list is over
 //!   `max_header_list_size`, e.g. an HPACK bomb that stays under the stream limits) or
 //!   reset as malformed: `max_refused_headers`. Decoding such a block stops at the size

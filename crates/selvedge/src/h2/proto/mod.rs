@@ -441,14 +441,24 @@ impl Proto {
             s.recv_error = Some(reason);
             s.wake_reader();
             s.wake_writer();
-            self.events.push(Event::Cancel(id));
+            self.cancel_app(id);
         }
         self.forget(id, Cause::Reset);
-        if reason != Reason::NO_ERROR {
+        if reason != Reason::NO_ERROR && reason != Reason::REFUSED_STREAM {
             // MadeYouReset: resets the peer provokes count against a budget too.
             self.budget.local_reset()?;
         }
         self.check_control_queue()
+    }
+
+    /// Stream `id` ended before its app finished: a request still waiting in this batch's
+    /// events is dropped (its app never starts: a stream opened and reset in one read costs
+    /// no task), else the driver is told to stop the app.
+    fn cancel_app(&mut self, id: u32) {
+        match self.events.iter().rposition(|e| matches!(e, Event::Request(r, ..) if *r == id)) {
+            Some(i) => drop(self.events.remove(i)),
+            None => self.events.push(Event::Cancel(id)),
+        }
     }
 
     /// Removes a stream from the map, keeping the stalled-stream count right.
@@ -684,7 +694,7 @@ impl Proto {
             s.recv_error = Some(reason);
             s.wake_reader();
             s.wake_writer();
-            self.events.push(Event::Cancel(id));
+            self.cancel_app(id);
             self.forget(id, Cause::Ended);
             // Rapid reset (CVE-2023-44487): streams the peer opens and cancels cost us a
             // task each; past the budget the connection ends.

@@ -337,6 +337,42 @@ fn header_blocks_refused_past_the_budget_end_the_connection() {
 }
 
 #[test]
+fn refused_streams_do_not_count_as_provoked_resets() {
+    let cfg = H2Settings { max_concurrent_streams: 1, max_local_resets: 2, ..H2Settings::default() };
+    let mut p = Peer::new(cfg);
+    p.headers(1, &[(":method", "POST"), (":scheme", "http"), (":path", "/")], false);
+    for i in 1..10u32 {
+        p.get(2 * i + 1);
+    }
+    assert_eq!(p.error, None);
+    assert_eq!(rst(&p.output()).len(), 9);
+}
+
+#[test]
+fn a_stream_opened_and_reset_in_one_read_never_reaches_the_app() {
+    let mut p = Peer::new(H2Settings::default());
+    let mut block = BytesMut::new();
+    p.enc.encode([(&b":method"[..], &b"GET"[..]), (b":scheme", b"http"), (b":path", b"/")], &mut block);
+    let mut bytes = Vec::new();
+    frame::Headers::encode(1, &block, true, 16_384, &mut bytes);
+    bytes.extend(raw(kind::RST_STREAM, 0, 1, &8u32.to_be_bytes()));
+    // One read: the whole batch at once (as the driver reads it).
+    p.rbuf.extend_from_slice(&bytes);
+    while p.proto.recv_next(&mut p.rbuf, 0).unwrap() {}
+    p.proto.take_events(&mut p.events);
+    assert!(p.events.is_empty(), "{:?}", p.events);
+    // Provoked the same way: a WINDOW_UPDATE of 0 right behind the HEADERS.
+    let mut bytes = Vec::new();
+    frame::Headers::encode(3, &block[..], true, 16_384, &mut bytes);
+    bytes.extend(raw(kind::WINDOW_UPDATE, 0, 3, &0u32.to_be_bytes()));
+    p.rbuf.extend_from_slice(&bytes);
+    while p.proto.recv_next(&mut p.rbuf, 0).unwrap() {}
+    p.proto.take_events(&mut p.events);
+    assert!(p.events.is_empty(), "{:?}", p.events);
+    assert_eq!(rst(&p.output()), vec![(3, Reason::PROTOCOL_ERROR)]);
+}
+
+#[test]
 fn concurrency_limit_refuses() {
     let cfg = H2Settings { max_concurrent_streams: 2, ..H2Settings::default() };
     let mut p = Peer::new(cfg);
