@@ -50,7 +50,6 @@ is_flood() {
 # Bounds (short mode) that fail until the named fix of issue 16 lands: such a class is
 # reported as known failing and does not fail the run. Delete a line to make it strict.
 KNOWN_FAILING=(
-    "slow-post slow-post-h2 slow-body=issue 16 fix 2 pending"
 )
 
 case $MODE in

@@ -835,6 +835,7 @@ struct RawLimits {
     max_trailers: Option<Size<0, { u32::MAX as u64 }>>,
     max_drain: Option<Size>,
     min_body_rate: Option<Size>,
+    body_rate_grace: Option<Dur>,
     read_buffer: Option<Size<512, { 16 << 20 }>>,
     notsent_lowat: Option<Size<0, { u32::MAX as u64 }>>,
 }
@@ -850,6 +851,7 @@ impl RawLimits {
         s.body.max_trailers = self.max_trailers.map_or(s.body.max_trailers, |v| v.get() as u32);
         s.max_drain = self.max_drain.map_or(s.max_drain, Size::get);
         s.min_body_rate = self.min_body_rate.map_or(s.min_body_rate, Size::get);
+        s.body_rate_grace = self.body_rate_grace.map_or(s.body_rate_grace, Dur::get);
         s.read_buffer = self.read_buffer.map_or(s.read_buffer, Size::get_usize);
         if let Some(v) = self.notsent_lowat {
             s.notsent_lowat = (v.get() > 0).then_some(v.get() as u32);
@@ -1033,7 +1035,7 @@ mod tests {
         let c = parse(
             "[timeouts]\nheader = \"250ms\"\nidle = \"5m\"\nbody = 30\nsend = 1.5\ngraceful = 0\nlinger = \"1s\"\n\
              [limits]\nmax_body = \"10MiB\"\nmax_head = \"32KiB\"\nmax_target = \"4KB\"\nnotsent_lowat = \"256KiB\"\n\
-             max_drain = \"1MiB\"\nmin_body_rate = \"1KiB\"\n[file_cache]\nsweep = \"500ms\"\nmemory_max = \"64KiB\"\n\
+             max_drain = \"1MiB\"\nmin_body_rate = \"1KiB\"\nbody_rate_grace = \"5s\"\n[file_cache]\nsweep = \"500ms\"\nmemory_max = \"64KiB\"\n\
              [log]\nsize = \"1GiB\"\n[cache]\nmax_age = \"1d\"\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/tmp\"\n",
         )
         .unwrap();
@@ -1048,6 +1050,7 @@ mod tests {
         assert_eq!((s.limits.max_head, s.limits.max_target), (32 << 10, 4000));
         assert_eq!(s.notsent_lowat, Some(256 << 10));
         assert_eq!((s.max_drain, s.min_body_rate), (1 << 20, 1024));
+        assert_eq!(s.body_rate_grace, Duration::from_secs(5));
         assert_eq!((c.cache.sweep, c.cache.memory_max), (Duration::from_millis(500), 64 << 10));
         assert_eq!(c.log.size, 1 << 30);
         assert_eq!(c.vhosts[0].routes[0].static_opts().unwrap().max_age, Some(86_400));

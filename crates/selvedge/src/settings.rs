@@ -56,8 +56,14 @@ pub struct Settings {
     /// Time without an adequate body read before the connection is closed: 30 s.
     pub body_timeout: Duration,
     /// A body read extends the body deadline only when the average rate since the last
-    /// extension is at least this many bytes per second: 256 B/s.
+    /// extension is at least this many bytes per second (and a body far below it is cut
+    /// sooner: `body_rate_grace`): 256 B/s. 0: any read extends it.
     pub min_body_rate: u64,
+    /// The rate's grace: a request body starts with this much credit, and each byte earns
+    /// `1 / min_body_rate` s more (up to `body_timeout` ahead), so a client far below the
+    /// minimum rate is cut within seconds instead of at `body_timeout` (at half the rate,
+    /// after about twice the grace): 2 s. The same on HTTP/1.1 and HTTP/2.
+    pub body_rate_grace: Duration,
     /// Time a write may make no progress (a client not reading): 30 s.
     pub send_timeout: Duration,
     /// How long a closing connection keeps reading (and discarding) so the client sees the
@@ -106,6 +112,7 @@ impl Default for Settings {
             idle_timeout: Duration::from_secs(60),
             body_timeout: Duration::from_secs(30),
             min_body_rate: 256,
+            body_rate_grace: Duration::from_secs(2),
             send_timeout: Duration::from_secs(30),
             linger_timeout: Duration::from_secs(2),
             max_connections: 10_000,
@@ -133,6 +140,7 @@ impl fmt::Debug for Settings {
             .field("idle_timeout", &self.idle_timeout)
             .field("body_timeout", &self.body_timeout)
             .field("min_body_rate", &self.min_body_rate)
+            .field("body_rate_grace", &self.body_rate_grace)
             .field("send_timeout", &self.send_timeout)
             .field("max_connections", &self.max_connections)
             .field("max_connections_per_ip", &self.max_connections_per_ip)

@@ -9,9 +9,8 @@
 //! - an HPACK bomber that stays under the stream limits is cut off with
 //!   GOAWAY(ENHANCE_YOUR_CALM) after a bounded number of 431s.
 //!
-//! Tests marked `#[ignore = "issue 16 fix N: ..."]` reproduce a fault that fix N of issue 16
-//! removes; they fail on the code before it (run them with `cargo test --test attacks --
-//! --ignored`).
+//! Each reproduces a fault the attack replays found (issue 16) and fails on the code
+//! before its fix.
 
 mod common;
 
@@ -185,7 +184,6 @@ fn read_some(s: &mut TcpStream, got: &mut Vec<u8>, first: &mut Option<Duration>,
 }
 
 #[test]
-#[ignore = "issue 16 fix 2: the answer waits for the unread body to be drained"]
 fn h1_answer_without_reading_goes_out_at_once_and_a_slow_body_is_cut() {
     let (first, got, closed) = h1_slow_post("/index.html");
     let first = first.expect("an answer");
@@ -197,7 +195,6 @@ fn h1_answer_without_reading_goes_out_at_once_and_a_slow_body_is_cut() {
 }
 
 #[test]
-#[ignore = "issue 16 fix 2: a body far below min_body_rate lasts until body_timeout"]
 fn h1_body_far_below_min_rate_is_cut_long_before_body_timeout() {
     // /echo reads the whole body: the client is the slow one.
     let (_, got, closed) = h1_slow_post("/echo");
@@ -240,7 +237,6 @@ fn h2_status(c: &mut Client, seen: &Seen, stream: u32) -> Option<(Duration, Stri
 }
 
 #[test]
-#[ignore = "issue 16 fix 2: the stream of an unread HTTP/2 body is never reset"]
 fn h2_answer_without_reading_is_followed_by_a_reset_of_the_slow_body() {
     let (_srv, mut c, seen) = h2_slow_post("/index.html");
     let (at, status) = h2_status(&mut c, &seen, 1).expect("an answer");
@@ -255,7 +251,6 @@ fn h2_answer_without_reading_is_followed_by_a_reset_of_the_slow_body() {
 }
 
 #[test]
-#[ignore = "issue 16 fix 2: an HTTP/2 body far below min_body_rate lasts until body_timeout"]
 fn h2_body_far_below_min_rate_is_reset_long_before_body_timeout() {
     let (_srv, _c, seen) = h2_slow_post("/echo");
     let (at, reason) = seen.reset(1).expect("stream 1 reset within 6 s");

@@ -14,8 +14,10 @@
 //!            v                                               |
 //!   Head --(head)--> App --(app_done)--+--> Respond --(respond)--+--> Head   (keep-alive)
 //!     ^                                |       ^                 +--> Closed (close, linger?)
-//!     |                                v       |
-//!     |                              Drain ----+  (unread body up to `max_drain`)
+//!     |                                v       |                 |
+//!     |                              Drain ----+  (what is       +--> Drain, answered
+//!     |                                            buffered)           |  (the rest of the
+//!     +----------------------------------------------------------------+   unread body)
 //!     +--- Upgrade: h2c: 101, then the connection goes to HTTP/2 (Handoff)
 //! ```
 //!
@@ -23,9 +25,12 @@
 //!   appended to the write buffer; the batch goes out in one write before the next read
 //!   (or once it reaches [`BATCH_MAX`]).
 //! - **Bodies**: the receive buffer is lent with the body (`Lent`) to the app's reader and
-//!   comes back when the app is done; what the app left unread is drained (up to
-//!   `max_drain`) before the answer so the connection can be kept, else it is closed with a
-//!   linger. A body that fails while draining turns the answer into its 400/413.
+//!   comes back when the app is done. What the app left unread is drained (up to
+//!   `max_drain`) so the connection can be kept, else it is closed with a linger: what is
+//!   already buffered before the answer (a body that fails there turns the answer into its
+//!   400/413), the rest after it, so an answer never waits for a slow client's body. The
+//!   drain after the answer is held to the body clock (`min_body_rate`, with its grace):
+//!   a client too slow, over `max_drain` or with a broken body has its connection closed.
 //! - **Keep-alive**: HTTP/1.1 unless `Connection: close`; HTTP/1.0 only with `Connection:
 //!   keep-alive`; never after the app's own `Connection: close`, during shutdown, after a
 //!   stream of unknown length to HTTP/1.0, a stream shorter than its declared length, a
@@ -55,6 +60,7 @@ use crate::request::{Request, RequestHead};
 use crate::response::{FileBody, Response, ResponseBody, StreamBody};
 use crate::settings::Settings;
 use crate::sys::PeerAddr;
+use crate::time::rate::BodyRule;
 use crate::time::timeout::NO_DEADLINE;
 
 /// Bodies up to this size are copied into the write buffer (one write for head and body);
@@ -170,8 +176,9 @@ enum Reading {
     Head { since: Option<u64> },
     /// The app has the request (and the receive buffer, if it has the body).
     App,
-    /// Reading and discarding what the app left of its body, `drained` bytes so far.
-    Drain { body: Box<Inbound>, drained: u64 },
+    /// Reading and discarding what the app left of its body, `drained` bytes so far;
+    /// `answered`: after the response (then the next head follows, or the close).
+    Drain { body: Box<Inbound>, drained: u64, answered: bool },
     /// The app's response is due.
     Respond,
     /// No more requests: close once the write buffer is out.
@@ -209,6 +216,8 @@ pub(crate) struct Conn {
     /// No request has been read yet (its wait is the header timeout, not the idle one).
     fresh: bool,
     deadline: u64,
+    /// The unread rest of the current request's body, to drain after its answer.
+    unread: Option<(Box<Inbound>, u64)>,
 }
 
 impl Conn {
@@ -230,6 +239,7 @@ impl Conn {
             switched: None,
             fresh: true,
             deadline,
+            unread: None,
         }
     }
 
@@ -459,12 +469,12 @@ impl Conn {
         let body = match decoder {
             None => Body::empty(),
             Some(d) => {
-                let inbound = Inbound::new(
-                    d,
-                    h.expect_continue && minor == Minor::One,
-                    self.cfg.body_timeout.as_millis() as u64,
-                    self.cfg.min_body_rate,
-                );
+                let rule = BodyRule {
+                    timeout: self.cfg.body_timeout.as_millis() as u64,
+                    min_rate: self.cfg.min_body_rate,
+                    grace: self.cfg.body_rate_grace.as_millis() as u64,
+                };
+                let inbound = Inbound::new(d, h.expect_continue && minor == Minor::One, rule);
                 lend(Lent { inbound, buf: std::mem::take(&mut self.rbuf) })
             }
         };
@@ -510,7 +520,7 @@ impl Conn {
                         self.cur.keep_alive = false;
                         self.cur.linger = true;
                     } else {
-                        self.reading = Reading::Drain { body: Box::new(inbound), drained: 0 };
+                        self.reading = Reading::Drain { body: Box::new(inbound), drained: 0, answered: false };
                         return true;
                     }
                 }
@@ -534,13 +544,21 @@ impl Conn {
     }
 
     /// One step of the drain: discard what is buffered; read more, respond, or fail.
+    /// Before the answer it only takes what is buffered: when the body needs more bytes,
+    /// the answer goes first and the rest is drained after it.
+    #[inline(never)]
     fn drain(&mut self, now: u64) -> Next {
-        let Reading::Drain { body, drained } = &mut self.reading else { return Next::Respond };
+        let Reading::Drain { body, drained, answered } = &mut self.reading else { return Next::Respond };
+        let answered = *answered;
         loop {
             match body.decode(&mut self.rbuf) {
                 Some(Step::Data(b)) => {
                     *drained += b.len() as u64;
                     if *drained > self.cfg.max_drain {
+                        if answered {
+                            self.reading = Reading::Closed { linger: true };
+                            return Next::Close { linger: true };
+                        }
                         self.cur.keep_alive = false;
                         self.cur.linger = true;
                         self.reading = Reading::Respond;
@@ -548,11 +566,21 @@ impl Conn {
                     }
                 }
                 Some(Step::End) => {
+                    if answered {
+                        self.reading = Reading::Head { since: None };
+                        return self.poll(now);
+                    }
                     self.reading = Reading::Respond;
                     return Next::Respond;
                 }
                 Some(Step::Failed(_)) => {
                     let failed = body.failed;
+                    if answered {
+                        // Too late for its 400/413: the connection just ends.
+                        let linger = matches!(failed, Some(Failure::Status(_)));
+                        self.reading = Reading::Closed { linger };
+                        return Next::Close { linger };
+                    }
                     self.reading = Reading::Respond;
                     self.body_failed(failed);
                     return match failed {
@@ -561,6 +589,20 @@ impl Conn {
                     };
                 }
                 Some(Step::Continue | Step::Read) | None => {
+                    if !answered {
+                        // The answer goes out now; the rest is drained after it.
+                        let Reading::Drain { body, drained, .. } =
+                            std::mem::replace(&mut self.reading, Reading::Respond)
+                        else {
+                            unreachable!()
+                        };
+                        self.unread = Some((body, drained));
+                        return Next::Respond;
+                    }
+                    if !self.wbuf.is_empty() {
+                        self.deadline = now.saturating_add(self.cfg.send_timeout.as_millis() as u64);
+                        return Next::Flush;
+                    }
                     // The 100 was never owed here (`app_done` closes instead).
                     let _ = body.wait(now);
                     self.deadline = body.deadline();
@@ -684,13 +726,18 @@ impl Conn {
         }
     }
 
-    /// After the response: the next head, or the close.
+    /// After the response: the rest of an unread body, the next head, or the close.
     fn next_request(&mut self) {
+        let unread = self.unread.take();
         self.reading = if self.cur.keep_alive {
-            Reading::Head { since: None }
+            match unread {
+                None => Reading::Head { since: None },
+                Some((body, drained)) => Reading::Drain { body, drained, answered: true },
+            }
         } else {
-            // Unread bytes in the buffer: the client is still sending.
-            Reading::Closed { linger: self.cur.linger || !self.rbuf.is_empty() }
+            // Unread bytes in the buffer or a body unread: the client is still sending.
+            let unread = unread.is_some() || matches!(self.reading, Reading::Drain { .. });
+            Reading::Closed { linger: self.cur.linger || unread || !self.rbuf.is_empty() }
         };
     }
 }

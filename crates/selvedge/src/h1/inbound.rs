@@ -1,9 +1,10 @@
 //! A request body's phase, sans-IO: decoding it out of the receive buffer ([`Decoder`]),
 //! the interim `100 Continue` owed to an `Expect: 100-continue` request (sent the first
 //! time the app waits for bytes, never if it answers without reading), how the body failed,
-//! and the body deadline with its minimum rate (a slow-loris defence: a read extends the
-//! deadline only when the average rate since the last extension is at least
-//! `Settings::min_body_rate`).
+//! and the body deadline with its minimum rate (a slow-loris defence: the body clock of
+//! `crate::time::rate`, shared with HTTP/2: `Settings::body_timeout` without a stretch at
+//! `Settings::min_body_rate`, and a rate credit of `Settings::body_rate_grace` that a
+//! client far below the rate uses up within seconds).
 //!
 //! The app's reader (`reader.rs`) and the connection's drain both run it the same way:
 //! [`Inbound::decode`] what is buffered; when that gives nothing, [`Inbound::wait`] says
@@ -14,6 +15,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::body::{BodyError, Decoded, Decoder};
 use crate::error::{Error, Kind};
+use crate::time::rate::{BodyClock, BodyRule};
 use crate::time::timeout::NO_DEADLINE;
 
 /// How a body failed, as the connection needs to know.
@@ -58,27 +60,17 @@ pub(crate) struct Inbound {
     /// `Expect: 100-continue` was sent and the interim response is not out yet.
     pub(crate) continue_pending: bool,
     pub(crate) failed: Option<Failure>,
-    /// The body clock, once the app has waited for bytes: when the deadline was last
-    /// extended, and the bytes since.
-    clock: Option<(u64, u64)>,
+    /// The body clock, once the app (or the drain) has waited for bytes.
+    clock: Option<BodyClock>,
     deadline: u64,
-    body_timeout: u64,
-    min_rate: u64,
+    rule: BodyRule,
 }
 
 impl Inbound {
     /// A body decoded by `decoder`; `expect_continue`: the client waits for `100 Continue`.
-    /// The deadline is `body_timeout` ms, extended by reads at `min_rate` bytes per second.
-    pub(crate) fn new(decoder: Decoder, expect_continue: bool, body_timeout: u64, min_rate: u64) -> Inbound {
-        Inbound {
-            decoder,
-            continue_pending: expect_continue,
-            failed: None,
-            clock: None,
-            deadline: NO_DEADLINE,
-            body_timeout,
-            min_rate,
-        }
+    /// The deadline follows `rule` (see `crate::time::rate`).
+    pub(crate) fn new(decoder: Decoder, expect_continue: bool, rule: BodyRule) -> Inbound {
+        Inbound { decoder, continue_pending: expect_continue, failed: None, clock: None, deadline: NO_DEADLINE, rule }
     }
 
     /// The body's deadline ([`NO_DEADLINE`] while the clock is not running).
@@ -134,8 +126,9 @@ impl Inbound {
         }
         // A switched protocol's bytes come when they come: the app keeps its own time.
         if self.clock.is_none() && !self.decoder.is_tunnel() {
-            self.clock = Some((now, 0));
-            self.deadline = now.saturating_add(self.body_timeout);
+            let c = BodyClock::start(now, &self.rule);
+            self.deadline = c.deadline();
+            self.clock = Some(c);
         }
         Step::Read
     }
@@ -150,13 +143,9 @@ impl Inbound {
                 self.fail(Failure::Broken, "connection closed mid-body")
             });
         }
-        if let Some((mark, bytes)) = &mut self.clock {
-            *bytes += n as u64;
-            if *bytes * 1000 >= self.min_rate * now.saturating_sub(*mark) {
-                *mark = now;
-                *bytes = 0;
-                self.deadline = now.saturating_add(self.body_timeout);
-            }
+        if let Some(c) = &mut self.clock {
+            c.progress(n as u64, now, &self.rule);
+            self.deadline = c.deadline();
         }
         None
     }
@@ -167,8 +156,10 @@ mod tests {
     use super::*;
     use crate::h1::body::BodyLimits;
 
+    const RULE: BodyRule = BodyRule { timeout: 30_000, min_rate: 256, grace: 2_000 };
+
     fn length(n: u64, expect: bool) -> Inbound {
-        Inbound::new(Decoder::length(n, BodyLimits::default()).unwrap(), expect, 30_000, 256)
+        Inbound::new(Decoder::length(n, BodyLimits::default()).unwrap(), expect, RULE)
     }
 
     #[test]
@@ -190,29 +181,24 @@ mod tests {
     }
 
     #[test]
-    fn the_deadline_moves_only_at_the_minimum_rate() {
+    fn the_deadline_follows_the_body_clock() {
         let mut b = length(1 << 20, false);
         let mut buf = BytesMut::new();
         assert!(b.decode(&mut buf).is_none());
         assert_eq!(b.deadline(), NO_DEADLINE, "no clock before the app waits");
         assert!(matches!(b.wait(1_000), Step::Read));
-        assert_eq!(b.deadline(), 31_000, "the body clock starts when the app waits");
-        // 100 bytes after 1 s: under 256 B/s, no extension.
-        assert!(b.handle_read(100, 2_000).is_none());
-        assert_eq!(b.deadline(), 31_000);
-        // 200 more after another second: 300 bytes in 2 s is under the rate still.
-        assert!(b.handle_read(200, 3_000).is_none());
-        assert_eq!(b.deadline(), 31_000);
-        // 300 more: 600 bytes in 2.5 s is 240 B/s... and 700 in 2.6 s is over.
-        assert!(b.handle_read(300, 3_500).is_none());
-        assert_eq!(b.deadline(), 31_000);
-        assert!(b.handle_read(100, 3_600).is_none());
-        assert_eq!(b.deadline(), 33_600);
+        assert_eq!(b.deadline(), 3_000, "the clock starts when the app waits, with the grace");
+        // 128 bytes after 1 s: half the rate earns half a second.
+        assert!(b.handle_read(128, 2_000).is_none());
+        assert_eq!(b.deadline(), 3_500);
+        // 64 KiB at once: far above the rate, the body timeout ahead.
+        assert!(b.handle_read(64 * 1024, 3_000).is_none());
+        assert_eq!(b.deadline(), 33_000);
     }
 
     #[test]
     fn failures_stick() {
-        let mut b = Inbound::new(Decoder::chunked(BodyLimits::default()), false, 30_000, 256);
+        let mut b = Inbound::new(Decoder::chunked(BodyLimits::default()), false, RULE);
         let mut buf = BytesMut::from(&b"zz\r\n"[..]);
         assert!(matches!(b.decode(&mut buf), Some(Step::Failed(e)) if e.status().map(|s| s.as_u16()) == Some(400)));
         assert_eq!(b.failed, Some(Failure::Status(400)));

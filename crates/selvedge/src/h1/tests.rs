@@ -426,20 +426,42 @@ fn an_unread_body_over_the_drain_limit_closes_with_a_linger() {
 
 #[test]
 fn a_malformed_body_found_while_draining_is_answered_400() {
-    let input = b"POST /up HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
-    let s = every_split(input, |req| (Use::Ignore, echo(req).1));
+    // Buffered with the head: found before the answer, which becomes its 400.
+    let head = &b"POST /up HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"[..];
+    let mut s = Script::new(cfg(), vec![[head, b"zz\r\n"].concat()]);
+    assert_eq!(s.run(|req| (Use::Ignore, echo(req).1)), End::Closed { linger: true });
     assert!(s.text().starts_with("HTTP/1.1 400 Bad Request\r\n"), "{}", s.text());
     assert!(s.text().contains("connection: close\r\n"));
+    assert_eq!(s.responses, 1);
+    // Arriving after the answer went out: the connection just closes (with a linger).
+    let mut s = Script::new(cfg(), vec![head.to_vec(), b"zz\r\n".to_vec(), GET.to_vec()]);
+    assert_eq!(s.run(|req| (Use::Ignore, echo(req).1)), End::Closed { linger: true });
+    assert_eq!(s.text(), format!("{}POST /up", ok_head(8)));
     assert_eq!(s.responses, 1);
 }
 
 #[test]
-fn a_body_cut_off_while_draining_ends_without_an_answer() {
+fn an_answer_does_not_wait_for_an_unread_body() {
+    // Half the body is here, the rest is not: the answer goes out before any more is read.
+    let input = b"POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n01234";
+    let mut s = Script::new(cfg(), vec![input.to_vec()]);
+    assert_eq!(s.run(|req| (Use::Ignore, echo(req).1)), End::Waiting);
+    assert_eq!(s.text(), format!("{}POST /up", ok_head(8)));
+    // The rest comes, then the next request, on the same connection.
+    s.input.push_back(b"56789".to_vec());
+    s.input.push_back(GET.to_vec());
+    assert_eq!(s.run(|req| (Use::Ignore, echo(req).1)), End::Waiting);
+    assert_eq!(s.text(), format!("{}POST /up{}GET /a", ok_head(8), ok_head(6)));
+    assert_eq!(s.seen.len(), 2);
+}
+
+#[test]
+fn a_body_cut_off_while_draining_ends_after_the_answer() {
     let input = b"POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n01234";
     let mut s = Script::new(cfg(), vec![input.to_vec()]);
     s.input.push_back(Vec::new()); // the peer closes
     assert_eq!(s.run(|req| (Use::Ignore, echo(req).1)), End::Closed { linger: false });
-    assert!(s.out.is_empty(), "{}", s.text());
+    assert_eq!(s.text(), format!("{}POST /up", ok_head(8)));
 }
 
 #[test]
@@ -654,6 +676,7 @@ fn deadlines_follow_the_phase() {
 fn a_drained_body_has_the_body_deadline() {
     let c = cfg();
     let body = c.body_timeout.as_millis() as u64;
+    let (grace, rate) = (c.body_rate_grace.as_millis() as u64, c.min_body_rate);
     let mut s = Script::new(c, vec![b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n0123".to_vec()]);
     assert_eq!(s.conn.poll(0), Next::Read { idle: true });
     assert!(s.feed());
@@ -670,6 +693,17 @@ fn a_drained_body_has_the_body_deadline() {
         |_| {},
     );
     assert!(s.conn.app_done(Returned::Back(lent.unwrap()), false));
-    assert_eq!(s.conn.poll(50), Next::Read { idle: false });
-    assert_eq!(s.conn.deadline(), 50 + body);
+    // The answer first (nothing waits for the body), then the drain with the body clock:
+    // the rate's grace at first.
+    assert_eq!(s.conn.poll(50), Next::Respond);
+    assert!(matches!(s.conn.respond(Response::new(StatusCode::OK), false), Ok(Send::Buffered)));
+    assert_eq!(s.conn.poll(60), Next::Flush);
+    s.conn.handle_written();
+    assert_eq!(s.conn.poll(70), Next::Read { idle: false });
+    assert_eq!(s.conn.deadline(), 70 + grace.min(body));
+    // Far below the rate: the deadline hardly moves.
+    s.input.push_back(b"5".to_vec());
+    assert!(s.feed());
+    assert_eq!(s.conn.poll(1_000), Next::Read { idle: false });
+    assert_eq!(s.conn.deadline(), 70 + grace + 1_000 / rate);
 }

@@ -110,6 +110,7 @@ pub(crate) async fn serve<A: App>(
         header: ms(cfg.header_timeout),
         body: ms(cfg.body_timeout),
         min_rate: cfg.min_body_rate,
+        grace: ms(cfg.body_rate_grace),
         stall: ms(h2cfg.stream_stall_timeout),
         send: ms(cfg.send_timeout),
         idle: ms(cfg.idle_timeout),

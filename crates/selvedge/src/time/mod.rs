@@ -4,6 +4,7 @@
 //! design); [`now_ms`] is the clock the one timeout manager advances, read with one load.
 
 pub mod date;
+pub(crate) mod rate;
 pub(crate) mod timeout;
 
 pub use timeout::now_ms;

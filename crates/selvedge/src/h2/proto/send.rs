@@ -224,7 +224,12 @@ impl Proto {
         let Some(s) = self.streams.get_mut(&id) else { return };
         s.body_dropped = true;
         s.reader = None;
+        s.body_clock = None;
         let n: usize = s.inbox.drain(..).map(|b| b.len()).sum();
+        if matches!(s.send, Send::Done) && s.state.can_recv() {
+            // The response went out before the app let go of the body.
+            return self.stop_unread(id);
+        }
         if n > 0 {
             self.grant(id, n as u32);
         }
@@ -436,7 +441,16 @@ impl Proto {
         s.state = s.state.send_end();
         if s.state == State::Closed {
             self.close(id);
+        } else if s.body_dropped {
+            self.stop_unread(id);
         }
         None
+    }
+
+    /// The response on `id` is complete and its app dropped the request body: the client
+    /// is asked to stop sending it with RST_STREAM(NO_ERROR) (RFC 9113 §8.1) instead of
+    /// trickling it in for as long as it likes.
+    fn stop_unread(&mut self, id: u32) {
+        self.reset_for(id, Reason::NO_ERROR, Cause::Reset);
     }
 }

@@ -11,6 +11,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 
 use super::flow::FlowControl;
 use crate::h2::frame::Reason;
+use crate::time::rate::BodyClock;
 
 /// A stream's state, server side (no push, so no reserved states):
 ///
@@ -159,11 +160,8 @@ pub(crate) struct Stream {
     pub(crate) is_head: bool,
     /// The app dropped the request body: data is granted back on arrival and discarded.
     pub(crate) body_dropped: bool,
-    /// The body phase's deadline, while it runs (see `timers.rs`), and the bytes received
-    /// since the deadline was last extended at `rate_mark`.
-    pub(crate) body_deadline: Option<u64>,
-    pub(crate) rate_mark: u64,
-    pub(crate) rate_bytes: u64,
+    /// The body phase's clock, while it runs (see `timers.rs`).
+    pub(crate) body_clock: Option<BodyClock>,
     /// Since when the response has been held back by this stream's window.
     pub(crate) stall_since: Option<u64>,
 }
@@ -184,9 +182,7 @@ impl Stream {
             win_blocked: false,
             is_head: false,
             body_dropped: false,
-            body_deadline: None,
-            rate_mark: 0,
-            rate_bytes: 0,
+            body_clock: None,
             stall_since: None,
         }
     }

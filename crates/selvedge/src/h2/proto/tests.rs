@@ -494,7 +494,7 @@ fn no_rfc7540_priorities_setting_ignores_weights() {
 }
 
 fn timeouts() -> super::Timeouts {
-    super::Timeouts { header: 1_000, body: 2_000, min_rate: 100, stall: 3_000, send: 0, idle: 0 }
+    super::Timeouts { header: 1_000, body: 2_000, min_rate: 100, grace: 2_000, stall: 3_000, send: 0, idle: 0 }
 }
 
 #[test]
@@ -687,4 +687,49 @@ fn app_date_and_server_replace_ours() {
     let count = |n: &[u8]| fields.iter().filter(|(a, _)| a == n).count();
     assert_eq!((count(b"date"), count(b"server")), (1, 1), "{fields:?}");
     assert!(fields.iter().any(|(a, b)| a == b"server" && b == b"upstream/1.0"));
+}
+
+#[test]
+fn unread_body_is_reset_with_no_error_after_the_complete_answer() {
+    let mut p = Peer::new(H2Settings::default());
+    p.headers(1, &[(":method", "POST"), (":scheme", "http"), (":path", "/")], false);
+    p.send(&raw(kind::DATA, 0, 1, b"some"));
+    // The app drops the body without reading it and answers.
+    p.proto.drop_body(1);
+    p.proto.respond(1, Response::bytes(StatusCode::METHOD_NOT_ALLOWED, "no"));
+    let out = p.output();
+    let end = out.iter().position(|f| matches!(f, Frame::Data(d) if d.end_stream)).expect("the answer");
+    assert_eq!(rst(&out[end..]), vec![(1, Reason::NO_ERROR)], "{out:?}");
+    // What the client still sends is ignored.
+    p.send(&raw(kind::DATA, 0, 1, b"more"));
+    assert!(rst(&p.output()).is_empty());
+    assert_eq!(p.error, None);
+    // An app that lets go of the body only after its answer is complete: the same.
+    p.headers(3, &[(":method", "POST"), (":scheme", "http"), (":path", "/")], false);
+    p.proto.respond(3, Response::bytes(StatusCode::OK, "ok"));
+    assert!(rst(&p.output()).is_empty(), "the app still holds the body");
+    p.proto.drop_body(3);
+    assert_eq!(rst(&p.output()), vec![(3, Reason::NO_ERROR)]);
+}
+
+#[test]
+fn body_far_below_the_rate_is_reset_within_the_grace_not_the_timeout() {
+    let mut p = Peer::new(H2Settings::default());
+    p.proto.set_timeouts(super::Timeouts { body: 30_000, min_rate: 256, grace: 2_000, ..timeouts() });
+    p.headers(1, &[(":method", "POST"), (":scheme", "http"), (":path", "/")], false);
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    assert!(p.proto.poll_body(1, &mut cx).is_pending());
+    // 50 bytes every 500 ms (100 B/s): each earns ~195 ms of credit.
+    let mut t = 0;
+    while p.proto.next_deadline().is_some_and(|d| d > t) {
+        p.now = t;
+        p.send(&raw(kind::DATA, 0, 1, &[b'x'; 50]));
+        while let std::task::Poll::Ready(Some(Ok(_))) = p.proto.poll_body(1, &mut cx) {}
+        t += 500;
+    }
+    let at = p.proto.next_deadline().unwrap();
+    assert!((3_000..4_000).contains(&at), "{at}");
+    p.proto.expire(at);
+    assert_eq!(rst(&p.output()), vec![(1, Reason::CANCEL)]);
 }

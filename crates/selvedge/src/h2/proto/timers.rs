@@ -4,11 +4,14 @@
 //!
 //! - **Header phase**: a header block spread over CONTINUATION frames must be complete
 //!   within `header` of its first frame, else GOAWAY(ENHANCE_YOUR_CALM).
-//! - **Body phase**: while the app waits for request body data, the client must keep
-//!   `min_rate` bytes per second on average; each stretch that does extends the deadline by
-//!   `body` (as for HTTP/1.1). A stream that falls behind is reset with CANCEL and the
-//!   app's read fails. Time the app spends not reading (flow control then stops the
-//!   client) does not count against the client.
+//! - **Body phase**: once the app waits for request body data, the body clock runs
+//!   (`crate::time::rate`, the same as for HTTP/1.1): `body` without a stretch at
+//!   `min_rate` bytes per second, and a rate credit that starts at `grace`, so a client far
+//!   below the rate is cut within seconds. A stream that falls behind is reset with CANCEL
+//!   and the app's read fails. Time the app spends not reading (flow control then stops
+//!   the client) does not count against the client.
+//! - **Unread body**: a stream whose app dropped its request body and whose response is
+//!   complete is reset with NO_ERROR (RFC 9113 §8.1): the client stops sending (`send.rs`).
 //! - **Send phase**: a stream whose response is held back by its own flow-control window
 //!   for `stall` is reset with CANCEL; the other streams go on.
 //! - **Connection send deadline**: while the connection cannot send any stream's data
@@ -24,6 +27,7 @@
 
 use super::{Cause, Proto};
 use crate::h2::frame::Reason;
+use crate::time::rate::{BodyClock, BodyRule};
 
 /// The deadlines' lengths, in milliseconds (0: off), and the minimum body rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +36,8 @@ pub(crate) struct Timeouts {
     pub(crate) body: u64,
     /// Bytes per second.
     pub(crate) min_rate: u64,
+    /// The body rate's grace (see `crate::time::rate`).
+    pub(crate) grace: u64,
     pub(crate) stall: u64,
     /// The connection send deadline (see the module's text).
     pub(crate) send: u64,
@@ -41,7 +47,21 @@ pub(crate) struct Timeouts {
 
 impl Default for Timeouts {
     fn default() -> Self {
-        Timeouts { header: 10_000, body: 30_000, min_rate: 256, stall: 60_000, send: 30_000, idle: 60_000 }
+        Timeouts {
+            header: 10_000,
+            body: 30_000,
+            min_rate: 256,
+            grace: 2_000,
+            stall: 60_000,
+            send: 30_000,
+            idle: 60_000,
+        }
+    }
+}
+
+impl Timeouts {
+    fn body_rule(&self) -> BodyRule {
+        BodyRule { timeout: self.body, min_rate: self.min_rate, grace: self.grace }
     }
 }
 
@@ -74,7 +94,9 @@ impl Proto {
             next = Some(next.map_or(d, |n| n.min(d)));
         }
         for (_, s) in self.streams.iter() {
-            for d in [s.body_deadline, s.stall_since.filter(|_| t.stall > 0).map(|x| x + t.stall)].into_iter().flatten()
+            for d in [s.body_clock.map(|c| c.deadline()), s.stall_since.filter(|_| t.stall > 0).map(|x| x + t.stall)]
+                .into_iter()
+                .flatten()
             {
                 next = Some(next.map_or(d, |n| n.min(d)));
             }
@@ -107,15 +129,13 @@ impl Proto {
         }
         let mut late = Vec::new();
         for (id, s) in self.streams.iter_mut() {
-            if s.body_deadline.is_some_and(|d| now >= d) {
+            if s.body_clock.is_some_and(|c| now >= c.deadline()) {
                 if s.inbox.is_empty() {
                     late.push((*id, Cause::TimedOut));
                     continue;
                 }
                 // The app has unread data: the client is not the slow one.
-                s.body_deadline = Some(now + t.body);
-                s.rate_mark = now;
-                s.rate_bytes = 0;
+                s.body_clock = Some(BodyClock::start(now, &t.body_rule()));
             }
             if s.stall_since.is_some_and(|x| t.stall > 0 && now >= x + t.stall) {
                 late.push((*id, Cause::Reset));
@@ -145,12 +165,10 @@ impl Proto {
     /// The app waits for body data on stream `id`: the body deadline starts, if it is not
     /// running yet.
     pub(crate) fn arm_body(&mut self, id: u32) {
-        let (now, body) = (self.now, self.timeouts.body);
+        let (now, rule) = (self.now, self.timeouts.body_rule());
         let Some(s) = self.streams.get_mut(&id) else { return };
-        if body > 0 && s.body_deadline.is_none() && s.state.can_recv() {
-            s.body_deadline = Some(now + body);
-            s.rate_mark = now;
-            s.rate_bytes = 0;
+        if rule.timeout > 0 && s.body_clock.is_none() && s.state.can_recv() {
+            s.body_clock = Some(BodyClock::start(now, &rule));
             self.timers_changed = true;
         }
     }
@@ -158,19 +176,14 @@ impl Proto {
     /// `n` body bytes arrived on stream `id` (`end`: the last): a stretch at the minimum
     /// rate extends the deadline.
     pub(crate) fn body_progress(&mut self, id: u32, n: usize, end: bool) {
-        let (now, t) = (self.now, self.timeouts);
+        let (now, rule) = (self.now, self.timeouts.body_rule());
         let Some(s) = self.streams.get_mut(&id) else { return };
         if end {
-            s.body_deadline = None;
+            s.body_clock = None;
             return;
         }
-        if s.body_deadline.is_some() {
-            s.rate_bytes += n as u64;
-            if s.rate_bytes * 1000 >= t.min_rate * now.saturating_sub(s.rate_mark) {
-                s.body_deadline = Some(now + t.body);
-                s.rate_mark = now;
-                s.rate_bytes = 0;
-            }
+        if let Some(c) = &mut s.body_clock {
+            c.progress(n as u64, now, &rule);
         }
     }
 }
