@@ -114,6 +114,7 @@ pub(crate) async fn serve<A: App>(
         stall: ms(h2cfg.stream_stall_timeout),
         send: ms(cfg.send_timeout),
         idle: ms(cfg.idle_timeout),
+        max_drain: cfg.max_drain,
     });
     if let Some(req) = &upgraded {
         proto.upgrade_stream(req.header("http2-settings"), req.method() == http::Method::HEAD);

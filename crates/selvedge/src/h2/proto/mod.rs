@@ -527,6 +527,11 @@ impl Proto {
         }
         let data_len = d.data.len();
         s.received += d.data.len() as u64;
+        if s.drain_until.is_some_and(|n| s.received > n) {
+            // Answered, body unread, and more of it than we discard: stop it.
+            self.reset_for(id, Reason::NO_ERROR, Cause::Reset);
+            return Ok(());
+        }
         if s.content_length.is_some_and(|n| s.received > n || (d.end_stream && s.received != n)) {
             return self.reset(id, Reason::PROTOCOL_ERROR);
         }

@@ -447,10 +447,24 @@ impl Proto {
         None
     }
 
-    /// The response on `id` is complete and its app dropped the request body: the client
-    /// is asked to stop sending it with RST_STREAM(NO_ERROR) (RFC 9113 §8.1) instead of
-    /// trickling it in for as long as it likes.
+    /// The response on `id` is complete and its app dropped the request body: what still
+    /// comes is discarded, up to `max_drain` bytes and held to the body clock (as an unread
+    /// HTTP/1.1 body after its answer), so a client that is uploading finishes normally
+    /// (some clients, curl 7.88 among them, fail a request whose upload is cut even after
+    /// a complete response). More than `max_drain` (declared or received): the client is
+    /// asked to stop with RST_STREAM(NO_ERROR) (RFC 9113 §8.1); too slow: CANCEL
+    /// (`timers.rs`).
     fn stop_unread(&mut self, id: u32) {
-        self.reset_for(id, Reason::NO_ERROR, Cause::Reset);
+        let (now, rule, max) = (self.now, self.timeouts.body_rule(), self.timeouts.max_drain);
+        let Some(s) = self.streams.get_mut(&id) else { return };
+        let left = s.content_length.map(|n| n.saturating_sub(s.received));
+        if left.is_some_and(|n| n > max) {
+            return self.reset_for(id, Reason::NO_ERROR, Cause::Reset);
+        }
+        s.drain_until = Some(s.received.saturating_add(max));
+        if rule.timeout > 0 {
+            s.body_clock = Some(crate::time::rate::BodyClock::start(now, &rule));
+            self.timers_changed = true;
+        }
     }
 }

@@ -162,6 +162,9 @@ pub(crate) struct Stream {
     pub(crate) body_dropped: bool,
     /// The body phase's clock, while it runs (see `timers.rs`).
     pub(crate) body_clock: Option<BodyClock>,
+    /// The answer is complete and the app dropped the body: what is received beyond this
+    /// is too much to discard (see `Proto::stop_unread`).
+    pub(crate) drain_until: Option<u64>,
     /// Since when the response has been held back by this stream's window.
     pub(crate) stall_since: Option<u64>,
 }
@@ -183,6 +186,7 @@ impl Stream {
             is_head: false,
             body_dropped: false,
             body_clock: None,
+            drain_until: None,
             stall_since: None,
         }
     }

@@ -494,7 +494,16 @@ fn no_rfc7540_priorities_setting_ignores_weights() {
 }
 
 fn timeouts() -> super::Timeouts {
-    super::Timeouts { header: 1_000, body: 2_000, min_rate: 100, grace: 2_000, stall: 3_000, send: 0, idle: 0 }
+    super::Timeouts {
+        header: 1_000,
+        body: 2_000,
+        min_rate: 100,
+        grace: 2_000,
+        stall: 3_000,
+        send: 0,
+        idle: 0,
+        max_drain: 100,
+    }
 }
 
 #[test]
@@ -690,26 +699,46 @@ fn app_date_and_server_replace_ours() {
 }
 
 #[test]
-fn unread_body_is_reset_with_no_error_after_the_complete_answer() {
+fn unread_body_after_the_complete_answer_is_held_to_the_rate_and_max_drain() {
     let mut p = Peer::new(H2Settings::default());
-    p.headers(1, &[(":method", "POST"), (":scheme", "http"), (":path", "/")], false);
+    p.proto.set_timeouts(timeouts());
+    let post = [(":method", "POST"), (":scheme", "http"), (":path", "/")];
+    // Stream 1: the app drops the body unread and answers; the client goes on sending,
+    // discarded, until it is too slow for the body clock (2 s of grace from the answer).
+    p.headers(1, &post, false);
     p.send(&raw(kind::DATA, 0, 1, b"some"));
-    // The app drops the body without reading it and answers.
     p.proto.drop_body(1);
     p.proto.respond(1, Response::bytes(StatusCode::METHOD_NOT_ALLOWED, "no"));
     let out = p.output();
-    let end = out.iter().position(|f| matches!(f, Frame::Data(d) if d.end_stream)).expect("the answer");
-    assert_eq!(rst(&out[end..]), vec![(1, Reason::NO_ERROR)], "{out:?}");
-    // What the client still sends is ignored.
+    assert!(out.iter().any(|f| matches!(f, Frame::Data(d) if d.end_stream)), "the answer: {out:?}");
+    assert!(rst(&out).is_empty(), "an upload that keeps up may finish: {out:?}");
+    assert!(p.proto.take_timers_changed());
+    assert_eq!(p.proto.next_deadline(), Some(2_000));
+    p.now = 1_000;
     p.send(&raw(kind::DATA, 0, 1, b"more"));
     assert!(rst(&p.output()).is_empty());
-    assert_eq!(p.error, None);
-    // An app that lets go of the body only after its answer is complete: the same.
-    p.headers(3, &[(":method", "POST"), (":scheme", "http"), (":path", "/")], false);
-    p.proto.respond(3, Response::bytes(StatusCode::OK, "ok"));
-    assert!(rst(&p.output()).is_empty(), "the app still holds the body");
+    let at = p.proto.next_deadline().unwrap();
+    assert!(at < 2_100, "{at}");
+    p.proto.expire(at);
+    assert_eq!(rst(&p.output()), vec![(1, Reason::CANCEL)]);
+    // Stream 3: more declared than max_drain (100 bytes here): stopped at once, NO_ERROR.
+    p.headers(3, &[(":method", "POST"), (":scheme", "http"), (":path", "/"), ("content-length", "5000")], false);
     p.proto.drop_body(3);
-    assert_eq!(rst(&p.output()), vec![(3, Reason::NO_ERROR)]);
+    p.proto.respond(3, Response::bytes(StatusCode::OK, "ok"));
+    let out = p.output();
+    let end = out.iter().position(|f| matches!(f, Frame::Data(d) if d.end_stream)).expect("the answer");
+    assert_eq!(rst(&out[end..]), vec![(3, Reason::NO_ERROR)]);
+    // Stream 5: no length, more than max_drain arrives after the answer: NO_ERROR.
+    p.headers(5, &post, false);
+    p.proto.respond(5, Response::bytes(StatusCode::OK, "ok"));
+    let _ = p.output();
+    p.proto.drop_body(5);
+    assert!(rst(&p.output()).is_empty(), "the app let go after its answer: the same rule");
+    p.send(&raw(kind::DATA, 0, 5, &[b'x'; 80]));
+    assert!(rst(&p.output()).is_empty());
+    p.send(&raw(kind::DATA, 0, 5, &[b'x'; 80]));
+    assert_eq!(rst(&p.output()), vec![(5, Reason::NO_ERROR)]);
+    assert_eq!(p.error, None);
 }
 
 #[test]

@@ -11,7 +11,8 @@
 //!   and the app's read fails. Time the app spends not reading (flow control then stops
 //!   the client) does not count against the client.
 //! - **Unread body**: a stream whose app dropped its request body and whose response is
-//!   complete is reset with NO_ERROR (RFC 9113 §8.1): the client stops sending (`send.rs`).
+//!   complete keeps the body clock for what the client still sends (discarded, up to
+//!   `max_drain`, else RST_STREAM(NO_ERROR), RFC 9113 §8.1; see `Proto::stop_unread`).
 //! - **Send phase**: a stream whose response is held back by its own flow-control window
 //!   for `stall` is reset with CANCEL; the other streams go on.
 //! - **Connection send deadline**: while the connection cannot send any stream's data
@@ -43,6 +44,9 @@ pub(crate) struct Timeouts {
     pub(crate) send: u64,
     /// A connection without streams or frames this long ends.
     pub(crate) idle: u64,
+    /// Bytes of an unread request body discarded after a complete answer
+    /// (`Settings::max_drain`).
+    pub(crate) max_drain: u64,
 }
 
 impl Default for Timeouts {
@@ -55,12 +59,13 @@ impl Default for Timeouts {
             stall: 60_000,
             send: 30_000,
             idle: 60_000,
+            max_drain: 256 * 1024,
         }
     }
 }
 
 impl Timeouts {
-    fn body_rule(&self) -> BodyRule {
+    pub(crate) fn body_rule(&self) -> BodyRule {
         BodyRule { timeout: self.body, min_rate: self.min_rate, grace: self.grace }
     }
 }
