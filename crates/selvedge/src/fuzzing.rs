@@ -319,3 +319,14 @@ pub fn range(data: &[u8]) {
     let _ = crate::file::range::parse(value, size);
     let _ = crate::file::range::if_range_matches(value, b"\"etag\"", 784_111_777);
 }
+
+/// The PROXY protocol header parser: a header never claims more bytes than it was given,
+/// and "need more" always asks for more than it has, within the limit.
+pub fn proxy_protocol(data: &[u8]) {
+    use crate::proxy_protocol::{parse, Status, MAX_V2};
+    match parse(data) {
+        Ok(Status::Done(_, len)) => assert!(len > 0 && len <= data.len() && len <= MAX_V2),
+        Ok(Status::Need(n)) => assert!(n > data.len() && n <= MAX_V2),
+        Err(_) => {}
+    }
+}

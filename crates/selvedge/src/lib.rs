@@ -78,8 +78,9 @@
 //! Each module uses only modules on its own line or above it, and no files import each
 //! other in a circle (both checked by `tests/layering.rs`):
 //!
-//! 1. `message`, `error`, `sys`, `time`, `stats`, `hpack`, `h2::frame`, `h2::codec`: the vocabulary,
-//!    errors, system calls, the clock, counters and codecs.
+//! 1. `message`, `error`, `sys`, `time`, `stats`, `hpack`, `h2::frame`, `h2::codec`, `proxy_protocol`:
+//!    the vocabulary, errors, system calls, the clock, counters, codecs and the PROXY
+//!    protocol header's parser.
 //! 2. `h1::parse`, `h1::body`, `pool`, `socket`: HTTP/1.1 heads and body framing, buffer
 //!    pools, the raw socket.
 //! 3. `tls`, `transport`: TLS over the socket, and the transport (plain or TLS) the drivers
@@ -107,6 +108,7 @@ mod error;
 pub mod file;
 pub mod middleware;
 mod pool;
+pub mod proxy_protocol;
 mod request;
 mod response;
 pub mod server;

@@ -103,6 +103,37 @@ impl Socket {
         }
     }
 
+    /// Peeks at the bytes queued on the socket (they stay queued), waiting until more than
+    /// `have` are there, `buf` is full, or the peer closed (`Ok(0)`). For the PROXY
+    /// protocol header, which must be taken to its last byte and not one byte more.
+    pub(crate) async fn peek_more(&self, buf: &mut [u8], have: usize) -> io::Result<usize> {
+        loop {
+            let mut guard = self.read_ready().await?;
+            match sys::recv(self.fd(), buf, true) {
+                Ok(n) if n > have || n == 0 || n == buf.len() => return Ok(n),
+                // Nothing new: wait for the next event.
+                Ok(_) => guard.clear_ready(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Takes `n` bytes that [`peek_more`](Self::peek_more) showed are queued.
+    pub(crate) fn discard_queued(&self, mut n: usize) -> io::Result<()> {
+        let mut scratch = [0u8; 512];
+        while n > 0 {
+            match sys::recv(self.fd(), &mut scratch[..n.min(512)], false) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(k) => n -= k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// Waits until the socket is readable, without reading.
     #[cfg(feature = "tls")]
     pub(crate) async fn ready(&self) -> io::Result<()> {

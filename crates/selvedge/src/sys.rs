@@ -4,8 +4,8 @@
 //! `// SAFETY:` comment. Callers get safe functions over borrowed descriptors
 //! ([`BorrowedFd`], or anything [`AsFd`]), so a descriptor is open for as long as a call
 //! uses it. The set is small on purpose: `accept4` (non-blocking and close-on-exec in one
-//! call), `read`, `writev`, `send` with `MSG_MORE`, `sendfile`, `pread`, `shutdown`, and two
-//! socket options.
+//! call), `read`, `writev`, `send` with `MSG_MORE`, `recv` (with `MSG_PEEK` for the PROXY
+//! header), `sendfile`, `pread`, `shutdown`, and two socket options.
 
 use std::io;
 use std::io::IoSlice;
@@ -146,6 +146,17 @@ pub fn sendfile(sock: BorrowedFd<'_>, file: BorrowedFd<'_>, offset: &mut u64, le
 pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
     cvt(unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) })
+}
+
+/// `recv(2)` into `buf`; with `peek` (`MSG_PEEK`) the bytes stay queued for the next read
+/// (the PROXY protocol header is peeked, then exactly its bytes are taken).
+///
+/// # Errors
+/// `WouldBlock` when nothing is queued; the kernel's error otherwise.
+pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], peek: bool) -> io::Result<usize> {
+    let flags = if peek { libc::MSG_PEEK } else { 0 };
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes; the kernel writes at most that.
+    cvt(unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) })
 }
 
 /// `shutdown(fd, SHUT_WR)`: sends FIN while still reading (the first step of a lingering close).

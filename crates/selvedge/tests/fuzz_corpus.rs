@@ -64,3 +64,10 @@ fn replay_range() {
         selvedge::fuzzing::range(&data);
     }
 }
+
+#[test]
+fn replay_proxy_protocol() {
+    for (_, data) in corpus("proxy_protocol") {
+        selvedge::fuzzing::proxy_protocol(&data);
+    }
+}

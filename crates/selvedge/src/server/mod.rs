@@ -67,9 +67,22 @@ impl From<PathBuf> for Listen {
     }
 }
 
-/// A listener's TLS configuration (`None`: cleartext).
+/// A listener's options.
 #[derive(Debug, Clone, Default)]
-struct TlsOpt(#[cfg(feature = "tls")] Option<Arc<rustls::ServerConfig>>);
+struct ListenOpts {
+    /// TLS configuration (`None`: cleartext).
+    #[cfg(feature = "tls")]
+    tls: Option<Arc<rustls::ServerConfig>>,
+    /// A PROXY protocol header comes first ([`Server::proxy_protocol`]).
+    proxy_protocol: bool,
+}
+
+impl ListenOpts {
+    #[cfg(feature = "tls")]
+    fn tls(config: Arc<rustls::ServerConfig>) -> ListenOpts {
+        ListenOpts { tls: Some(config), proxy_protocol: false }
+    }
+}
 
 /// Where a listener comes from.
 #[derive(Debug)]
@@ -85,7 +98,7 @@ enum Source {
 pub struct Server {
     settings: Settings,
     listen: Vec<Source>,
-    tls: Vec<TlsOpt>,
+    tls: Vec<ListenOpts>,
 }
 
 /// A server whose sockets are bound and listening, not yet serving ([`Server::listen`]).
@@ -93,7 +106,7 @@ pub struct Server {
 pub struct Listening {
     cfg: Settings,
     /// sockets[w] = the listeners of worker w, with the index of their `bind*` call.
-    sockets: Vec<Vec<(OwnedFd, TlsOpt, usize)>>,
+    sockets: Vec<Vec<(OwnedFd, ListenOpts, usize)>>,
     bound: Vec<Listen>,
     threads_n: usize,
     per_core: bool,
@@ -119,7 +132,7 @@ impl Server {
     /// Adds an address to listen on.
     pub fn bind(mut self, addr: impl Into<Listen>) -> Server {
         self.listen.push(Source::Bind(addr.into()));
-        self.tls.push(TlsOpt::default());
+        self.tls.push(ListenOpts::default());
         self
     }
 
@@ -128,7 +141,7 @@ impl Server {
     /// configured backlog (harmless if it already listens), and every worker accepts on it.
     pub fn bind_fd(mut self, fd: OwnedFd) -> Server {
         self.listen.push(Source::Fd(fd));
-        self.tls.push(TlsOpt::default());
+        self.tls.push(ListenOpts::default());
         self
     }
 
@@ -136,7 +149,7 @@ impl Server {
     #[cfg(feature = "tls")]
     pub fn bind_fd_tls(mut self, fd: OwnedFd, config: Arc<rustls::ServerConfig>) -> Server {
         self.listen.push(Source::Fd(fd));
-        self.tls.push(TlsOpt(Some(config)));
+        self.tls.push(ListenOpts::tls(config));
         self
     }
 
@@ -146,7 +159,18 @@ impl Server {
     #[cfg(feature = "tls")]
     pub fn bind_tls(mut self, addr: impl Into<Listen>, config: Arc<rustls::ServerConfig>) -> Server {
         self.listen.push(Source::Bind(addr.into()));
-        self.tls.push(TlsOpt(Some(config)));
+        self.tls.push(ListenOpts::tls(config));
+        self
+    }
+
+    /// The listener added last reads a PROXY protocol header (v1 or v2, from a load
+    /// balancer in front) before anything else, TLS included: the connection's peer is
+    /// then the client the header names (see [`crate::proxy_protocol`]). A connection
+    /// without a valid header within `header_timeout` is closed, never guessed at.
+    pub fn proxy_protocol(mut self) -> Server {
+        if let Some(o) = self.tls.last_mut() {
+            o.proxy_protocol = true;
+        }
         self
     }
 
@@ -173,7 +197,7 @@ impl Server {
             Workers::MultiThread(n) => (n.max(1), false),
         };
         let sockets_per_addr = if per_core { threads_n } else { 1 };
-        let mut sockets: Vec<Vec<(OwnedFd, TlsOpt, usize)>> = (0..sockets_per_addr).map(|_| Vec::new()).collect();
+        let mut sockets: Vec<Vec<(OwnedFd, ListenOpts, usize)>> = (0..sockets_per_addr).map(|_| Vec::new()).collect();
         let mut bound = Vec::new();
         for (i, (l, tls)) in self.listen.into_iter().zip(self.tls).enumerate() {
             match l {
@@ -216,7 +240,7 @@ impl Server {
 
 /// Gives every worker a duplicate of socket `s` (Unix and inherited listeners: one
 /// socket that all workers accept on).
-fn share(sockets: &mut [Vec<(OwnedFd, TlsOpt, usize)>], s: OwnedFd, tls: &TlsOpt, i: usize) -> io::Result<()> {
+fn share(sockets: &mut [Vec<(OwnedFd, ListenOpts, usize)>], s: OwnedFd, tls: &ListenOpts, i: usize) -> io::Result<()> {
     for socks in sockets.iter_mut() {
         socks.push((s.try_clone()?, tls.clone(), i));
     }
@@ -251,7 +275,7 @@ impl Listening {
                 }
             }
         }
-        let sockets: Vec<Vec<(OwnedFd, TlsOpt)>> =
+        let sockets: Vec<Vec<(OwnedFd, ListenOpts)>> =
             sockets.into_iter().map(|v| v.into_iter().map(|(fd, tls, _)| (fd, tls)).collect()).collect();
         let mut threads = Vec::new();
         if per_core {
@@ -372,7 +396,7 @@ fn unix_listener(path: &std::path::Path, backlog: i32) -> io::Result<socket2::So
 
 /// A worker: an accept loop per listener, then the drain after shutdown.
 async fn worker<A: App>(
-    socks: Vec<(OwnedFd, TlsOpt)>,
+    socks: Vec<(OwnedFd, ListenOpts)>,
     app: Arc<A>,
     cfg: Arc<Settings>,
     group: Arc<Group>,
@@ -398,14 +422,12 @@ async fn worker<A: App>(
 
 async fn accept_loop<A: App>(
     listener: AsyncFd<OwnedFd>,
-    tls: TlsOpt,
+    opts: ListenOpts,
     app: Arc<A>,
     cfg: Arc<Settings>,
     group: Arc<Group>,
     per_ip: Option<Arc<PerIp>>,
 ) {
-    #[cfg(not(feature = "tls"))]
-    let _ = tls;
     loop {
         group.wait_room().await;
         let mut guard = tokio::select! {
@@ -434,8 +456,18 @@ async fn accept_loop<A: App>(
                     };
                     let timer = Timer::register(&group, cfg.header_timeout);
                     let handle = timer.handle();
+                    if opts.proxy_protocol {
+                        // (`max_connections_per_ip` counts the socket's peer: the balancer.)
+                        let task =
+                            per_ip::spawn(slot, proxied(sock, peer, opts.clone(), app.clone(), cfg.clone(), timer));
+                        handle.set_abort(task.abort_handle());
+                        if group.is_full() {
+                            break;
+                        }
+                        continue;
+                    }
                     #[cfg(feature = "tls")]
-                    let task = match &tls.0 {
+                    let task = match &opts.tls {
                         Some(tc) => per_ip::spawn(
                             slot,
                             negotiate::serve_tls(sock, tc.clone(), peer, app.clone(), cfg.clone(), timer),
@@ -473,4 +505,29 @@ async fn accept_loop<A: App>(
             }
         }
     }
+}
+
+/// A connection on a `proxy_protocol` listener: the PROXY header
+/// ([`negotiate::proxy_header`], within the header timeout, on the connection's timer),
+/// then the connection as the listener serves it, with the peer the header names. A
+/// missing or invalid header closes the connection.
+async fn proxied<A: App>(
+    sock: Socket,
+    peer: sys::PeerAddr,
+    opts: ListenOpts,
+    app: Arc<A>,
+    cfg: Arc<Settings>,
+    timer: Timer,
+) {
+    let peer = match Box::pin(negotiate::proxy_header(&sock, peer)).await {
+        Ok(p) => p,
+        Err(e) => return cfg.exception(&crate::Error::io(e)),
+    };
+    #[cfg(feature = "tls")]
+    if let Some(tc) = opts.tls {
+        return Box::pin(negotiate::serve_tls(sock, tc, peer, app, cfg, timer)).await;
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = opts;
+    Box::pin(negotiate::serve(Transport::Plain(sock), peer, app, cfg, timer)).await;
 }

@@ -12,9 +12,14 @@
 //! - **`Upgrade: h2c`** (RFC 7540 §3.2): HTTP/1.1 accepts it and hands the connection back
 //!   here, with the request to answer on HTTP/2's stream 1.
 //!
+//! On a `proxy_protocol` listener a PROXY protocol header comes before all of these, TLS
+//! included: [`proxy_header`] takes exactly its bytes off the raw socket (peeking first,
+//! so the TLS or HTTP bytes after it stay queued) and names the connection's client.
+//!
 //! Protocol drivers never call each other: each serves a connection it was given and, for
 //! HTTP/1.1, returns a hand-off value.
 
+use std::io;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -23,6 +28,7 @@ use crate::app::App;
 use crate::error::{Error, Kind};
 use crate::h2::codec::{preface, PrefaceMatch};
 use crate::settings::Settings;
+use crate::socket::Socket;
 use crate::sys::PeerAddr;
 use crate::time::timeout::{now_ms, Timer};
 use crate::transport::Transport;
@@ -118,6 +124,34 @@ pub(crate) async fn serve_tls<A: App>(
         return;
     }
     serve(Transport::Tls { sock, session: Box::new(session) }, peer, app, cfg, timer).await;
+}
+
+/// Reads exactly the PROXY protocol header off `sock` (peeking first, so the bytes after
+/// it stay queued): the client it names, or `peer` when it names none (LOCAL, UNKNOWN).
+pub(crate) async fn proxy_header(sock: &Socket, peer: PeerAddr) -> io::Result<PeerAddr> {
+    use crate::proxy_protocol::{parse, Source, Status, MAX_V2};
+    // v1 is at most 107 bytes; v2 with IPv4, IPv6 or Unix addresses and no TLVs fits too.
+    let mut buf = vec![0u8; 232];
+    let mut have = 0;
+    loop {
+        have = sock.peek_more(&mut buf, have).await?;
+        if have == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "closed before its PROXY protocol header"));
+        }
+        match parse(&buf[..have]) {
+            Ok(Status::Done(source, len)) => {
+                sock.discard_queued(len)?;
+                return Ok(match source {
+                    Source::Local => peer,
+                    Source::Inet { src, .. } => PeerAddr::Tcp(src),
+                    Source::Unix => PeerAddr::Unix,
+                });
+            }
+            Ok(Status::Need(n)) if n > buf.len() => buf.resize(n.min(MAX_V2), 0),
+            Ok(Status::Need(_)) => {}
+            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
+        }
+    }
 }
 
 /// HTTP/2, boxed so that HTTP/1.1 connections do not carry its driver's state.
