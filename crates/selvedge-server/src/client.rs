@@ -1,19 +1,230 @@
-//! The client's address, as the route checks see it (`allow`/`deny`, `rate`).
+//! The client's address, as everything that decides or records by client address sees it:
+//! the access log, `allow`/`deny`, rate limits, CGI's `REMOTE_ADDR`, `hash_key =
+//! "client_ip"`. They all ask [`client_ip`].
 //!
-//! Today it is the TCP peer's address (an IPv4-mapped IPv6 address counts as the IPv4
-//! one); a Unix-socket client has none. Everything that decides by client address asks
-//! [`client_ip`], so trusted proxies (a PROXY-protocol header, `X-Forwarded-For` from a
-//! known hop) change this one function.
+//! It is the connection's peer (an IPv4-mapped IPv6 address counts as the IPv4 one; on a
+//! listener with `proxy_protocol = true` the engine has already put the address from the
+//! PROXY header there), unless the peer is one of `[server] trusted_proxies`: then the
+//! client is the rightmost address of `X-Forwarded-For` (or, without it, of `Forwarded`'s
+//! `for=`) that is not itself a trusted proxy. Addresses left of it were written by
+//! whoever the untrusted hop was, so they are never believed. An entry that is not an
+//! address (`unknown`, an obfuscated `_name`, garbage) stops the walk: the client is then
+//! the trusted hop that handed it over. A peer not in the list is the client, whatever
+//! fields it sends. A Unix-socket peer has no address unless `"unix"` is listed (a proxy
+//! on the same machine), in which case its fields are read the same way.
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
+use arc_swap::ArcSwapOption;
+use ipnet::IpNet;
 use selvedge::{PeerAddr, Request};
 
-/// The address of the client that sent `req` (`None`: a Unix-socket peer).
+/// `trusted_proxies`, checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies {
+    /// Networks (a bare address is a /32 or /128).
+    pub nets: Vec<IpNet>,
+    /// `"unix"`: Unix-socket peers are trusted.
+    pub unix: bool,
+}
+
+impl TrustedProxies {
+    /// Parses the list as written.
+    ///
+    /// # Errors
+    /// An entry that is neither a network, an address nor `"unix"`.
+    pub fn parse(list: &[String]) -> Result<TrustedProxies, String> {
+        let mut t = TrustedProxies::default();
+        for s in list {
+            if s == "unix" {
+                t.unix = true;
+            } else if let Ok(n) = s.parse::<IpNet>() {
+                t.nets.push(n.trunc());
+            } else if let Ok(a) = s.parse::<IpAddr>() {
+                t.nets.push(IpNet::from(a));
+            } else {
+                return Err(format!(
+                    "trusted_proxies: {s:?} is not an address, a network (\"10.0.0.0/8\") or \"unix\""
+                ));
+            }
+        }
+        Ok(t)
+    }
+
+    fn trusts(&self, ip: IpAddr) -> bool {
+        self.nets.iter().any(|n| n.contains(&ip))
+    }
+}
+
+/// Whether any proxy is trusted: requests pay for nothing else when none is.
+static ANY: AtomicBool = AtomicBool::new(false);
+static TRUSTED: ArcSwapOption<TrustedProxies> = ArcSwapOption::const_empty();
+
+/// Installs the trusted proxies (at start and on reload).
+pub fn set_trusted(t: &TrustedProxies) {
+    let any = !t.nets.is_empty() || t.unix;
+    TRUSTED.store(any.then(|| Arc::new(t.clone())));
+    ANY.store(any, Ordering::Release);
+}
+
+/// The address of the client that sent `req` (`None`: a Unix-socket peer, not trusted,
+/// or whose fields name no address).
 #[inline]
 pub fn client_ip(req: &Request) -> Option<IpAddr> {
-    match req.peer() {
+    let peer = match req.peer() {
         PeerAddr::Tcp(a) => Some(a.ip().to_canonical()),
         PeerAddr::Unix => None,
+    };
+    if !ANY.load(Ordering::Acquire) {
+        return peer;
+    }
+    forwarded_client(req, peer)
+}
+
+/// Whether `req`'s peer is a trusted proxy (its forwarding fields are then kept and
+/// extended when the request goes upstream).
+pub fn peer_trusted(req: &Request) -> bool {
+    if !ANY.load(Ordering::Acquire) {
+        return false;
+    }
+    let Some(t) = TRUSTED.load_full() else { return false };
+    match req.peer() {
+        PeerAddr::Tcp(a) => t.trusts(a.ip().to_canonical()),
+        PeerAddr::Unix => t.unix,
+    }
+}
+
+#[cold]
+fn forwarded_client(req: &Request, peer: Option<IpAddr>) -> Option<IpAddr> {
+    let Some(t) = TRUSTED.load_full() else { return peer };
+    let trusted_peer = match peer {
+        Some(ip) => t.trusts(ip),
+        None => t.unix,
+    };
+    if !trusted_peer {
+        return peer;
+    }
+    walk(req, &t).or(peer)
+}
+
+/// The rightmost untrusted address of the forwarding fields (see the module's text);
+/// `None` when there are none.
+fn walk(req: &Request, t: &TrustedProxies) -> Option<IpAddr> {
+    let xff: Vec<&[u8]> =
+        req.header_bytes().filter(|(n, _)| n.eq_ignore_ascii_case(b"x-forwarded-for")).map(|(_, v)| v).collect();
+    let (fields, forwarded) = if xff.is_empty() {
+        let f: Vec<&[u8]> =
+            req.header_bytes().filter(|(n, _)| n.eq_ignore_ascii_case(b"forwarded")).map(|(_, v)| v).collect();
+        (f, true)
+    } else {
+        (xff, false)
+    };
+    let mut last_trusted = None;
+    for field in fields.iter().rev() {
+        for elem in field.rsplit(|&b| b == b',') {
+            let elem = elem.trim_ascii();
+            if elem.is_empty() {
+                continue;
+            }
+            let node = if forwarded { forwarded_for(elem) } else { Some(elem) };
+            let Some(ip) = node.and_then(parse_node) else { return last_trusted };
+            if !t.trusts(ip) {
+                return Some(ip);
+            }
+            last_trusted = Some(ip);
+        }
+    }
+    last_trusted
+}
+
+/// The `for=` value of one `Forwarded` element (RFC 7239 §4), unquoted.
+fn forwarded_for(elem: &[u8]) -> Option<&[u8]> {
+    elem.split(|&b| b == b';').find_map(|pair| {
+        let pair = pair.trim_ascii();
+        let (k, v) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
+        k.eq_ignore_ascii_case(b"for").then(|| {
+            let v = &v[1..];
+            v.strip_prefix(b"\"").and_then(|v| v.strip_suffix(b"\"")).unwrap_or(v)
+        })
+    })
+}
+
+/// A node as proxies write it: `192.0.2.1`, `192.0.2.1:4711`, `2001:db8::1`,
+/// `[2001:db8::1]`, `[2001:db8::1]:4711`.
+fn parse_node(node: &[u8]) -> Option<IpAddr> {
+    let s = std::str::from_utf8(node).ok()?;
+    if let Some(rest) = s.strip_prefix('[') {
+        let (ip, after) = rest.split_once(']')?;
+        if !(after.is_empty() || after.strip_prefix(':').is_some_and(|p| p.parse::<u16>().is_ok())) {
+            return None;
+        }
+        return ip.parse::<std::net::Ipv6Addr>().ok().map(|a| IpAddr::V6(a).to_canonical());
+    }
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Some(ip.to_canonical());
+    }
+    let (ip, port) = s.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    ip.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use selvedge::http;
+
+    fn req(peer: &str, fields: &[(&str, &str)]) -> Request {
+        let mut b = http::Request::builder().uri("/");
+        for (n, v) in fields {
+            b = b.header(*n, *v);
+        }
+        let mut r = Request::from(b.body(bytes::Bytes::new()).unwrap());
+        r.set_origin(PeerAddr::Tcp(peer.parse().unwrap()), false);
+        r
+    }
+
+    #[test]
+    fn rightmost_untrusted() {
+        let t = TrustedProxies::parse(&["10.0.0.0/8".into(), "192.0.2.7".into()]).unwrap();
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        let w = |r: &Request| walk(r, &t);
+        assert_eq!(w(&req("10.0.0.1:1", &[("x-forwarded-for", "6.6.6.6, 1.2.3.4, 10.1.1.1")])), ip("1.2.3.4"));
+        // Several fields are one list, in order.
+        assert_eq!(
+            w(&req("10.0.0.1:1", &[("x-forwarded-for", "1.2.3.4"), ("x-forwarded-for", "192.0.2.7")])),
+            ip("1.2.3.4")
+        );
+        // All trusted: the leftmost.
+        assert_eq!(w(&req("10.0.0.1:1", &[("x-forwarded-for", "10.9.9.9, 10.1.1.1")])), ip("10.9.9.9"));
+        // Garbage stops the walk at the hop that passed it on.
+        assert_eq!(w(&req("10.0.0.1:1", &[("x-forwarded-for", "1.2.3.4, unknown, 10.1.1.1")])), ip("10.1.1.1"));
+        assert_eq!(w(&req("10.0.0.1:1", &[("x-forwarded-for", "nonsense")])), None);
+        assert_eq!(w(&req("10.0.0.1:1", &[("x-forwarded-for", "[2001:db8::1]:80, 5.6.7.8:99")])), ip("5.6.7.8"));
+        assert_eq!(w(&req("10.0.0.1:1", &[("x-forwarded-for", "2001:db8::1")])), ip("2001:db8::1"));
+        assert_eq!(
+            w(&req(
+                "10.0.0.1:1",
+                &[("forwarded", "for=6.6.6.6, for=\"[2001:db8::2]:4711\";proto=https, for=10.2.2.2")]
+            )),
+            ip("2001:db8::2")
+        );
+        // X-Forwarded-For wins over Forwarded.
+        assert_eq!(
+            w(&req("10.0.0.1:1", &[("forwarded", "for=6.6.6.6"), ("x-forwarded-for", "7.7.7.7")])),
+            ip("7.7.7.7")
+        );
+        assert!(TrustedProxies::parse(&["10.0.0.0/33".into()]).is_err());
+        assert!(TrustedProxies::parse(&["unix".into(), "::1".into()]).unwrap().unix);
+    }
+
+    #[test]
+    fn nodes() {
+        assert_eq!(parse_node(b"::ffff:1.2.3.4"), Some("1.2.3.4".parse().unwrap()));
+        assert_eq!(parse_node(b"1.2.3.4:x"), None);
+        assert_eq!(parse_node(b"[::1]x"), None);
+        assert_eq!(parse_node(b"_hidden"), None);
+        assert_eq!(forwarded_for(b"proto=http;FOR=1.2.3.4"), Some(&b"1.2.3.4"[..]));
     }
 }

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use self::units::{Count, Dur, NonZeroDur, Size};
+use crate::client::TrustedProxies;
 use crate::static_files::StaticOptions;
 
 /// A configuration error, with its position in the file.
@@ -161,7 +162,7 @@ pub enum RouteKind {
     /// CGI/1.1 scripts.
     Cgi(crate::cgi::CgiConfig),
     /// A reverse proxy to an HTTP/1.1 upstream.
-    Proxy(crate::proxy::ProxyConfig),
+    Proxy(Box<crate::proxy::ProxyConfig>),
     /// A FastCGI application (php-fpm...).
     Fastcgi(crate::fastcgi::FastcgiConfig),
 }
@@ -220,6 +221,12 @@ pub struct Config {
     pub user: Option<String>,
     /// Group to run as (`None` with a `user`: that user's primary group).
     pub group: Option<String>,
+    /// Peers whose `X-Forwarded-For`/`Forwarded` name the client (`[server]
+    /// trusted_proxies`): none.
+    pub trusted_proxies: TrustedProxies,
+    /// Listeners that read a PROXY protocol header first (`[[listen]] proxy_protocol`):
+    /// their addresses, as in `listen` and `tls`.
+    pub proxy_protocol: Vec<Listen>,
     /// Virtual hosts.
     pub vhosts: Vec<VhostConfig>,
     /// Automatic HTTPS settings (`[acme]`, or its defaults when a host says `tls = "acme"`).
@@ -248,6 +255,8 @@ impl Config {
             error_log: ErrorLogConfig::default(),
             user: None,
             group: None,
+            trusted_proxies: TrustedProxies::default(),
+            proxy_protocol: Vec::new(),
             vhosts: vec![VhostConfig {
                 hosts: Vec::new(),
                 routes: vec![RouteConfig {
@@ -311,6 +320,7 @@ impl Config {
         let mut listen = Vec::new();
         let mut tls = Vec::new();
         let mut redirect = Vec::new();
+        let mut proxy_protocol = Vec::new();
         for l in &raw.listen {
             let r = l.get_ref();
             let addr = match (&r.address, &r.host, r.port) {
@@ -332,6 +342,9 @@ impl Config {
                     ))
                 }
             };
+            if l.get_ref().proxy_protocol.unwrap_or(false) {
+                proxy_protocol.push(addr.clone());
+            }
             match (&l.get_ref().tls, l.get_ref().redirect_https) {
                 (Some(_), Some(true)) => {
                     return Err(err(Some(l.span()), "a listener is either tls or redirect_https".into()))
@@ -415,6 +428,25 @@ impl Config {
             }
         };
 
+        let trusted_proxies = match &raw.server.trusted_proxies {
+            None => TrustedProxies::default(),
+            Some(t) => TrustedProxies::parse(t.get_ref()).map_err(|e| err(Some(t.span()), e))?,
+        };
+        let mut proxy_ctx = crate::proxy::ProxyContext::default();
+        if let Some(r) = &raw.server.resolver {
+            let mut servers = Vec::new();
+            for s in r.get_ref() {
+                let a = s
+                    .parse::<SocketAddr>()
+                    .or_else(|_| s.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
+                    .map_err(|_| err(Some(r.span()), format!("resolver {s:?}: an IP address, with a port or not")))?;
+                servers.push(a);
+            }
+            if !servers.is_empty() {
+                proxy_ctx.resolver = crate::upstream::Resolver::Servers(servers);
+            }
+        }
+
         let mut vhosts = Vec::new();
         let mut seen_default = false;
         for v in raw.vhost {
@@ -495,9 +527,10 @@ impl Config {
                     (None, Some(c), None, None) => RouteKind::Cgi(
                         crate::cgi::CgiConfig::from_raw(c.get_ref(), &abs).map_err(|e| err(Some(c.span()), e))?,
                     ),
-                    (None, None, Some(p), None) => RouteKind::Proxy(
-                        crate::proxy::ProxyConfig::from_raw(p.get_ref()).map_err(|e| err(Some(p.span()), e))?,
-                    ),
+                    (None, None, Some(p), None) => RouteKind::Proxy(Box::new(
+                        crate::proxy::ProxyConfig::from_raw(p.get_ref(), &proxy_ctx)
+                            .map_err(|e| err(Some(p.span()), e))?,
+                    )),
                     (None, None, None, Some(f)) => RouteKind::Fastcgi(
                         crate::fastcgi::FastcgiConfig::from_raw(f.get_ref(), &abs)
                             .map_err(|e| err(Some(f.span()), e))?,
@@ -612,6 +645,8 @@ impl Config {
             error_log,
             user: raw.server.user.clone(),
             group: raw.server.group.clone(),
+            trusted_proxies,
+            proxy_protocol,
             vhosts,
             acme,
             compress: crate::compression::CompressConfig::from_raw(&raw.compress),
@@ -713,6 +748,8 @@ struct RawServer {
     max_connections_per_ip: Option<Count<1, { u32::MAX as u64 }>>,
     pid_file: Option<String>,
     hsts: Option<String>,
+    trusted_proxies: Option<Spanned<Vec<String>>>,
+    resolver: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -723,6 +760,7 @@ struct RawListen {
     port: Option<u16>,
     tls: Option<RawTls>,
     redirect_https: Option<bool>,
+    proxy_protocol: Option<bool>,
 }
 
 #[derive(Deserialize)]

@@ -25,3 +25,4 @@ pub mod redirect;
 pub mod routes;
 pub mod service;
 pub mod static_files;
+pub mod upstream;

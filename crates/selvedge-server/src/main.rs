@@ -135,6 +135,7 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
         Ok(s) => s,
         Err(e) => return fail(e),
     };
+    selvedge_server::client::set_trusted(&cfg.trusted_proxies);
     let log = match open_log(&cfg.log) {
         Ok(l) => l,
         Err(e) => return fail(format_args!("access log: {e}")),
@@ -169,14 +170,17 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
     let mut assigned = service::assign(&cfg, inherited);
     let mut server = Server::new(settings.clone());
     let mut names = Vec::new();
+    // A listener with proxy_protocol reads the PROXY header first (whether bound here or
+    // inherited).
+    let pp = |server: Server, a: &Listen| if cfg.proxy_protocol.contains(a) { server.proxy_protocol() } else { server };
     for (i, a) in cfg.listen.iter().enumerate() {
         let fds = std::mem::take(&mut assigned.http[i]);
         if fds.is_empty() {
-            server = server.bind(a.clone());
+            server = pp(server.bind(a.clone()), a);
             names.push(format!("http:{i}"));
         }
         for fd in fds {
-            server = server.bind_fd(fd);
+            server = pp(server.bind_fd(fd), a);
             names.push(format!("http:{i}"));
         }
     }
@@ -203,11 +207,11 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
         };
         let fds = std::mem::take(&mut assigned.tls[i]);
         if fds.is_empty() {
-            server = server.bind_tls(t.addr.clone(), tc.clone());
+            server = pp(server.bind_tls(t.addr.clone(), tc.clone()), &t.addr);
             names.push(format!("https:{i}"));
         }
         for fd in fds {
-            server = server.bind_fd_tls(fd, tc.clone());
+            server = pp(server.bind_fd_tls(fd, tc.clone()), &t.addr);
             names.push(format!("https:{i}"));
         }
         first_tls.get_or_insert(tc);
@@ -348,6 +352,10 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
     admin::set_state(admin::State::Ready);
     if let Some(a) = &acme {
         a.start(rt.handle(), &acme_specs);
+    }
+    // Upstream health checks and re-resolution, off the workers.
+    if let Err(e) = selvedge_server::upstream::start_maintenance() {
+        return fail(format_args!("upstream maintenance thread: {e}"));
     }
     notify::ready("serving");
     service::tell_upgrading_parent();
@@ -580,10 +588,15 @@ fn reload(r: &mut Running) {
         }
     };
     reopen_logs(r, &new.log, &new.error_log.target);
-    if new.listen != r.cfg.listen || new.workers != r.cfg.workers || new.user != r.cfg.user {
-        warn!("listeners, workers and user change only on restart (or upgrade, SIGUSR2)");
+    if new.listen != r.cfg.listen
+        || new.workers != r.cfg.workers
+        || new.user != r.cfg.user
+        || new.proxy_protocol != r.cfg.proxy_protocol
+    {
+        warn!("listeners (and their proxy_protocol), workers and user change only on restart (or upgrade, SIGUSR2)");
     }
     let log = Option::clone(&r.front.log.load());
+    selvedge_server::client::set_trusted(&new.trusted_proxies);
     r.front.swap(site, routes::engine_pages(&new), log);
     reload_certs(&r.cert_stores, &new);
     let specs = acme::specs(&new);
@@ -593,9 +606,11 @@ fn reload(r: &mut Running) {
         None => {}
     }
     let listen = std::mem::take(&mut r.cfg.listen);
+    let proxy_protocol = std::mem::take(&mut r.cfg.proxy_protocol);
     let workers = r.cfg.workers;
     r.cfg = new;
     r.cfg.listen = listen;
+    r.cfg.proxy_protocol = proxy_protocol;
     r.cfg.workers = workers;
     selvedge_server::metrics::registry().events.reloads_ok.fetch_add(1, Ordering::Relaxed);
     loaded_now();

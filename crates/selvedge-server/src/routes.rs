@@ -162,7 +162,9 @@ impl Site {
                             .with_compression(&compression),
                     ),
                     RouteKind::Cgi(c) => RouteApp::Cgi(Cgi::new(c, &r.prefix)?),
-                    RouteKind::Proxy(p) => RouteApp::Proxy(Proxy::new(p, &r.prefix)?),
+                    RouteKind::Proxy(p) => {
+                        RouteApp::Proxy(Proxy::new(p, &r.prefix, &format!("{}{}", v.hosts.join(","), r.prefix))?)
+                    }
                     RouteKind::Fastcgi(f) => RouteApp::Fastcgi(Fastcgi::new(f, &r.prefix).map_err(|e| {
                         io::Error::new(e.kind(), format!("route {}: fastcgi root {}: {e}", r.prefix, f.root.display()))
                     })?),

@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use selvedge::http::{Method, Version};
 use selvedge::time::date;
-use selvedge::{PeerAddr, Request, Response, ResponseBody};
+use selvedge::{Request, Response, ResponseBody};
 
 use crate::config::{LogConfig, LogTarget};
 
@@ -209,11 +209,11 @@ impl AccessLog {
             return self.begin_other(req);
         }
         let mut line = String::with_capacity(160);
-        match req.peer() {
-            PeerAddr::Tcp(a) => {
-                let _ = write!(line, "{}", a.ip());
+        match crate::client::client_ip(req) {
+            Some(ip) => {
+                let _ = write!(line, "{ip}");
             }
-            PeerAddr::Unix => line.push_str("unix"),
+            None => line.push_str("unix"),
         }
         line.push_str(" - - [");
         STAMP.with(|s| {

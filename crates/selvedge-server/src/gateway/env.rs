@@ -103,12 +103,13 @@ pub fn meta_variables(
     }
     let mut text = [0u8; 64];
     let mut digits = [0u8; 20];
-    match req.peer() {
-        PeerAddr::Tcp(a) => {
-            out.var(b"REMOTE_ADDR", ip_text(&mut text, a.ip()));
+    // The client as trusted proxies say (crate::client); its port only when it is the peer.
+    let client = crate::client::client_ip(req);
+    out.var(b"REMOTE_ADDR", client.map_or(&b""[..], |ip| ip_text(&mut text, ip)));
+    if let PeerAddr::Tcp(a) = req.peer() {
+        if client == Some(a.ip().to_canonical()) {
             out.var(b"REMOTE_PORT", decimal(u64::from(a.port()), &mut digits));
         }
-        PeerAddr::Unix => out.var(b"REMOTE_ADDR", b""),
     }
     if let Some(n) = content_length {
         out.var(b"CONTENT_LENGTH", decimal(n, &mut digits));

@@ -77,10 +77,10 @@ pub(crate) fn framing(req: &Request, len: Option<u64>) -> Framing {
     }
 }
 
-/// Whether a failed attempt may be sent again: the method is idempotent (RFC 9110 §9.2.2)
-/// and no body was read from the client.
-pub(crate) fn retryable(req: &Request, framing: Framing) -> bool {
-    framing == Framing::None && matches!(req.method().as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
+/// Whether the request's method is idempotent (RFC 9110 §9.2.2): sending it twice does
+/// what sending it once does, so a failed attempt may go to another upstream.
+pub(crate) fn idempotent(req: &Request) -> bool {
+    matches!(req.method().as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
 }
 
 /// Whether `name` is never copied from the client's request to the upstream's.
@@ -196,6 +196,8 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     } else {
         Vec::new()
     };
+    // The client's forwarding fields are kept from a trusted proxy (see crate::client).
+    let trust = rw.trust_forwarded || crate::client::peer_trusted(req);
     let mut xff_prev: Vec<&[u8]> = Vec::new();
     let mut fwd_prev: Vec<&[u8]> = Vec::new();
     let (mut has_proto, mut has_xhost) = (false, false);
@@ -211,7 +213,7 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
             continue;
         }
         if let Some(list) = forwarding_field(n) {
-            if !rw.trust_forwarded {
+            if !trust {
                 continue;
             }
             if list {
@@ -454,8 +456,8 @@ mod tests {
         assert_eq!(framing(&req, None), Framing::Chunked);
         let post = Request::from(http::Request::post("/").body(bytes::Bytes::new()).unwrap());
         assert_eq!(framing(&post, Some(0)), Framing::Length(0));
-        assert!(!retryable(&post, Framing::Length(0)));
-        assert!(retryable(&req, Framing::None));
+        assert!(!idempotent(&post));
+        assert!(idempotent(&req));
         let h = head(&req, &rw(), Framing::Chunked);
         assert!(h.contains("transfer-encoding: chunked\r\n"));
     }

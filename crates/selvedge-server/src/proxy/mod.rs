@@ -1,32 +1,42 @@
-//! Reverse-proxy routes to HTTP/1.1 upstreams (TCP or Unix socket).
+//! Reverse-proxy routes to HTTP/1.1 upstreams (TCP, TLS over TCP, or Unix socket), one or
+//! a pool.
 //!
 //! One request's path, as plain sequential code:
 //!
-//! 1. **Connection**: an idle keep-alive connection from this worker's pool (`pool`),
-//!    checked for staleness, else a new one (`connect_timeout`, and at most
-//!    `max_connections` per upstream per worker).
+//! 0. **Member**: the route's pool (`crate::upstream`) picks an upstream address by its
+//!    policy among the healthy ones; this module is the transport that talks to it.
+//! 1. **Connection**: an idle keep-alive connection to that member from this worker's pool
+//!    (`pool`), checked for staleness, else a new one (`connect_timeout`, and at most
+//!    `max_connections` per member per worker).
 //! 2. **Request**: the head is composed once (`forward`): hop-by-hop fields removed,
 //!    `Host` kept or rewritten, `Forwarded`/`X-Forwarded-*` for this hop, and always
 //!    re-framed (`Content-Length` when the client's length is known, else `chunked`). The
 //!    body is streamed chunk by chunk as the client sends it: each piece is written before
 //!    the next is read (backpressure both ways), while the upstream is watched for an early
-//!    answer (a final response ends the upload; interim 1xx are consumed).
+//!    answer (a final response ends the upload; interim 1xx are consumed). An idempotent
+//!    request's body of up to 64 KiB is read first instead, so it can be sent again.
 //! 3. **Response head**: parsed strictly (`head`) within `first_byte_timeout`; interim
 //!    responses (100 Continue, 103...) are swallowed. A reused connection that fails before
-//!    the first response byte is retried once on a new connection, for idempotent requests
-//!    without a body only.
-//! 4. **Response body**: up to 64 KiB with a `Content-Length` is read at once and answered
-//!    as one buffer (the connection goes back to the pool at once); anything else is
-//!    streamed to the client piece by piece (the engine's writer waits while the client is
-//!    slow, so nothing piles up), each upstream read within `idle_timeout`. A body that
-//!    breaks off ends the client's response without its terminator (HTTP/1.1 chunked) or
-//!    with a stream reset (HTTP/2), and the connection is closed, never reused.
+//!    the first response byte is retried once on a new connection, for replayable requests
+//!    only (idempotent, with no body or a body read whole).
+//! 4. **Retry**: a failed attempt (connect error, reset, timeout, invalid answer, or a
+//!    status of `fail_status`) is reported to the pool (passive health) and, if the pool
+//!    allows (`retries`, the retry budget), the request goes to another member: always
+//!    when nothing was sent yet, else only if it is replayable. Nothing has reached the
+//!    client before this point, so a retry is never visible to it.
+//! 5. **Response body**: up to 64 KiB with a `Content-Length` is read at once (inside the
+//!    attempt, so a break there is retried too) and answered as one buffer (the connection
+//!    goes back to the pool at once); anything else is streamed to the client piece by
+//!    piece (the engine's writer waits while the client is slow, so nothing piles up),
+//!    each upstream read within `idle_timeout`. A body that breaks off ends the client's
+//!    response without its terminator (HTTP/1.1 chunked) or with a stream reset (HTTP/2),
+//!    and the connection is closed, never reused.
 //!
 //! Errors: a refused, reset or invalid upstream is 502, a timeout 504, the connection limit
-//! reached for `connect_timeout` is 503.
+//! reached for `connect_timeout` is 503 (the last attempt's failure, after retries).
 //!
 //! Upgrade requests (WebSocket over HTTP/1.1, or HTTP/2 extended CONNECT) are tunnelled on
-//! a connection of their own: see `tunnel`.
+//! a connection of their own: see `tunnel`. Active health checks use `check`.
 //!
 //! Limits of this design: an upstream that answers before the upload ends stops the upload
 //! (right for early 413/401, not for full-duplex streaming; tunnels are full duplex); the
@@ -34,16 +44,16 @@
 
 #![forbid(unsafe_code)]
 
+mod check;
 mod forward;
 mod head;
 mod tunnel;
 
-use std::net::ToSocketAddrs;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::{Buf, Bytes, BytesMut};
 use selvedge::h1::body::{BodyLimits, Decoded, Decoder};
 use selvedge::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use selvedge::http::{HeaderName, HeaderValue, Method, StatusCode};
@@ -51,18 +61,21 @@ use selvedge::message::HeaderSpan;
 use selvedge::{Body, BodyWriter, Request, Response};
 use serde::Deserialize;
 
-pub use crate::backend::conn::Addr;
 use crate::backend::conn::{Conn, Wait, Written};
 use crate::backend::pool;
 pub use crate::backend::pool::PoolLimits;
 use crate::backend::tls::{RawTls, TlsTarget};
 use crate::config::units::{Count, NonZeroDur, Size};
+use crate::upstream::{self, Endpoint, HashKey, HealthCheck, Passive, Picked, Policy, Pool, PoolConfig, Target};
+pub use crate::upstream::{Addr, RawHealth, RawUpstream, Resolver};
 pub use forward::HostMode;
 use forward::{ComposeError, Framing, Rewrite};
 pub use head::HeadLimits;
 use head::ResponseHead;
 
-/// Responses with a `Content-Length` up to this size are read whole and sent as one buffer.
+/// Responses with a `Content-Length` up to this size are read whole and sent as one buffer
+/// (and request bodies of idempotent requests up to this size are read before they are
+/// sent, so that a retry can send them again).
 const SMALL_BODY: u64 = 64 * 1024;
 /// Room made in the receive buffer for each read of a streamed body.
 const STREAM_READ: usize = 64 * 1024;
@@ -71,10 +84,32 @@ const STREAM_READ: usize = 64 * 1024;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawProxy {
-    /// `http://host[:port][/base]`, `https://...` or `unix:/path/to.sock`.
-    pub upstream: String,
-    /// TLS to an `https://` upstream.
+    /// `http://host[:port][/base]`, `https://...` or `unix:/path/to.sock`: one upstream.
+    pub upstream: Option<String>,
+    /// Several upstreams (URLs, or `{ url, weight }` tables).
+    pub upstreams: Option<Vec<RawUpstream>>,
+    /// TLS to the `https://` upstreams.
     pub tls: Option<RawTls>,
+    /// `"round_robin"`, `"least_conn"`, `"random_two"` or `"hash"`.
+    pub balance: Option<String>,
+    /// `"client_ip"`, `"header:NAME"` or `"cookie:NAME"` (with `balance = "hash"`).
+    pub hash_key: Option<String>,
+    /// Active health checks.
+    pub health: Option<RawHealth>,
+    /// Failures within `fail_timeout` that mark an upstream down (0: never).
+    pub max_fails: Option<Count<0, 1000>>,
+    /// The window for `max_fails`, and how long a marked upstream stays out.
+    pub fail_timeout: Option<NonZeroDur>,
+    /// Upstream statuses that count as failures (and are retried).
+    pub fail_status: Option<Vec<Count<500, 599>>>,
+    /// Other upstreams a failed idempotent request may be sent to.
+    pub retries: Option<Count<0, 100>>,
+    /// Retries stay below this fraction of requests.
+    pub retry_budget: Option<f64>,
+    /// Retries per second always allowed (per worker thread).
+    pub retry_budget_min: Option<Count<0, { u32::MAX as u64 }>>,
+    /// Re-resolve upstream host names this often.
+    pub resolve: Option<NonZeroDur>,
     /// `"preserve"`, `"upstream"` or a literal host.
     pub host: Option<String>,
     /// Remove the route's prefix from the path.
@@ -104,23 +139,25 @@ pub struct RawProxy {
 /// A checked proxy route configuration; every default is documented on its field.
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
-    /// The upstream as written.
+    /// The upstreams as written (for the startup line).
     pub upstream: String,
-    /// Where it is (host names resolved when the configuration is loaded).
-    pub addr: Addr,
-    /// The upstream's authority as written (`Host` with `host = "upstream"`).
-    pub upstream_host: String,
-    /// TLS (an `https://` upstream): verified against the system's CAs (or `tls.ca`) for
-    /// the upstream's host name (or `tls.sni`).
-    pub tls: Option<TlsTarget>,
-    /// The upstream URL's path, without a trailing `/`.
+    /// The pool: upstreams (host names resolved when the configuration is loaded, and
+    /// again every `resolve`), balancing, health, retries.
+    pub pool: PoolConfig,
+    /// Each upstream's authority as written (`Host` with `host = "upstream"`).
+    pub authorities: Vec<String>,
+    /// Each upstream's TLS (an `https://` upstream; `None`: plain): verified against the
+    /// system's CAs (or `tls.ca`) for the upstream's host name (or `tls.sni`). One `tls`
+    /// table applies to every `https://` upstream of the route.
+    pub tls: Vec<Option<TlsTarget>>,
+    /// The upstreams' path (the same for all), without a trailing `/`.
     pub base: String,
     /// `Host` sent upstream: `preserve` (the client's; default), `upstream`, or a literal.
     pub host: HostMode,
     /// Remove the route's prefix from the forwarded path: `false`.
     pub strip_prefix: bool,
     /// Keep the client's `Forwarded`/`X-Forwarded-*` and append this hop: `false` (they are
-    /// replaced, so a client cannot forge them).
+    /// replaced, so a client cannot forge them), unless the peer is a trusted proxy.
     pub trust_forwarded: bool,
     /// Time to open a connection (and to wait for a free one under `max_connections`): 5 s.
     pub connect_timeout: Duration,
@@ -130,7 +167,7 @@ pub struct ProxyConfig {
     pub idle_timeout: Duration,
     /// Pool: 64 idle connections per upstream per worker, each kept 15 s; at most 1024
     /// connections per upstream per worker.
-    pub pool: PoolLimits,
+    pub pool_limits: PoolLimits,
     /// Response heads: 32 KiB and 100 fields at most (else 502).
     pub head: HeadLimits,
     /// A WebSocket (or other `Upgrade`) tunnel with no bytes either way for this long is
@@ -138,28 +175,92 @@ pub struct ProxyConfig {
     pub tunnel_idle_timeout: Duration,
 }
 
+/// What checking a proxy table needs from the rest of the file.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyContext {
+    /// `[server] resolver`.
+    pub resolver: Resolver,
+}
+
 impl ProxyConfig {
     /// Checks `raw`.
     ///
     /// # Errors
     /// The reason, reported at the table's position.
-    pub fn from_raw(raw: &RawProxy) -> Result<ProxyConfig, String> {
-        let (addr, upstream_host, base, https) = parse_upstream(&raw.upstream)?;
-        let tls = match (https, &raw.tls) {
-            (true, t) => {
-                let host = match upstream_host.strip_prefix('[') {
-                    Some(v6) => v6.split(']').next().unwrap_or(v6),
-                    None => upstream_host.rsplit_once(':').map_or(upstream_host.as_str(), |(h, _)| h),
-                };
-                let default = RawTls::default();
-                Some(TlsTarget::new(t.as_ref().unwrap_or(&default), host, &[b"http/1.1"])?)
-            }
-            (false, Some(_)) => {
-                return Err(format!("proxy upstream {:?}: tls needs an https:// upstream", raw.upstream))
-            }
-            (false, None) => None,
+    pub fn from_raw(raw: &RawProxy, ctx: &ProxyContext) -> Result<ProxyConfig, String> {
+        let list: Vec<(&str, u32)> = match (&raw.upstream, &raw.upstreams) {
+            (Some(u), None) => vec![(u.as_str(), 1)],
+            (None, Some(v)) if !v.is_empty() => v.iter().map(RawUpstream::parts).collect(),
+            (None, Some(_)) => return Err("proxy upstreams: at least one".into()),
+            (Some(_), Some(_)) => return Err("proxy: `upstream` or `upstreams`, not both".into()),
+            (None, None) => return Err("proxy: `upstream = \"http://...\"` or `upstreams = [...]`".into()),
         };
+        let mut targets = Vec::new();
+        let mut authorities = Vec::new();
+        let mut tls = Vec::new();
+        let mut base: Option<String> = None;
+        for (url, weight) in list {
+            if targets.iter().any(|t: &Target| t.url == url) {
+                return Err(format!("proxy upstream {url:?} is listed twice"));
+            }
+            let u = parse_upstream(url)?;
+            match &base {
+                Some(b) if *b != u.base => {
+                    return Err(format!("proxy upstream {url:?}: every upstream of a route has the same path"))
+                }
+                _ => base = Some(u.base),
+            }
+            tls.push(match (&u.host, u.https) {
+                (Some(host), true) => {
+                    let default = RawTls::default();
+                    Some(TlsTarget::new(raw.tls.as_ref().unwrap_or(&default), host, &[b"http/1.1"])?)
+                }
+                _ => None,
+            });
+            authorities.push(u.authority);
+            let addrs = match u.unix {
+                Some(p) => Addr::Unix(p),
+                None => Addr::Tcp(Vec::new()),
+            };
+            targets.push(Target { url: url.to_string(), weight, host: u.host, port: u.port, addrs });
+        }
+        if raw.tls.is_some() && tls.iter().all(Option::is_none) {
+            return Err("proxy: tls needs an https:// upstream".into());
+        }
+        let resolve = raw.resolve.map(NonZeroDur::get);
+        upstream::resolve_targets(&mut targets, &ctx.resolver, resolve.is_some())?;
+
+        let policy = match raw.balance.as_deref() {
+            None => Policy::RoundRobin,
+            Some(b) => Policy::parse(b).ok_or_else(|| {
+                format!("proxy balance {b:?}: \"round_robin\", \"least_conn\", \"random_two\" or \"hash\"")
+            })?,
+        };
+        let hash_key = HashKey::parse(raw.hash_key.as_deref().unwrap_or("client_ip"))?;
+        let retry_budget = raw.retry_budget.unwrap_or(0.2);
+        if !(0.0..=1.0).contains(&retry_budget) {
+            return Err(format!("proxy retry_budget {retry_budget}: a fraction from 0 to 1 (0.2: 20%)"));
+        }
         let secs = |v: Option<NonZeroDur>, default: u64| v.map_or(Duration::from_secs(default), NonZeroDur::get);
+        let pool = PoolConfig {
+            targets,
+            policy,
+            hash_key,
+            health: raw.health.as_ref().map(HealthCheck::from_raw).transpose()?,
+            passive: Passive {
+                max_fails: raw.max_fails.map_or(3, Count::get_u32),
+                fail_timeout: secs(raw.fail_timeout, 10),
+            },
+            fail_status: raw
+                .fail_status
+                .as_ref()
+                .map_or_else(|| vec![502, 503, 504], |v| v.iter().map(|c| c.get() as u16).collect()),
+            retries: raw.retries.map_or(1, Count::get_u32),
+            retry_budget,
+            retry_budget_min: raw.retry_budget_min.map_or(10, Count::get_u32),
+            resolve,
+            resolver: ctx.resolver.clone(),
+        };
         let host = match raw.host.as_deref() {
             None | Some("preserve") => HostMode::Preserve,
             Some("upstream") => HostMode::Upstream,
@@ -168,18 +269,18 @@ impl ProxyConfig {
         };
         let max_head = raw.max_response_head.map_or(32 * 1024, Size::get_usize);
         Ok(ProxyConfig {
-            upstream: raw.upstream.clone(),
-            addr,
-            upstream_host,
+            upstream: pool.targets.iter().map(|t| t.url.as_str()).collect::<Vec<_>>().join(","),
+            pool,
+            authorities,
             tls,
-            base,
+            base: base.unwrap_or_default(),
             host,
             strip_prefix: raw.strip_prefix.unwrap_or(false),
             trust_forwarded: raw.trust_forwarded.unwrap_or(false),
             connect_timeout: secs(raw.connect_timeout, 5),
             first_byte_timeout: secs(raw.first_byte_timeout, 60),
             idle_timeout: secs(raw.idle_timeout, 60),
-            pool: PoolLimits {
+            pool_limits: PoolLimits {
                 max_idle: raw.max_idle.map_or(64, Count::get_usize),
                 keepalive: secs(raw.keepalive_timeout, 15),
                 max_connections: raw.max_connections.map_or(1024, Count::get_usize),
@@ -191,14 +292,31 @@ impl ProxyConfig {
     }
 }
 
-/// Splits `http://host[:port][/base]`, `https://...` or `unix:/path` into the address, the
-/// authority, the base path and whether it is `https`.
-fn parse_upstream(s: &str) -> Result<(Addr, String, String, bool), String> {
+/// An upstream URL's parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct UpstreamUrl {
+    /// The host (name or address, IPv6 without brackets); `None` for a Unix socket.
+    host: Option<String>,
+    port: u16,
+    /// `host[:port]` as written (`localhost` for a Unix socket).
+    authority: String,
+    /// The path, without a trailing `/`.
+    base: String,
+    /// A Unix socket's path.
+    unix: Option<PathBuf>,
+    /// `https://`.
+    https: bool,
+}
+
+/// Splits `http://host[:port][/base]`, `https://...` or `unix:/path` (no resolution here).
+fn parse_upstream(s: &str) -> Result<UpstreamUrl, String> {
     if let Some(path) = s.strip_prefix("unix:") {
         if !path.starts_with('/') {
             return Err(format!("proxy upstream {s:?}: a unix socket needs an absolute path"));
         }
-        return Ok((Addr::Unix(PathBuf::from(path)), "localhost".into(), String::new(), false));
+        let unix = Some(PathBuf::from(path));
+        let (authority, base) = ("localhost".into(), String::new());
+        return Ok(UpstreamUrl { host: None, port: 0, authority, base, unix, https: false });
     }
     let (rest, https) = match (s.strip_prefix("http://"), s.strip_prefix("https://")) {
         (Some(r), _) => (r, false),
@@ -228,12 +346,17 @@ fn parse_upstream(s: &str) -> Result<(Addr, String, String, bool), String> {
         None => 80,
         Some(p) => p.parse().map_err(|_| bad("invalid port"))?,
     };
-    let addrs: Vec<_> =
-        (host, port).to_socket_addrs().map_err(|e| bad(&format!("cannot resolve {host}: {e}")))?.collect();
-    if addrs.is_empty() {
-        return Err(bad("resolves to no address"));
+    if host.is_empty() || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b".-_:".contains(&b)) {
+        return Err(bad("invalid host"));
     }
-    Ok((Addr::Tcp(addrs), authority.to_string(), base.trim_end_matches('/').to_string(), https))
+    Ok(UpstreamUrl {
+        host: Some(host.to_string()),
+        port,
+        authority: authority.to_string(),
+        base: base.trim_end_matches('/').to_string(),
+        unix: None,
+        https,
+    })
 }
 
 /// The app serving a proxy route.
@@ -245,15 +368,13 @@ pub struct Proxy {
 #[derive(Debug)]
 struct Route {
     cfg: ProxyConfig,
-    rw: Rewrite,
-    /// This upstream's pool slot in every worker.
-    slot: usize,
-    /// The upstream as the access log and metrics name it (`host:port`, `unix:PATH`).
-    label: Arc<str>,
+    /// The request rewrite for each upstream (they differ in `Host` with `host = "upstream"`).
+    rws: Vec<Rewrite>,
+    pool: Pool,
 }
 
 /// Why an exchange failed.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fail {
     /// No connection: refused, unreachable...
     Connect,
@@ -280,6 +401,40 @@ impl Fail {
         };
         Response::bytes(status, text).header(CONTENT_TYPE, "text/plain; charset=utf-8")
     }
+
+    /// What the log says.
+    fn describe(&self) -> &'static str {
+        match self {
+            Fail::Connect => "connection failed",
+            Fail::AtLimit => "max_connections reached",
+            Fail::Timeout => "timed out",
+            Fail::Closed => "closed before answering",
+            Fail::Bad => "invalid or broken response",
+            Fail::Client => "client request failed",
+        }
+    }
+}
+
+/// How an attempt failed.
+#[derive(Debug, Clone, Copy)]
+struct Tried {
+    fail: Fail,
+    /// Request bytes went out (a retry could run the request twice).
+    sent: bool,
+}
+
+impl Tried {
+    fn before_sending(fail: Fail) -> Tried {
+        Tried { fail, sent: false }
+    }
+}
+
+/// An upstream's answer to an attempt.
+struct Answer {
+    conn: Conn,
+    head: ResponseHead,
+    /// Head and body, when the whole response was small enough to read at once.
+    whole: Option<Bytes>,
 }
 
 /// How the response body is delimited.
@@ -293,25 +448,26 @@ enum BodyKind {
 }
 
 impl Proxy {
-    /// A proxy app for the route at `prefix`.
+    /// A proxy app for the route at `prefix` (`key` names the route across reloads).
     ///
     /// # Errors
     /// Never: the configuration was checked when loaded.
-    pub fn new(cfg: &ProxyConfig, prefix: &str) -> std::io::Result<Proxy> {
+    pub fn new(cfg: &ProxyConfig, prefix: &str, key: &str) -> std::io::Result<Proxy> {
         let strip = if cfg.strip_prefix { prefix.trim_end_matches('/').to_string() } else { String::new() };
-        let rw = Rewrite {
-            base: cfg.base.clone(),
-            strip,
-            host: cfg.host.clone(),
-            upstream_host: cfg.upstream_host.clone(),
-            trust_forwarded: cfg.trust_forwarded,
-        };
-        let slot = pool::slot_of(&cfg.upstream);
-        let label: Arc<str> = match &cfg.addr {
-            Addr::Unix(p) => format!("unix:{}", p.display()).into(),
-            Addr::Tcp(_) => cfg.upstream_host.as_str().into(),
-        };
-        Ok(Proxy { route: Arc::new(Route { cfg: cfg.clone(), rw, slot, label }) })
+        let rws = cfg
+            .authorities
+            .iter()
+            .map(|a| Rewrite {
+                base: cfg.base.clone(),
+                strip: strip.clone(),
+                host: cfg.host.clone(),
+                upstream_host: a.clone(),
+                trust_forwarded: cfg.trust_forwarded,
+            })
+            .collect();
+        let probe = cfg.pool.health.as_ref().map(|h| check::probe(cfg, h));
+        let pool = Pool::new(cfg.pool.clone(), &format!("{key} {}", cfg.upstream), probe);
+        Ok(Proxy { route: Arc::new(Route { cfg: cfg.clone(), rws, pool }) })
     }
 
     /// What the startup line shows.
@@ -327,68 +483,158 @@ impl Proxy {
         }
         let mut body = req.take_body();
         let framing = forward::framing(&req, body.content_length());
-        let retry_ok = forward::retryable(&req, framing);
+        let idempotent = forward::idempotent(&req);
+        // A small body of an idempotent request is read first, so a retry can send it again.
+        let mut kept: Option<Bytes> = None;
+        if let (true, Framing::Length(n @ 1..=SMALL_BODY)) = (idempotent, framing) {
+            match read_body(&mut body, n).await {
+                Some(b) => kept = Some(b),
+                None => return Fail::Client.response(),
+            }
+        }
+        let replayable = idempotent && (framing == Framing::None || kept.is_some());
         let is_head = req.method() == Method::HEAD;
+        let pool = &route.pool;
+        let mut attempts = pool.attempts(&req);
         let mut head: Vec<u8> = Vec::new();
-        let mut retried = false;
+        let mut head_for = usize::MAX;
+        let mut last = Fail::Connect;
+        // The access log and metrics see the last attempt's member, and the time from the
+        // first attempt to its answer (or failure).
         let sent = std::time::Instant::now();
-        let failed = |f: Fail| {
-            crate::observe::upstream(&route.label, sent, f != Fail::Client);
-            f.response()
-        };
-        let (conn, resp) = loop {
-            let pooled = if retried { None } else { pool::checkout(route.slot, &route.cfg.pool) };
-            let reused = pooled.is_some();
-            let mut conn = match pooled {
-                Some(c) => c,
-                // Boxed: connecting is rare once the pool is warm, and its state is large.
-                None => match Box::pin(route.connect()).await {
-                    Ok(c) => c,
-                    Err(f) => return failed(f),
-                },
-            };
-            if head.is_empty() {
-                std::mem::swap(&mut head, &mut conn.wbuf);
-                head.clear();
-                if let Err(ComposeError::Unrepresentable) = forward::compose(&mut head, &req, &route.rw, framing) {
-                    return failed(Fail::Client);
-                }
+        loop {
+            let Some(picked) = pool.pick(&mut attempts) else { return last.response() };
+            if let Some(b) = &kept {
+                body = Body::from_bytes(b.clone());
             }
-            let r = route.exchange(&mut conn, &head, &mut body, framing).await;
+            let r = route.attempt(
+                &picked.ep,
+                &mut req,
+                (&mut head, &mut head_for),
+                &mut body,
+                framing,
+                is_head,
+                replayable,
+            );
+            let r = r.await;
+            let failed = matches!(&r, Err(t) if t.fail != Fail::Client);
+            crate::observe::upstream(&picked.ep.label, sent, failed);
             match r {
-                Ok(h) => {
-                    conn.wbuf = head;
-                    break (conn, h);
+                Ok(mut a) => {
+                    let status = a.head.status;
+                    if !pool.fails_on(status) {
+                        picked.succeeded();
+                        a.conn.wbuf = std::mem::take(&mut head);
+                        return route.respond(a, is_head, picked).await;
+                    }
+                    picked.failed(&format!("answered {status}"));
+                    if !(replayable && pool.may_retry(&mut attempts)) {
+                        return route.respond(a, is_head, picked).await;
+                    }
+                    if a.whole.is_some() && a.head.keep_alive() {
+                        pool::checkin(picked.ep.slot, &route.cfg.pool_limits, a.conn);
+                    }
                 }
-                Err(Fail::Closed) if reused && retry_ok && !retried => retried = true,
-                Err(f) => return failed(f),
+                Err(Tried { fail: Fail::Client, .. }) => return Fail::Client.response(),
+                Err(t) => {
+                    if t.fail != Fail::AtLimit {
+                        picked.failed(t.fail.describe());
+                    }
+                    if (t.sent && !replayable) || !pool.may_retry(&mut attempts) {
+                        return t.fail.response();
+                    }
+                    last = t.fail;
+                }
             }
-        };
-        crate::observe::upstream(&route.label, sent, false);
-        drop(body);
-        route.respond(conn, resp, is_head).await
+            tracing::debug!(upstream = picked.ep.health.name(), "retrying on another upstream");
+        }
     }
 }
 
+/// Reads a body of `n` bytes whole (`None`: it failed or had another length).
+async fn read_body(body: &mut Body, n: u64) -> Option<Bytes> {
+    let mut buf = BytesMut::with_capacity(n as usize);
+    while let Some(piece) = body.chunk().await {
+        buf.extend_from_slice(&piece.ok()?);
+        if buf.len() as u64 > n {
+            return None;
+        }
+    }
+    (buf.len() as u64 == n).then(|| buf.freeze())
+}
+
 impl Route {
-    /// A new connection (or one given back while waiting under `max_connections`), within
-    /// `connect_timeout`.
-    async fn connect(&self) -> Result<Conn, Fail> {
+    /// A new connection to `ep` (or one given back to its slot while waiting under
+    /// `max_connections`), within `connect_timeout`; TLS for an `https://` member.
+    async fn connect(&self, ep: &Endpoint) -> Result<Conn, Fail> {
         let cfg = &self.cfg;
-        let permit = match pool::permit(self.slot, &cfg.pool, cfg.connect_timeout).await {
+        let permit = match pool::permit(ep.slot, &cfg.pool_limits, cfg.connect_timeout).await {
             Ok(pool::Permit::Idle(c)) => return Ok(c),
             Ok(pool::Permit::New(p)) => p,
             Err(_) => return Err(Fail::AtLimit),
         };
-        match Conn::connect_tls(&cfg.addr, cfg.tls.as_ref(), cfg.connect_timeout, permit).await {
+        let tls = cfg.tls.get(ep.target).and_then(Option::as_ref);
+        match Conn::connect_tls(&ep.addr, tls, cfg.connect_timeout, permit).await {
             Ok(c) => Ok(c),
             Err(Wait::Timeout) => {
-                tracing::warn!("proxy {}: connect timed out", cfg.upstream);
+                tracing::warn!("proxy {}: connect timed out", ep.health.name());
                 Err(Fail::Timeout)
             }
             Err(Wait::Io(e)) => {
-                tracing::warn!("proxy {}: cannot connect: {e}", cfg.upstream);
+                tracing::warn!("proxy {}: cannot connect: {e}", ep.health.name());
                 Err(Fail::Connect)
+            }
+        }
+    }
+
+    /// One attempt on `ep`: a connection (an idle one if the pool has it), the request,
+    /// the response head, and the body too if it is small. A reused connection that fails
+    /// before the first response byte is retried once on a new one for a replayable
+    /// request (the upstream may have closed it just as it was taken).
+    ///
+    /// `head` is the request head composed for upstream `head.1` (composed again here for
+    /// another upstream, in the first connection's send buffer for its capacity). `req` is
+    /// only read, but borrowed `&mut`: a request is `Send` and not `Sync` (its body), so a
+    /// shared borrow held across the awaits would make the handler's future not `Send`.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt(
+        &self,
+        ep: &Endpoint,
+        req: &mut Request,
+        head: (&mut Vec<u8>, &mut usize),
+        body: &mut Body,
+        framing: Framing,
+        is_head: bool,
+        replayable: bool,
+    ) -> Result<Answer, Tried> {
+        let (head, head_for) = head;
+        let mut retried = false;
+        loop {
+            let pooled = if retried { None } else { pool::checkout(ep.slot, &self.cfg.pool_limits) };
+            let reused = pooled.is_some();
+            let mut conn = match pooled {
+                Some(c) => c,
+                // Boxed: connecting is rare once the pool is warm, and its state is large.
+                None => Box::pin(self.connect(ep)).await.map_err(Tried::before_sending)?,
+            };
+            if *head_for != ep.target {
+                if head.capacity() == 0 {
+                    std::mem::swap(head, &mut conn.wbuf);
+                }
+                head.clear();
+                if let Err(ComposeError::Unrepresentable) = forward::compose(head, req, &self.rws[ep.target], framing) {
+                    return Err(Tried::before_sending(Fail::Client));
+                }
+                *head_for = ep.target;
+            }
+            match self.exchange(&mut conn, head, body, framing).await {
+                Ok(h) => {
+                    let whole =
+                        self.read_small(&mut conn, &h, is_head).await.map_err(|fail| Tried { fail, sent: true })?;
+                    return Ok(Answer { conn, head: h, whole });
+                }
+                Err(Fail::Closed) if reused && replayable && !retried => retried = true,
+                Err(fail) => return Err(Tried { fail, sent: true }),
             }
         }
     }
@@ -415,6 +661,28 @@ impl Route {
             Err(Wait::Timeout) => return Err(Fail::Timeout),
         }
         self.read_head(conn, false).await
+    }
+
+    /// Reads a small response's body (a `Content-Length` up to [`SMALL_BODY`], or none):
+    /// head and body then travel in one buffer, and the connection is free again before
+    /// the client is answered. `Ok(None)`: the body is to be streamed.
+    async fn read_small(&self, conn: &mut Conn, h: &ResponseHead, is_head: bool) -> Result<Option<Bytes>, Fail> {
+        let bodiless = is_head || h.status == 204 || h.status == 304;
+        let n = match h.content_length {
+            _ if bodiless => 0,
+            Some(n) if !h.chunked && n <= SMALL_BODY => n as usize,
+            _ => return Ok(None),
+        };
+        while conn.rbuf.len() < h.len + n {
+            match conn.read(self.cfg.idle_timeout, h.len + n - conn.rbuf.len()).await {
+                Ok(0) | Err(Wait::Io(_)) => return Err(Fail::Bad),
+                Ok(_) => {}
+                Err(Wait::Timeout) => return Err(Fail::Timeout),
+            }
+        }
+        let msg = Bytes::copy_from_slice(&conn.rbuf[..h.len + n]);
+        conn.rbuf.advance(h.len + n);
+        Ok(Some(msg))
     }
 
     /// Streams the body after the head. `Err` only for the client's side; the upstream's
@@ -506,8 +774,10 @@ impl Route {
         }
     }
 
-    /// Turns the upstream's response into the client's.
-    async fn respond(self: &Arc<Self>, mut conn: Conn, h: ResponseHead, is_head: bool) -> Response {
+    /// Turns the upstream's answer into the client's response. `picked` stays in flight
+    /// until the body has been relayed.
+    async fn respond(self: &Arc<Self>, a: Answer, is_head: bool, picked: Picked) -> Response {
+        let Answer { mut conn, head: h, whole } = a;
         let cfg = &self.cfg;
         let Ok(status) = StatusCode::from_u16(h.status) else { return Fail::Bad.response() };
         let bodiless = is_head || h.status == 204 || h.status == 304;
@@ -525,30 +795,14 @@ impl Route {
         };
         let keep_alive = h.keep_alive() && !matches!(kind, BodyKind::UntilClose);
 
-        // A small body is read whole: head and body then travel in one buffer, and the
-        // connection is free again before the client is answered.
-        let small = match (&kind, h.content_length) {
-            (BodyKind::Framed(_), Some(n)) if !h.chunked && n <= SMALL_BODY => Some(n as usize),
-            (BodyKind::None, _) => Some(0),
-            _ => None,
-        };
-        if let Some(n) = small {
-            while conn.rbuf.len() < h.len + n {
-                match conn.read(cfg.idle_timeout, h.len + n - conn.rbuf.len()).await {
-                    Ok(0) | Err(Wait::Io(_)) => return Fail::Bad.response(),
-                    Ok(_) => {}
-                    Err(Wait::Timeout) => return Fail::Timeout.response(),
-                }
-            }
-            let msg = Bytes::copy_from_slice(&conn.rbuf[..h.len + n]);
-            conn.rbuf.advance(h.len + n);
+        if let Some(msg) = whole {
             let mut res = match kind {
                 BodyKind::None => head_response(status, is_head.then_some(h.content_length).flatten()),
                 _ => Response::bytes(status, msg.slice(h.len..)),
             };
             relay_fields(res.headers_mut(), &msg, &h, &conn.fields, false);
             if keep_alive {
-                pool::checkin(self.slot, &cfg.pool, conn);
+                pool::checkin(picked.ep.slot, &cfg.pool_limits, conn);
             }
             return res;
         }
@@ -561,8 +815,9 @@ impl Route {
         let mut res = Response::stream(status, move |mut w| async move {
             let done = route.relay(&mut conn, &mut w, kind).await?;
             if done && keep_alive && conn.rbuf.is_empty() {
-                pool::checkin(route.slot, &route.cfg.pool, conn);
+                pool::checkin(picked.ep.slot, &route.cfg.pool_limits, conn);
             }
+            drop(picked);
             Ok(())
         });
         *res.headers_mut() = fields;
@@ -698,50 +953,82 @@ mod tests {
     use super::*;
 
     fn raw(upstream: &str) -> RawProxy {
-        RawProxy {
-            upstream: upstream.into(),
-            tls: None,
-            host: None,
-            strip_prefix: None,
-            trust_forwarded: None,
-            connect_timeout: None,
-            first_byte_timeout: None,
-            idle_timeout: None,
-            keepalive_timeout: None,
-            max_idle: None,
-            max_connections: None,
-            max_response_head: None,
-            max_response_headers: None,
-            tunnel_idle_timeout: None,
-        }
+        toml::from_str(&format!("upstream = {upstream:?}")).unwrap()
+    }
+
+    fn load(r: &RawProxy) -> Result<ProxyConfig, String> {
+        ProxyConfig::from_raw(r, &ProxyContext::default())
     }
 
     #[test]
     fn upstream_urls() {
-        let c = ProxyConfig::from_raw(&raw("http://127.0.0.1:9000/base/")).unwrap();
-        assert_eq!(c.addr, Addr::Tcp(vec!["127.0.0.1:9000".parse().unwrap()]));
-        assert_eq!((c.upstream_host.as_str(), c.base.as_str()), ("127.0.0.1:9000", "/base"));
-        let c = ProxyConfig::from_raw(&raw("http://[::1]")).unwrap();
-        assert_eq!(c.addr, Addr::Tcp(vec!["[::1]:80".parse().unwrap()]));
+        let c = load(&raw("http://127.0.0.1:9000/base/")).unwrap();
+        assert_eq!(c.pool.targets[0].addrs, Addr::Tcp(vec!["127.0.0.1:9000".parse().unwrap()]));
+        assert_eq!((c.authorities[0].as_str(), c.base.as_str()), ("127.0.0.1:9000", "/base"));
+        let c = load(&raw("http://[::1]")).unwrap();
+        assert_eq!(c.pool.targets[0].addrs, Addr::Tcp(vec!["[::1]:80".parse().unwrap()]));
         let mut r = raw("https://[::1]/x");
         r.tls = Some(RawTls { verify: Some(false), ..RawTls::default() });
-        let c = ProxyConfig::from_raw(&r).unwrap();
-        assert_eq!((c.addr, c.base.as_str()), (Addr::Tcp(vec!["[::1]:443".parse().unwrap()]), "/x"));
-        assert_eq!(c.tls.unwrap().name, rustls::pki_types::ServerName::try_from("::1").unwrap());
+        let c = load(&r).unwrap();
+        assert_eq!((&c.pool.targets[0].addrs, c.base.as_str()), (&Addr::Tcp(vec!["[::1]:443".parse().unwrap()]), "/x"));
+        assert_eq!(c.tls[0].as_ref().unwrap().name, rustls::pki_types::ServerName::try_from("::1").unwrap());
         let mut r = raw("http://[::1]");
         r.tls = Some(RawTls::default());
-        assert!(ProxyConfig::from_raw(&r).is_err());
-        let c = ProxyConfig::from_raw(&raw("unix:/run/app.sock")).unwrap();
-        assert_eq!(c.addr, Addr::Unix("/run/app.sock".into()));
+        assert!(load(&r).is_err());
+        let c = load(&raw("unix:/run/app.sock")).unwrap();
+        assert_eq!(c.pool.targets[0].addrs, Addr::Unix("/run/app.sock".into()));
+        assert!(c.tls[0].is_none());
         assert_eq!(c.connect_timeout, Duration::from_secs(5));
         for bad in ["https://", "http://", "http://u@h", "http://h:99999", "http://h/a?b", "unix:rel", "ftp://x"] {
-            assert!(ProxyConfig::from_raw(&raw(bad)).is_err(), "{bad}");
+            assert!(load(&raw(bad)).is_err(), "{bad}");
         }
         let mut r: RawProxy = toml::from_str("upstream = \"http://127.0.0.1:1\"\nidle_timeout = \"250ms\"\n").unwrap();
         assert!(toml::from_str::<RawProxy>("upstream = \"http://127.0.0.1:1\"\nidle_timeout = 0\n").is_err());
         r.host = Some("upstream".into());
-        let c = ProxyConfig::from_raw(&r).unwrap();
+        let c = load(&r).unwrap();
         assert_eq!((c.idle_timeout, c.host), (Duration::from_millis(250), HostMode::Upstream));
+    }
+
+    #[test]
+    fn pools() {
+        let r: RawProxy = toml::from_str(
+            "upstreams = [\"http://127.0.0.1:1\", { url = \"http://127.0.0.2:1\", weight = 3 }]\n\
+             balance = \"hash\"\nhash_key = \"cookie:sid\"\nmax_fails = 0\nfail_timeout = \"2s\"\n\
+             fail_status = [500, 503]\nretries = 3\nretry_budget = 0.5\nresolve = \"1s\"\n\
+             health = { path = \"/up\", interval = \"100ms\", expect = \"2xx\" }\n",
+        )
+        .unwrap();
+        let c = load(&r).unwrap();
+        let p = &c.pool;
+        assert_eq!(p.targets.iter().map(|t| t.weight).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!((p.policy, &p.hash_key), (Policy::Hash, &HashKey::Cookie("sid".into())));
+        assert_eq!((p.passive.max_fails, p.passive.fail_timeout), (0, Duration::from_secs(2)));
+        assert_eq!((p.fail_status.as_slice(), p.retries, p.retry_budget), (&[500, 503][..], 3, 0.5));
+        let h = p.health.as_ref().unwrap();
+        assert_eq!((h.path.as_str(), h.interval, h.healthy, h.unhealthy), ("/up", Duration::from_millis(100), 2, 3));
+        assert!(h.expect.admits(204) && !h.expect.admits(500));
+        assert_eq!(c.upstream, "http://127.0.0.1:1,http://127.0.0.2:1");
+        let d = load(&raw("http://127.0.0.1:1")).unwrap().pool;
+        assert_eq!((d.policy, d.retries, d.passive.max_fails, d.fail_status.len()), (Policy::RoundRobin, 1, 3, 3));
+        for bad in [
+            "upstreams = []",
+            "upstream = \"http://127.0.0.1:1\"\nupstreams = [\"http://127.0.0.1:2\"]",
+            "upstreams = [\"http://127.0.0.1:1\", \"http://127.0.0.1:1\"]",
+            "upstreams = [\"http://127.0.0.1:1/a\", \"http://127.0.0.1:2/b\"]",
+            "upstream = \"http://127.0.0.1:1\"\nbalance = \"fastest\"",
+            "upstream = \"http://127.0.0.1:1\"\nhash_key = \"ip\"",
+            "upstream = \"http://127.0.0.1:1\"\nretry_budget = 2.0",
+            "upstream = \"http://127.0.0.1:1\"\nhealth = { expect = \"ok\" }",
+            "upstream = \"http://127.0.0.1:1\"\nhealth = { path = \"up\" }",
+            "upstream = \"http://no-such-host.invalid:1\"",
+        ] {
+            let parsed = toml::from_str::<RawProxy>(bad).map_err(|e| e.to_string());
+            assert!(parsed.and_then(|r| load(&r)).is_err(), "{bad}");
+        }
+        assert!(toml::from_str::<RawProxy>("upstream = \"http://127.0.0.1:1\"\nfail_status = [404]").is_err());
+        // A name that does not resolve yet is allowed with `resolve`.
+        let r: RawProxy = toml::from_str("upstream = \"http://no-such-host.invalid:1\"\nresolve = \"5s\"").unwrap();
+        assert_eq!(load(&r).unwrap().pool.targets[0].addrs, Addr::Tcp(vec![]));
     }
 
     #[test]

@@ -35,8 +35,25 @@ impl Route {
             return Fail::Client.response();
         }
         let h2 = req.version() == Version::HTTP_2;
+        // The member: a connection failure (nothing sent) moves on to another.
+        let mut attempts = self.pool.attempts(&req);
+        let (picked, mut conn) = loop {
+            let Some(picked) = self.pool.pick(&mut attempts) else { return Fail::Connect.response() };
+            match self.connect(&picked.ep).await {
+                Ok(c) => break (picked, c),
+                Err(f) => {
+                    if f != Fail::AtLimit {
+                        picked.failed(f.describe());
+                    }
+                    if !self.pool.may_retry(&mut attempts) {
+                        return f.response();
+                    }
+                }
+            }
+        };
         let mut head = Vec::with_capacity(512);
-        if let Err(ComposeError::Unrepresentable) = forward::compose(&mut head, &req, &self.rw, Framing::None) {
+        let rw = &self.rws[picked.ep.target];
+        if let Err(ComposeError::Unrepresentable) = forward::compose(&mut head, &req, rw, Framing::None) {
             return Fail::Client.response();
         }
         if h2 {
@@ -57,10 +74,6 @@ impl Route {
         }
         head.extend_from_slice(b"\r\n");
 
-        let mut conn = match self.connect().await {
-            Ok(c) => c,
-            Err(f) => return f.response(),
-        };
         match conn.write_all(&mut [&head], self.cfg.idle_timeout, None).await {
             Ok(_) => {}
             Err(Wait::Timeout) => return Fail::Timeout.response(),
@@ -68,13 +81,21 @@ impl Route {
         }
         let h = match self.read_head(&mut conn, true).await {
             Ok(h) => h,
-            Err(f) => return f.response(),
+            Err(f) => {
+                picked.failed(f.describe());
+                return f.response();
+            }
         };
+        picked.succeeded();
         if h.status != 101 {
             // Not switching (426, 403, 404...): an ordinary answer, on a connection that is
             // not reused.
             conn.closing = true;
-            return self.respond(conn, h, false).await;
+            let whole = match self.read_small(&mut conn, &h, false).await {
+                Ok(w) => w,
+                Err(f) => return f.response(),
+            };
+            return self.respond(super::Answer { conn, head: h, whole }, false, picked).await;
         }
         let head_bytes = Bytes::copy_from_slice(&conn.rbuf[..h.len]);
         conn.rbuf.advance(h.len);
@@ -96,7 +117,11 @@ impl Route {
         }
         let tunnel = conn.into_tunnel();
         let idle = self.cfg.tunnel_idle_timeout;
-        let mut res = Response::upgrade(&mut req, move |from, to| pump(tunnel, from, to, idle));
+        // The member counts the tunnel as in flight while it lasts (least connections).
+        let mut res = Response::upgrade(&mut req, move |from, to| async move {
+            let _in_flight = picked;
+            pump(tunnel, from, to, idle).await
+        });
         res.headers_mut().extend(fields);
         res
     }
