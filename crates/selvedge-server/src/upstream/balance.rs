@@ -7,17 +7,23 @@
 //!   the sum of the weights from it: weights 5, 1, 1 give `a a b a c a a`, never `a` five
 //!   times in a row, and exactly the weights over every cycle.
 //! - **Least connections**: the member with the fewest requests in flight per unit of
-//!   weight (this worker's requests); ties share by weighted round robin, so an idle pool
-//!   is spread by weight too.
+//!   weight (this worker's requests), as nginx compares them. The round-robin scores run
+//!   over every usable member on every pick, and the least loaded member with the highest
+//!   score wins: an idle pool is spread exactly by weight, and a member passed over while
+//!   busy is owed its turns (up to a few rounds) once it is free again, so equally fast
+//!   members keep their weights at any concurrency while a slow one gets little.
 //! - **Power of two choices** (`random_two`): two members drawn at random by weight, the
-//!   one with fewer requests in flight per unit of weight wins. Nearly as good as least
-//!   connections and never herds onto one member after a change.
+//!   one with fewer requests in flight per unit of weight wins (the first drawn on a tie,
+//!   so equally loaded members get their weights). Nearly as good as least connections and
+//!   never herds onto one member after a change.
 //! - **Consistent hash**: Maglev hashing (Eisenbud et al., NSDI 2016) with weights as in
 //!   Envoy: a lookup table of [`TABLE_SIZE`] entries in which each member owns a share
 //!   proportional to its weight; a key picks an entry. Removing one member of N moves
 //!   about its own 1/N of the keys (plus a little churn); a key whose member is unusable
 //!   is hashed again (with a new seed) until it lands on a usable one, so the other
 //!   members' keys never move while one is down.
+
+use std::cmp::Ordering;
 
 /// How a pool chooses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,39 +95,42 @@ impl Counters {
         Some(b)
     }
 
-    /// Least requests in flight per unit of weight; ties by weighted round robin.
+    /// Least requests in flight per unit of weight; among the least loaded, the highest
+    /// round-robin score, after every usable member's score moved on by its weight. A
+    /// member passed over while busy keeps at most [`OWED_ROUNDS`] rounds (of the sum of
+    /// the weights) of score, so a slow member does not save up a burst.
     pub(crate) fn least_conn(&mut self, weights: &[u32], usable: impl Fn(usize) -> bool) -> Option<usize> {
-        // a/wa < b/wb  <=>  a*wb < b*wa
         let mut best: Option<usize> = None;
-        let mut ties = 0;
+        let mut total = 0i64;
         for (i, &w) in weights.iter().enumerate() {
             if !usable(i) {
                 continue;
             }
-            match best {
-                None => (best, ties) = (Some(i), 1),
-                Some(b) => {
-                    let (l, r) = (
-                        u64::from(self.inflight[i]) * u64::from(weights[b]),
-                        u64::from(self.inflight[b]) * u64::from(w),
-                    );
-                    if l < r {
-                        (best, ties) = (Some(i), 1);
-                    } else if l == r {
-                        ties += 1;
-                    }
-                }
+            self.score[i] += i64::from(w);
+            total += i64::from(w);
+            let better =
+                best.is_none_or(|b| match cmp_load((self.inflight[i], weights[i]), (self.inflight[b], weights[b])) {
+                    Ordering::Less => true,
+                    Ordering::Equal => self.score[i] > self.score[b],
+                    Ordering::Greater => false,
+                });
+            if better {
+                best = Some(i);
             }
         }
         let b = best?;
-        if ties == 1 {
-            return Some(b);
+        self.score[b] -= total;
+        // What a busy member is owed beyond one round goes back to the member that took
+        // its turns, so the scores still sum to zero and stay bounded.
+        let (cap, mut excess) = (OWED_ROUNDS * total, 0);
+        for (i, s) in self.score.iter_mut().enumerate() {
+            if usable(i) && *s > cap {
+                excess += *s - cap;
+                *s = cap;
+            }
         }
-        let (ib, wb) = (u64::from(self.inflight[b]), u64::from(weights[b]));
-        let inflight = std::mem::take(&mut self.inflight);
-        let r = self.round_robin(weights, |i| usable(i) && u64::from(inflight[i]) * wb == ib * u64::from(weights[i]));
-        self.inflight = inflight;
-        r
+        self.score[b] += excess;
+        Some(b)
     }
 
     /// The less loaded of two members drawn by weight (distinct when two are usable).
@@ -135,9 +144,8 @@ impl Counters {
         let Some(b) = (rest > 0).then(|| self.draw(weights, &usable, rest, Some(a))).flatten() else {
             return Some(a);
         };
-        let (la, lb) =
-            (u64::from(self.inflight[a]) * u64::from(weights[b]), u64::from(self.inflight[b]) * u64::from(weights[a]));
-        Some(if lb < la { b } else { a })
+        let (la, lb) = ((self.inflight[a], weights[a]), (self.inflight[b], weights[b]));
+        Some(if cmp_load(lb, la).is_lt() { b } else { a })
     }
 
     /// A usable member other than `skip`, drawn with probability weight / `total`.
@@ -160,6 +168,16 @@ impl Counters {
         }
         None
     }
+}
+
+/// How many rounds of score (the sum of the weights) a member passed over while busy keeps
+/// under `least_conn`.
+const OWED_ROUNDS: i64 = 4;
+
+/// Compares two members' `in_flight / weight`, given as `(in_flight, weight)`:
+/// `a/wa < b/wb` exactly as `a*wb < b*wa`.
+fn cmp_load((ia, wa): (u32, u32), (ib, wb): (u32, u32)) -> Ordering {
+    (u64::from(ia) * u64::from(wb)).cmp(&(u64::from(ib) * u64::from(wa)))
 }
 
 /// Entries of a Maglev table: a prime well above the number of members, so each member's
@@ -283,6 +301,27 @@ mod tests {
         c.inflight = vec![0, 5, 5];
         assert_eq!(c.least_conn(&w, |_| true), Some(0));
         assert_eq!(c.least_conn(&w, |i| i != 0), Some(2));
+    }
+
+    #[test]
+    fn least_conn_keeps_the_weights_when_members_are_equally_fast() {
+        // One or two requests in flight, each answered after two more picks, whoever
+        // has it: every member equally fast. Over 6,000 picks the shares are the weights.
+        let mut c = Counters::new(3, 1);
+        let w = [1, 3, 2];
+        let mut n = [0u32; 3];
+        let mut open: std::collections::VecDeque<usize> = Default::default();
+        for k in 0..6_000 {
+            if open.len() == 1 + k % 2 {
+                let done = open.pop_front().unwrap();
+                c.inflight[done] -= 1;
+            }
+            let i = c.least_conn(&w, |_| true).unwrap();
+            c.inflight[i] += 1;
+            open.push_back(i);
+            n[i] += 1;
+        }
+        assert_eq!(n, [1_000, 3_000, 2_000], "{n:?}");
     }
 
     #[test]
