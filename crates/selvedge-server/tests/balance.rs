@@ -542,6 +542,14 @@ fn proxy_protocol_v1_and_v2_name_the_client() {
     ]
     .concat();
     assert_eq!(body_of(&raw_exchange(srv.addr, &via)), "192.0.2.44");
+    // curl's own v1 header (its source is the socket's own address), and curl without one.
+    if have("curl") {
+        let url = format!("http://{}/cgi/addr.sh", srv.addr);
+        let with = Command::new("curl").args(["-sS", "--max-time", "10", "--haproxy-protocol", &url]).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&with.stdout), "127.0.0.1", "{with:?}");
+        let without = Command::new("curl").args(["-sS", "--max-time", "10", &url]).output().unwrap();
+        assert!(!without.status.success() && without.stdout.is_empty(), "{without:?}");
+    }
     // A missing or bad header: closed, never answered.
     assert!(raw_exchange(srv.addr, get).is_empty(), "no header: closed");
     assert!(raw_exchange(srv.addr, &[&b"PROXY TCP4 1.2.3.4 nonsense 1 2\r\n"[..], get].concat()).is_empty());
