@@ -18,7 +18,12 @@
 # `proxy_ssl_verify on` with `proxy_ssl_trusted_certificate`), name localhost, and keep their
 # TLS connections as they keep plain ones.
 #
-# See bench/README.md. Env: SERVERS ("selvedge nginx") UPSTREAM (selvedge|nginx) UPSTREAM_TLS ROUNDS
+# UPSTREAMS=2 (or more) puts that many upstreams (same kind, each its own process and port)
+# behind each proxy: selvedge `upstreams = [...]` with the default round robin, nginx an
+# `upstream` block listing them all (its default round robin), both pools keep-alive.
+#
+# See bench/README.md. Env: SERVERS ("selvedge nginx") UPSTREAM (selvedge|nginx) UPSTREAMS (1)
+# UPSTREAM_TLS ROUNDS
 # CONNS DURATION THREADS WARMUP SELVEDGE_BIN SELVEDGE_BUILD SERVER_CPU CLIENT_CPU
 # UPSTREAM_CPU KEEP_TMP.
 set -euo pipefail
@@ -28,6 +33,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 SERVERS=${SERVERS:-selvedge nginx}
 UPSTREAM=${UPSTREAM:-selvedge}
+UPSTREAMS=${UPSTREAMS:-1}
 UPSTREAM_CPU=${UPSTREAM_CPU:-$CLIENT_CPU}
 UPSTREAM_TLS=${UPSTREAM_TLS:-0}
 SELVEDGE_BIN=${SELVEDGE_BIN:-${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/selvedge}
@@ -41,17 +47,16 @@ if [[ ! -x $SELVEDGE_BIN || ${SELVEDGE_BUILD:-0} == 1 ]]; then
 fi
 SELVEDGE_CMD="$SELVEDGE_BIN --config <dir>/selvedge.toml"
 
-# ---------------------------------------------------------------- the upstream, once per run
-UP_DIR=$WORK/upstream
-mkdir -p "$UP_DIR"
-UP_PORT=$(free_port)
+# ---------------------------------------------------------------- the upstreams, once per run
 UP_SCHEME=http
+CA_DIR=$WORK/upstream-ca
 if [[ $UPSTREAM_TLS == 1 ]]; then
     [[ $UPSTREAM == selvedge ]] || die "UPSTREAM_TLS=1 needs UPSTREAM=selvedge"
     need openssl
     UP_SCHEME=https
+    mkdir -p "$CA_DIR"
     (
-        cd "$UP_DIR"
+        cd "$CA_DIR"
         openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=bench CA" \
             -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
             -keyout ca.key -out ca.pem
@@ -61,22 +66,42 @@ if [[ $UPSTREAM_TLS == 1 ]]; then
         openssl x509 -req -in up.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile up.ext -out up.pem
     ) >/dev/null 2>&1 || die "openssl failed"
 fi
-case $UPSTREAM in
-    selvedge)
-        UP_CMD=("$SELVEDGE_BIN" serve "$SITE_DIR" --host 127.0.0.1 --port "$UP_PORT" --workers 1)
-        [[ $UPSTREAM_TLS == 1 ]] && UP_CMD+=(--tls-cert "$UP_DIR/up.pem" --tls-key "$UP_DIR/up.key")
-        ;;
-    nginx)
-        srv_nginx "$UP_DIR" "$UP_PORT" h1
-        UP_CMD=("${SRV_CMD[@]}")
-        ;;
-    *) die "UPSTREAM must be selvedge or nginx" ;;
-esac
-(cd "$UP_DIR" && exec taskset -c "$UPSTREAM_CPU" "${UP_CMD[@]}") >"$UP_DIR/stdout.log" 2>&1 </dev/null &
-UP_PID=$!
-_STARTED_PIDS+=("$UP_PID")
-wait_port "$UP_PID" "$UP_PORT" 10 || die "upstream $UPSTREAM did not start: $(tail -n 5 "$UP_DIR/stdout.log")"
-log "upstream: $UPSTREAM on $UP_SCHEME://127.0.0.1:$UP_PORT (pid $UP_PID, CPU $UPSTREAM_CPU)"
+UP_PORTS=()
+UP_PIDS=()
+for ((u = 0; u < UPSTREAMS; u++)); do
+    UP_DIR=$WORK/upstream$u
+    mkdir -p "$UP_DIR"
+    UP_PORT=$(free_port)
+    case $UPSTREAM in
+        selvedge)
+            UP_CMD=("$SELVEDGE_BIN" serve "$SITE_DIR" --host 127.0.0.1 --port "$UP_PORT" --workers 1)
+            [[ $UPSTREAM_TLS == 1 ]] && UP_CMD+=(--tls-cert "$CA_DIR/up.pem" --tls-key "$CA_DIR/up.key")
+            ;;
+        nginx)
+            srv_nginx "$UP_DIR" "$UP_PORT" h1
+            UP_CMD=("${SRV_CMD[@]}")
+            ;;
+        *) die "UPSTREAM must be selvedge or nginx" ;;
+    esac
+    (cd "$UP_DIR" && exec taskset -c "$UPSTREAM_CPU" "${UP_CMD[@]}") >"$UP_DIR/stdout.log" 2>&1 </dev/null &
+    UP_PID=$!
+    _STARTED_PIDS+=("$UP_PID")
+    wait_port "$UP_PID" "$UP_PORT" 10 || die "upstream $UPSTREAM did not start: $(tail -n 5 "$UP_DIR/stdout.log")"
+    log "upstream: $UPSTREAM on $UP_SCHEME://127.0.0.1:$UP_PORT (pid $UP_PID, CPU $UPSTREAM_CPU)"
+    UP_PORTS+=("$UP_PORT")
+    UP_PIDS+=("$UP_PID")
+done
+SELVEDGE_TLS=
+[[ $UPSTREAM_TLS == 1 ]] && SELVEDGE_TLS=", tls = { ca = \"$CA_DIR/ca.pem\", sni = \"localhost\" }"
+if ((UPSTREAMS == 1)); then
+    SELVEDGE_PROXY="proxy = { upstream = \"$UP_SCHEME://127.0.0.1:${UP_PORTS[0]}\"$SELVEDGE_TLS }"
+else
+    list=""
+    for p in "${UP_PORTS[@]}"; do list+="${list:+, }\"$UP_SCHEME://127.0.0.1:$p\""; done
+    SELVEDGE_PROXY="proxy = { upstreams = [$list], balance = \"round_robin\"$SELVEDGE_TLS }"
+fi
+NGINX_SERVERS=""
+for p in "${UP_PORTS[@]}"; do NGINX_SERVERS+="        server 127.0.0.1:$p;"$'\n'; done
 
 # ---------------------------------------------------------------- the proxies
 
@@ -95,12 +120,8 @@ idle = 300
 [[vhost]]
 [[vhost.route]]
 path = "/"
+$SELVEDGE_PROXY
 EOF
-    if [[ $UPSTREAM_TLS == 1 ]]; then
-        echo "proxy = { upstream = \"https://127.0.0.1:$UP_PORT\", tls = { ca = \"$UP_DIR/ca.pem\", sni = \"localhost\" } }" >>"$dir/selvedge.toml"
-    else
-        echo "proxy = { upstream = \"http://127.0.0.1:$UP_PORT\" }" >>"$dir/selvedge.toml"
-    fi
     SRV_CMD=("$SELVEDGE_BIN" --config "$dir/selvedge.toml")
     SRV_LOG=$dir/stdout.log
 }
@@ -113,7 +134,7 @@ srv_nginx() {
     mkdir -p "$dir/tmp"
     [[ $UPSTREAM_TLS == 1 ]] && ssl="
             proxy_ssl_verify on;
-            proxy_ssl_trusted_certificate $UP_DIR/ca.pem;
+            proxy_ssl_trusted_certificate $CA_DIR/ca.pem;
             proxy_ssl_name localhost;
             proxy_ssl_server_name on;"
     cat >"$dir/nginx.conf" <<EOF
@@ -133,8 +154,7 @@ http {
     uwsgi_temp_path $dir/tmp/uwsgi;
     scgi_temp_path $dir/tmp/scgi;
     upstream backend {
-        server 127.0.0.1:$UP_PORT;
-        keepalive 64;
+$NGINX_SERVERS        keepalive 64;
         keepalive_requests 1000000;
     }
     server {
@@ -156,8 +176,9 @@ EOF
     SRV_CMD=(nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf")
 }
 
-log "proxy: servers: $SERVERS; wrk -t$THREADS -c$CONNS -d$DURATION (warm-up $WARMUP); $ROUNDS rounds; upstream $UPSTREAM over $UP_SCHEME"
+log "proxy: servers: $SERVERS; wrk -t$THREADS -c$CONNS -d$DURATION (warm-up $WARMUP); $ROUNDS rounds; upstreams $UPSTREAMS × $UPSTREAM over $UP_SCHEME"
 bench_run h1 load_wrk
-up_ticks=$(cpu_ticks "$UP_PID")
+up_ticks=0
+for p in "${UP_PIDS[@]}"; do up_ticks=$((up_ticks + $(cpu_ticks "$p"))); done
 bench_report "selvedge reverse-proxy benchmark" proxy \
-    "wrk -t$THREADS -c$CONNS -d$DURATION over HTTP/1.1 keep-alive to the proxy (after a $WARMUP warm-up run); upstream: $UPSTREAM over $UP_SCHEME (one worker, keep-alive) pinned to CPU $UPSTREAM_CPU with the client; upstream CPU not counted ($up_ticks ticks over the whole run)"
+    "wrk -t$THREADS -c$CONNS -d$DURATION over HTTP/1.1 keep-alive to the proxy (after a $WARMUP warm-up run); upstream: $UPSTREAMS × $UPSTREAM over $UP_SCHEME (one worker each, keep-alive; more than one: round robin) pinned to CPU $UPSTREAM_CPU with the client; upstream CPU not counted ($up_ticks ticks over the whole run)"
