@@ -17,7 +17,7 @@
 //!   so equally loaded members get their weights). Nearly as good as least connections and
 //!   never herds onto one member after a change.
 //! - **Consistent hash**: Maglev hashing (Eisenbud et al., NSDI 2016) with weights as in
-//!   Envoy: a lookup table of [`TABLE_SIZE`] entries in which each member owns a share
+//!   Envoy: a lookup table of `TABLE_SIZE` (65,537) entries in which each member owns a share
 //!   proportional to its weight; a key picks an entry. Removing one member of N moves
 //!   about its own 1/N of the keys (plus a little churn); a key whose member is unusable
 //!   is hashed again (with a new seed) until it lands on a usable one, so the other

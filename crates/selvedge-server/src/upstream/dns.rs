@@ -3,7 +3,7 @@
 //! to those servers (as nginx's `resolver`): an A and an AAAA query over UDP (TCP when the
 //! answer is truncated), RFC 1035.
 //!
-//! The message codec is sans-IO ([`query`], [`parse_answer`]); [`resolve`] is the blocking
+//! The message codec is sans-IO (`query`, `parse_answer`); [`resolve`] is the blocking
 //! client around it, run off the workers (at load, and on the upstream maintenance thread).
 
 use std::collections::hash_map::RandomState;
