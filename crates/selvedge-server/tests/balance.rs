@@ -237,15 +237,17 @@ fn distribution_per_policy_follows_the_weights() {
     }
     let px = proxy(&d, "", "", &routes);
     let weights = [("a", 1), ("b", 3), ("c", 2)];
-    for policy in ["rr", "lc"] {
-        let got = counts(&hammer(px.addr, 4, 10_000, &format!("/{policy}/id"), no_fields));
+    let got = counts(&hammer(px.addr, 4, 10_000, "/rr/id", no_fields));
+    assert_shares("rr", &got, &weights);
+    // least_conn and random_two move away from whichever member has requests in flight,
+    // so when one upstream process carries three times the load of another on a busy
+    // machine their shares drift from the weights (as they should: see the slow upstream
+    // below; balance.rs's unit tests hold least_conn to the exact weights when members
+    // are equally fast). One connection: the weighting alone.
+    for policy in ["lc", "r2"] {
+        let got = counts(&hammer(px.addr, 1, 10_000, &format!("/{policy}/id"), no_fields));
         assert_shares(policy, &got, &weights);
     }
-    // The better of two draws moves away from whichever member has a request in flight,
-    // so with equal upstreams under uneven load its shares drift from the weights (as
-    // they should: see the slow upstream below). One connection: the draws alone.
-    let got = counts(&hammer(px.addr, 1, 10_000, "/r2/id", no_fields));
-    assert_shares("r2", &got, &weights);
     let got = counts(&hammer(px.addr, 4, 10_000, "/hash/id", user_field));
     assert_shares("hash", &got, &weights);
 }
