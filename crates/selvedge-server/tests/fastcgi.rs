@@ -2,7 +2,8 @@
 //! Unix socket in a temp dir: the variables PHP sees, a 5 MB upload (HTTP/1.1 and HTTP/2),
 //! a script that streams with `flush()`, script errors (500 and its log line) and
 //! application failures (502/504), the path-safety rules, connection reuse
-//! (`FCGI_KEEP_CONN`), and idle connections released across workers.
+//! (`FCGI_KEEP_CONN`), idle connections released across workers, and the client address
+//! behind a trusted proxy.
 
 mod common;
 
@@ -93,7 +94,7 @@ const VARS_PHP: &str = r#"<?php
 header("Content-Type: application/json");
 $keys = ["SCRIPT_NAME", "SCRIPT_FILENAME", "PATH_INFO", "PATH_TRANSLATED", "QUERY_STRING",
   "REQUEST_METHOD", "REQUEST_URI", "DOCUMENT_ROOT", "SERVER_NAME", "SERVER_PORT", "SERVER_PROTOCOL",
-  "SERVER_SOFTWARE", "GATEWAY_INTERFACE", "REMOTE_ADDR", "REQUEST_SCHEME", "HTTPS", "CONTENT_TYPE",
+  "SERVER_SOFTWARE", "GATEWAY_INTERFACE", "REMOTE_ADDR", "REMOTE_PORT", "REQUEST_SCHEME", "HTTPS", "CONTENT_TYPE",
   "CONTENT_LENGTH", "HTTP_HOST", "HTTP_COOKIE", "HTTP_X_MULTI", "HTTP_PROXY", "HTTP_X_UNDER",
   "HTTP_AUTHORIZATION", "PHP_SELF", "PHP_AUTH_USER", "PHP_AUTH_PW", "APP_ENV", "REDIRECT_STATUS"];
 $out = [];
@@ -247,6 +248,7 @@ fn variables_php_sees() {
     assert_eq!(f("GATEWAY_INTERFACE").as_deref(), Some("CGI/1.1"));
     assert!(f("SERVER_SOFTWARE").unwrap().starts_with("selvedge/"));
     assert_eq!(f("REMOTE_ADDR").as_deref(), Some("127.0.0.1"));
+    assert!(f("REMOTE_PORT").is_some_and(|p| p.parse::<u16>().is_ok()));
     assert_eq!((f("REQUEST_SCHEME").as_deref(), f("HTTPS")), (Some("http"), None));
     assert_eq!(f("HTTP_COOKIE").as_deref(), Some("c=1; d=2"));
     assert!(t.contains(r#""COOKIE":{"c":"1","d":"2"}"#), "{t}");
@@ -280,6 +282,40 @@ fn variables_php_sees() {
     assert_eq!(json_field(&t, "SERVER_PROTOCOL").as_deref(), Some("HTTP/2.0"));
     assert_eq!(json_field(&t, "HTTP_HOST"), Some(s.addr.to_string()));
     assert_eq!(json_field(&t, "QUERY_STRING").as_deref(), Some("h2"));
+}
+
+#[test]
+fn client_address_from_a_trusted_proxy() {
+    let d = TempDir::new("fastcgi-client");
+    d.write("root/vars.php", VARS_PHP);
+    let fpm = Fpm::start(&d, 1);
+    let cfg = d.write(
+        "selvedge.toml",
+        format!(
+            "[server]\nworkers = 1\ntrusted_proxies = [\"127.0.0.1\"]\n[[listen]]\nport = 0\n[[vhost]]\n\
+             [[vhost.route]]\npath = \"/\"\nfastcgi = {{ address = \"unix:{sock}\", root = \"root\" }}\n",
+            sock = fpm.sock.display()
+        ),
+    );
+    let s = Srv::start(&["--config", cfg.to_str().unwrap()]);
+    // From a trusted peer: the rightmost untrusted forwarded address, without a port (the
+    // peer's port is not the client's).
+    let r = request(
+        s.addr,
+        "GET /vars.php HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: 203.0.113.9, 198.51.100.23, 127.0.0.1\r\n\
+         Connection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200, "{}", body(&r));
+    let t = body(&r);
+    assert_eq!(
+        (json_field(&t, "REMOTE_ADDR").as_deref(), json_field(&t, "REMOTE_PORT")),
+        (Some("198.51.100.23"), None)
+    );
+    // Without forwarding fields the peer is the client, with its port.
+    let r = request(s.addr, "GET /vars.php HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let t = body(&r);
+    assert_eq!(json_field(&t, "REMOTE_ADDR").as_deref(), Some("127.0.0.1"));
+    assert!(json_field(&t, "REMOTE_PORT").is_some_and(|p| p.parse::<u16>().is_ok()), "{t}");
 }
 
 #[test]

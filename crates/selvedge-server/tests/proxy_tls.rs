@@ -133,6 +133,64 @@ fn https_upstream_verified_by_a_test_ca() {
 }
 
 #[test]
+fn https_members_of_a_pool() {
+    let d = TempDir::new("pxtls-pool");
+    let (pki, issuer) = Pki::ca(&d, "pool");
+    let server = leaf(&d, &issuer, "server", &["127.0.0.1"], false);
+    let ca = pki.ca.to_str().unwrap();
+    // Three upstreams, each answering its own name: two over TLS, one plain.
+    let mut ups = Vec::new();
+    let mut sites = Vec::new();
+    for (i, tls) in [true, true, false].into_iter().enumerate() {
+        let site = TempDir::new(&format!("pxtls-pool-{i}"));
+        site.write("id.txt", format!("u{i}"));
+        let mut args = vec!["serve", site.path().to_str().unwrap(), "--port", "0", "--workers", "1"];
+        if tls {
+            args.extend(["--tls-cert", &server.cert, "--tls-key", &server.key]);
+        }
+        let up = Srv::start(&args);
+        let scheme = if tls { "https" } else { "http" };
+        ups.push((format!("\"{scheme}://127.0.0.1:{}\"", up.addr.port()), up));
+        sites.push(site);
+    }
+    let list = ups.iter().map(|(u, _)| u.as_str()).collect::<Vec<_>>().join(", ");
+    // Active checks go over TLS too: a member whose check failed would be marked down within
+    // 3 × 100 ms and the shares below would be off.
+    let px = proxy(
+        &d,
+        &format!(
+            "upstreams = [{list}], tls = {{ ca = \"{ca}\" }}, \
+             health = {{ path = \"/id.txt\", interval = \"100ms\", timeout = \"1s\" }}"
+        ),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let mut seen = [0usize; 3];
+    for _ in 0..30 {
+        let r = px.get("/id.txt");
+        assert_eq!(r.status, 200);
+        let i: usize = r.text().trim_start_matches('u').parse().unwrap();
+        seen[i] += 1;
+    }
+    assert_eq!(seen, [10, 10, 10], "round robin over two https members and a plain one");
+    assert!(!px.said("failed its health checks") && !px.said("marked down"), "no member marked down");
+    // A member that answers TLS with plain HTTP fails its checks.
+    let plain = &ups[2].1;
+    let px = proxy(
+        &d,
+        &format!(
+            "upstreams = [{}, \"https://127.0.0.1:{}\"], tls = {{ ca = \"{ca}\" }}, \
+             health = {{ path = \"/id.txt\", interval = \"100ms\", timeout = \"1s\", unhealthy = 2 }}",
+            ups[0].0,
+            plain.addr.port()
+        ),
+    );
+    eventually(5, "the plain member failing its checks over TLS", || px.said("failed its health checks"));
+    for _ in 0..6 {
+        assert_eq!(px.get("/id.txt").text(), "u0");
+    }
+}
+
+#[test]
 fn https_upstream_bodies_both_ways() {
     let d = TempDir::new("pxtls-echo");
     let (pki, issuer) = Pki::ca(&d, "echo");
