@@ -78,7 +78,7 @@ pub struct LogConfig {
     /// Rotated files kept (`log.1` .. `log.N`): 5.
     pub backups: u32,
     /// The line format: `combined` (default), `json` or a `$name` template.
-    pub format: crate::access_log::Format,
+    pub format: crate::access_log::format::Format,
     /// Keep a client's `X-Request-Id` (when well formed) instead of generating one: off.
     pub trust_request_id: bool,
 }
@@ -89,7 +89,7 @@ impl Default for LogConfig {
             target: LogTarget::Off,
             size: 10 << 20,
             backups: 5,
-            format: crate::access_log::Format::Combined,
+            format: crate::access_log::format::Format::Combined,
             trust_request_id: false,
         }
     }
@@ -230,7 +230,7 @@ pub struct Config {
     /// Virtual hosts.
     pub vhosts: Vec<VhostConfig>,
     /// Automatic HTTPS settings (`[acme]`, or its defaults when a host says `tls = "acme"`).
-    pub acme: Option<crate::acme::AcmeConfig>,
+    pub acme: Option<crate::acme::config::AcmeConfig>,
     /// On-the-fly compression settings (`[compress]`).
     pub compress: crate::compression::CompressConfig,
     /// The admin listener, if any (metrics are collected only with one).
@@ -418,7 +418,7 @@ impl Config {
         log.size = raw.log.size.map_or(log.size, Size::get);
         log.backups = raw.log.backups.map_or(log.backups, Count::get_u32);
         if let Some(f) = &raw.log.format {
-            log.format = crate::access_log::Format::parse(f.get_ref()).map_err(|e| err(Some(f.span()), e))?;
+            log.format = crate::access_log::format::Format::parse(f.get_ref()).map_err(|e| err(Some(f.span()), e))?;
         }
         log.trust_request_id = match raw.log.request_id.as_ref().map(|r| (r.get_ref().as_str(), r.span())) {
             None | Some(("generate", _)) => false,
@@ -590,12 +590,12 @@ impl Config {
         let acme_hosts = vhosts.iter().any(|v| v.acme);
         let acme = match &raw.acme {
             Some(a) => Some(
-                crate::acme::AcmeConfig::from_raw(a.get_ref(), &abs)
+                crate::acme::config::AcmeConfig::from_raw(a.get_ref(), &abs)
                     .map_err(|(sp, e)| err(sp.or(Some(a.span())), e))?,
             ),
-            None if acme_hosts => {
-                Some(crate::acme::AcmeConfig::from_raw(&Default::default(), &abs).map_err(|(sp, e)| err(sp, e))?)
-            }
+            None if acme_hosts => Some(
+                crate::acme::config::AcmeConfig::from_raw(&Default::default(), &abs).map_err(|(sp, e)| err(sp, e))?,
+            ),
             None => None,
         };
         if let Some(a) = acme.as_ref().filter(|_| acme_hosts) {
@@ -606,7 +606,7 @@ impl Config {
                     "tls = \"acme\" needs a TLS listener ([[listen]] with tls) to serve the certificates".into(),
                 ));
             }
-            if a.challenge == crate::acme::ChallengeKind::Http01 && listen.is_empty() && redirect.is_empty() {
+            if a.challenge == crate::acme::config::ChallengeKind::Http01 && listen.is_empty() && redirect.is_empty() {
                 return Err(err(at, "the http-01 challenge needs a cleartext listener (port 80)".into()));
             }
         }

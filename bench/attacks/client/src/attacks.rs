@@ -1,11 +1,11 @@
 //! The attack classes. Each runs for a bounded time; a flood reconnects when the server
 //! cuts a connection off (as a real attacker would) and every connection's fate is kept.
 
-use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::conn::{Conn, Setup};
+pub use crate::opts::Opts;
 use crate::report::{End, Outcome};
 use crate::wire::{self, flag, kind, setting};
 
@@ -31,23 +31,6 @@ pub const CLASSES: &[(&str, &str, &str)] = &[
     ("slow-post", "bytes", "HTTP/1.1 POST with Content-Length 8192, 50 body bytes every --interval"),
     ("slow-post-h2", "bytes", "HTTP/2 POST with content-length 8192, 50 body bytes every --interval"),
 ];
-
-/// Options shared by the classes.
-#[derive(Debug, Clone)]
-pub struct Opts {
-    pub addr: SocketAddr,
-    pub duration: Duration,
-    /// Connections attacking at once.
-    pub conns: usize,
-    pub path: String,
-    pub authority: String,
-    /// PING period (zero-window-ping), body piece period (slow-post).
-    pub interval: Duration,
-    /// Outstanding requests (hpack-polite).
-    pub in_flight: usize,
-    /// Streams opened (zero-window).
-    pub streams: u32,
-}
 
 /// Counts of what a connection sent.
 #[derive(Default)]

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::attacks::Opts;
+use crate::opts::Opts;
 use crate::report::{End, Outcome};
 
 /// The response status in a buffer that starts with a status line, once it is complete.

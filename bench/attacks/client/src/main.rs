@@ -18,6 +18,7 @@
 mod attacks;
 mod conn;
 mod h1;
+mod opts;
 mod probe;
 mod report;
 mod wire;
