@@ -57,7 +57,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use selvedge::h1::body::{BodyLimits, Decoded, Decoder};
 use selvedge::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use selvedge::http::{HeaderName, HeaderValue, Method, StatusCode};
-use selvedge::message::HeaderSpan;
+use selvedge::message::{put_hex, HeaderSpan};
 use selvedge::{Body, BodyWriter, Request, Response};
 use serde::Deserialize;
 
@@ -931,21 +931,6 @@ fn relay_fields(
         let Ok(value) = HeaderValue::from_maybe_shared(head.slice(f.value.range())) else { continue };
         out.push((name, value));
     }
-}
-
-/// Appends the lowercase hex digits of `n` (chunk sizes).
-fn put_hex(dst: &mut Vec<u8>, mut n: u64) {
-    let mut tmp = [0u8; 16];
-    let mut i = tmp.len();
-    loop {
-        i -= 1;
-        tmp[i] = b"0123456789abcdef"[(n & 15) as usize];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    dst.extend_from_slice(&tmp[i..]);
 }
 
 #[cfg(test)]
