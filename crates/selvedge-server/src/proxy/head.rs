@@ -65,30 +65,9 @@ pub(crate) enum HeadError {
 /// The parse result: `Ok(None)` means more bytes are needed.
 pub(crate) type Parsed = Result<Option<ResponseHead>, HeadError>;
 
-macro_rules! class {
-    ($f:ident) => {{
-        let mut t = [false; 256];
-        let mut i = 0;
-        while i < 256 {
-            t[i] = $f(i as u8);
-            i += 1;
-        }
-        t
-    }};
-}
-
-const fn is_tchar(b: u8) -> bool {
-    matches!(b, b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
-        || b.is_ascii_alphanumeric()
-}
-const fn is_value(b: u8) -> bool {
-    b == b'\t' || b == b' ' || (b >= 0x21 && b != 0x7f)
-}
-
-/// token characters (RFC 9110 §5.6.2).
-pub(crate) static TCHAR: [bool; 256] = class!(is_tchar);
-/// field-value and reason-phrase characters: VCHAR, obs-text, SP, HTAB.
-pub(crate) static VALUE: [bool; 256] = class!(is_value);
+/// token characters (RFC 9110 §5.6.2) and field-value characters (VCHAR, obs-text, SP, HTAB;
+/// reason phrases too): the engine's tables.
+pub(crate) use selvedge::message::{TCHAR, VALUE};
 
 use HeadError::Invalid;
 
