@@ -16,19 +16,27 @@
 #     compress  Accept-Encoding: br on every request (the page's kept brotli copy)
 #   bench/callgrind.sh fastcgi          # selvedge with a fastcgi route to php-fpm (16 processes,
 #                                       # outside valgrind), a PHP page printing the same page
+#   bench/callgrind.sh server-h2        # the server binary over cleartext HTTP/2 (h2load
+#   bench/callgrind.sh hello-h2         # -c100 -m100, H2_REQUESTS requests): the same page
 #   ADMIN=1 bench/callgrind.sh server   # the same with the admin listener on (metrics counted)
 #   LOG=json bench/callgrind.sh server  # with the access log on, in that format (combined|json)
 #
-# Env: PORT (18081), DURATION (8s), OUT (callgrind output file; kept for callgrind_annotate),
+# Env: PORT (18081), DURATION (8s), H2_REQUESTS (60000; the h2 modes count requests, not
+# time), OUT (callgrind output file; kept for callgrind_annotate),
 # ADMIN (1: [admin] on), LOG (off|combined|json: the server's access log).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 what=${1:-hello}
+# The h2 modes: the same server, driven by h2load over h2c instead of wrk.
+proto=h1
+case $what in
+    *-h2) proto=h2; what=${what%-h2} ;;
+esac
 feature=${2:-}
 PORT=${PORT:-18081}
 DURATION=${DURATION:-8s}
 OUT=${OUT:-$(mktemp -t callgrind.XXXXXX)}
-for t in valgrind wrk callgrind_annotate; do
+for t in valgrind wrk h2load callgrind_annotate; do
     command -v "$t" >/dev/null || { echo "needs $t" >&2; exit 1; }
 done
 tmp=$(mktemp -d)
@@ -115,7 +123,7 @@ TOML
         cmd=(target/release/selvedge run -c "$tmp/selvedge.toml")
         path=/index.php
         WRK_CONNS=16 ;;
-    *) echo "usage: $0 hello|server [FEATURE]|fastcgi" >&2; exit 2 ;;
+    *) echo "usage: $0 hello|server [FEATURE]|fastcgi|hello-h2|server-h2" >&2; exit 2 ;;
 esac
 valgrind --tool=callgrind --callgrind-out-file="$OUT" "${cmd[@]}" >"$tmp/server.log" 2>&1 &
 pid=$!
@@ -123,7 +131,14 @@ for _ in $(seq 50); do
     curl -sf -o /dev/null "${wrk_args[@]}" "http://127.0.0.1:$PORT$path" && break
     sleep 0.2
 done
-n=$(wrk -t1 -c"${WRK_CONNS:-50}" -d"$DURATION" "${wrk_args[@]}" "http://127.0.0.1:$PORT$path" | awk '/requests in/ { print $1 }')
+if [[ $proto == h2 ]]; then
+    h2_args=()
+    for ((i = 1; i < ${#wrk_args[@]}; i += 2)); do h2_args+=(-H "${wrk_args[i]}"); done
+    n=$(h2load -t1 -c100 -m100 -n"${H2_REQUESTS:-60000}" "${h2_args[@]}" "http://127.0.0.1:$PORT$path" |
+        awk '/^requests:/ { print $8 }')
+else
+    n=$(wrk -t1 -c"${WRK_CONNS:-50}" -d"$DURATION" "${wrk_args[@]}" "http://127.0.0.1:$PORT$path" | awk '/requests in/ { print $1 }')
+fi
 kill -INT "$pid" 2>/dev/null || true
 sleep 3
 kill "$pid" 2>/dev/null || true
@@ -134,4 +149,5 @@ if [[ -z $total || -z $n || $n == 0 ]]; then
     cat "$tmp/server.log" >&2
     exit 1
 fi
+[[ $proto == h2 ]] && what=$what-h2
 echo "$what${feature:+ $feature}: $n requests, $total instructions, $((total / n)) per request (profile: $OUT)"

@@ -305,8 +305,10 @@ EOF
 }
 
 # selvedge: $SELVEDGE_CMD (word-split; relative paths are resolved against the repo root),
-# started with SELVEDGE_ADDR=127.0.0.1:PORT SELVEDGE_WORKERS=$SELVEDGE_WORKERS.
-srv_selvedge() {
+# started with SELVEDGE_ADDR=127.0.0.1:PORT SELVEDGE_WORKERS=$SELVEDGE_WORKERS. (h2.sh and
+# tls.sh, like static.sh, make `selvedge` the server binary instead: srv_selvedge_bin.)
+srv_selvedge() { srv_selvedge_app "$@"; }
+srv_selvedge_app() {
     local dir=$1 port=$2
     read -ra SRV_CMD <<<"$SELVEDGE_CMD"
     [[ ${#SRV_CMD[@]} -gt 0 ]] || { SRV_WHY="SELVEDGE_CMD is empty"; return 1; }
@@ -324,7 +326,7 @@ srv_selvedge() {
 # selvedge-mt: the same app on tokio's multi-threaded runtime (SELVEDGE_MODE=multi), to
 # compare the two worker modes in one run.
 srv_selvedge-mt() {
-    srv_selvedge "$@" || return 1
+    srv_selvedge_app "$@" || return 1
     SRV_ENV+=("SELVEDGE_MODE=multi")
 }
 
@@ -332,7 +334,51 @@ srv_selvedge-mt() {
 # SELVEDGE_CMD), for A/B comparisons of two commits in one interleaved run.
 srv_selvedge-alt() {
     [[ -n ${SELVEDGE_ALT_CMD:-} ]] || { SRV_WHY="SELVEDGE_ALT_CMD is not set"; return 1; }
-    SELVEDGE_CMD=$SELVEDGE_ALT_CMD srv_selvedge "$@"
+    SELVEDGE_CMD=$SELVEDGE_ALT_CMD srv_selvedge_app "$@"
+}
+
+# selvedge-hello: examples/hello (the page from memory, the engine's floor), as a second
+# entry beside the server binary in the scripts whose `selvedge` is the binary (h2.sh,
+# tls.sh). Always the default example, whatever SELVEDGE_CMD says.
+srv_selvedge-hello() {
+    SELVEDGE_CMD=$SELVEDGE_DEFAULT_CMD srv_selvedge_app "$@"
+}
+
+# The `selvedge` server binary ($SELVEDGE_BIN) serving $SITE_DIR from its file cache, one
+# worker, access log off (as the peers); a TLS listener with $TLS_CERT/$TLS_KEY for h2tls.
+SELVEDGE_BIN=${SELVEDGE_BIN:-${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/selvedge}
+srv_selvedge_bin() {
+    local dir=$1 port=$2 proto=${3:-h1} bin=${4:-$SELVEDGE_BIN} tls=""
+    [[ -x $bin ]] || { SRV_WHY="not executable: $bin"; return 1; }
+    [[ $proto == h2tls ]] && tls="tls = { cert = \"$TLS_CERT\", key = \"$TLS_KEY\" }"
+    cat >"$dir/selvedge.toml" <<EOF
+[server]
+workers = $SELVEDGE_WORKERS
+[[listen]]
+host = "127.0.0.1"
+port = $port
+$tls
+[timeouts]
+idle = 300
+[file_cache]
+memory_max = ${SELVEDGE_MEMORY_MAX:-16384}
+[log]
+access = "off"
+[[vhost]]
+[[vhost.route]]
+path = "/"
+root = "$SITE_DIR"
+EOF
+    SRV_CMD=("$bin" --config "$dir/selvedge.toml")
+    SRV_LOG=$dir/stdout.log
+}
+
+# Builds the server binary if it is missing (or always, with SELVEDGE_BUILD=1).
+selvedge_bin_prepare() {
+    if [[ ! -x $SELVEDGE_BIN || ${SELVEDGE_BUILD:-0} == 1 ]]; then
+        log "building selvedge: cargo build --release -p selvedge-server"
+        (cd "$REPO_DIR" && cargo build --release -p selvedge-server) >&2 || SRV_FAILED[selvedge]="cargo build failed"
+    fi
 }
 
 # Build the default selvedge example if it is missing (or always, with SELVEDGE_BUILD=1).
@@ -363,7 +409,8 @@ server_version() {
             v=$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo "?")
             [[ -n $(git -C "$REPO_DIR" status --porcelain --untracked-files=no 2>/dev/null) ]] && v="$v+dirty"
             echo "selvedge git $v (SELVEDGE_CMD=$SELVEDGE_CMD)" ;;
-        selvedge-alt) echo "selvedge-alt (SELVEDGE_ALT_CMD=${SELVEDGE_ALT_CMD:-})" ;;
+        selvedge-alt) echo "selvedge-alt (SELVEDGE_ALT_CMD=${SELVEDGE_ALT_CMD:-}${SELVEDGE_ALT_BIN:+ SELVEDGE_ALT_BIN=$SELVEDGE_ALT_BIN})" ;;
+        selvedge-hello) echo "selvedge-hello ($SELVEDGE_DEFAULT_CMD)" ;;
         selvedge-mt) echo "selvedge-mt (the same command with SELVEDGE_MODE=multi)" ;;
         nginx) echo "nginx $(pkg_version nginx || true)$(pkg_version nginx-core || true)" ;;
         *) echo "$1 $(pkg_version "$1" || true)" ;;
@@ -641,4 +688,75 @@ bench_report() {
         awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$RESULTS"
     } | tee "$file"
     log "wrote ${file#"$REPO_DIR"/}"
+}
+
+# ---------------------------------------------------------------- HTTP/2 runs (h2.sh, tls.sh)
+# `selvedge` there is the server binary serving the site from its file cache (as in
+# static.sh), `selvedge-hello` the engine's floor, `selvedge-alt` another binary
+# ($SELVEDGE_ALT_BIN). Cases: `small` (the 612-byte page, h2load -c$H2_CONNS -m$H2_STREAMS)
+# and `big` (a 10 MB file, h2load -c$H2_BIG_CONNS -m1, reported in MB/s and CPU ms per MB).
+
+H2_BIG_CONNS=${H2_BIG_CONNS:-4}
+H2_BIG_REQUESTS=${H2_BIG_REQUESTS:-400}
+H2_BIG_WARMUP_REQUESTS=${H2_BIG_WARMUP_REQUESTS:-40}
+
+h2_servers_init() {
+    srv_selvedge() { srv_selvedge_bin "$@"; }
+    srv_selvedge-alt() {
+        [[ -n ${SELVEDGE_ALT_BIN:-} ]] || { SRV_WHY="SELVEDGE_ALT_BIN is not set"; return 1; }
+        srv_selvedge_bin "$1" "$2" "$3" "$SELVEDGE_ALT_BIN"
+    }
+    case " $SERVERS " in *" selvedge "*) selvedge_bin_prepare ;; esac
+    case " $SERVERS " in *" selvedge-hello "*) selvedge_prepare ;; esac
+    # The site: the 612-byte page and a 10 MB file of fixed pseudo-random bytes.
+    SITE_DIR=$WORK/site
+    mkdir -p "$SITE_DIR"
+    cp "$BENCH_DIR/site/index.html" "$SITE_DIR/index.html"
+    if [[ " $CASES " == *" big "* ]]; then
+        head -c $((10 << 20)) /dev/urandom >"$SITE_DIR/big.bin"
+    fi
+}
+
+# h2_cases PROTO PREFIX TITLE LOAD: every case of $CASES, each its own interleaved run and report.
+h2_cases() {
+    local proto=$1 prefix=$2 title=$3 load=$4 c
+    for c in $CASES; do
+        : >"$RESULTS"
+        case $c in
+            small)
+                REQ_PATH=/index.html EXPECT_FILE=$SITE_DIR/index.html
+                log "$prefix: servers: $SERVERS; h2load -t$H2_THREADS -c$H2_CONNS -m$H2_STREAMS -n$H2_REQUESTS (warm-up -n$H2_WARMUP_REQUESTS); $ROUNDS rounds"
+                bench_run "$proto" load_h2load
+                bench_report "$title" "$prefix" "h2load -t$H2_THREADS -c$H2_CONNS -m$H2_STREAMS -n$H2_REQUESTS $load (after a -n$H2_WARMUP_REQUESTS warm-up run)"
+                ;;
+            big)
+                REQ_PATH=/big.bin EXPECT_FILE=$SITE_DIR/big.bin
+                log "$prefix big: servers: $SERVERS; h2load -t$H2_THREADS -c$H2_BIG_CONNS -m1 -n$H2_BIG_REQUESTS; $ROUNDS rounds"
+                H2_CONNS=$H2_BIG_CONNS H2_STREAMS=1 H2_REQUESTS=$H2_BIG_REQUESTS H2_WARMUP_REQUESTS=$H2_BIG_WARMUP_REQUESTS \
+                    bench_run "$proto" load_h2load
+                H2_CONNS=$H2_BIG_CONNS bench_report "$title: 10 MB file" "$prefix-big" \
+                    "h2load -t$H2_THREADS -c$H2_BIG_CONNS -m1 -n$H2_BIG_REQUESTS $load (after a -n$H2_BIG_WARMUP_REQUESTS warm-up run)"
+                bench_report_bytes "$(wc -c <"$EXPECT_FILE")" | tee -a "$(ls -t "$OUT_DIR/$prefix-big-"*.md | head -1)"
+                ;;
+            *) die "unknown case $c (small, big)" ;;
+        esac
+        SRV_FAILED=()
+    done
+}
+
+# bench_report_bytes SIZE: after bench_report of a large file, throughput and CPU per MB
+# (MB = 10^6 bytes) per server, by median, from the same rounds.
+bench_report_bytes() {
+    local size=$1 s
+    echo
+    echo "| server | MB/s (median) | server CPU ms per MB (median) |"
+    echo "|---|---:|---:|"
+    for s in $SERVERS; do
+        awk -F'\t' -v s="$s" -v size="$size" '$2 == s { n++; mbs[n] = $4 * size / 1e6; ms[n] = $7 / 1e3 / (size / 1e6) }
+            function med(a, n,   i, j, x) {
+                for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+                return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+            }
+            END { if (n) printf "| %s | %.0f | %.3f |\n", s, med(mbs, n), med(ms, n) }' "$RESULTS"
+    done
 }
