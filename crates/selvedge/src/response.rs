@@ -24,11 +24,21 @@ pub struct Response {
     pub(crate) shared: Option<Arc<SharedFields>>,
 }
 
+/// A response taken apart ([`Response::into_parts`]).
+pub(crate) struct Parts {
+    pub(crate) status: StatusCode,
+    pub(crate) shared: Option<Arc<SharedFields>>,
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
+    pub(crate) body: ResponseBody,
+}
+
 /// Header fields rendered once and shared by many responses: a cached file's
 /// `Last-Modified`, `ETag`, `Content-Type` and so on. The HTTP/1.1 composer copies their
 /// pre-rendered lines with one `memcpy` instead of pushing, comparing and copying field by
 /// field, and nothing is cloned or dropped per response but one `Arc`; HTTP/2 encodes the
-/// fields as usual. Attach with [`Response::shared_fields`].
+/// fields in place, and a connection sends a head it already encoded with the same set
+/// (same status, date and length, in the same HPACK table state) as the same bytes again.
+/// Attach with [`Response::shared_fields`].
 pub struct SharedFields {
     fields: Vec<(HeaderName, HeaderValue)>,
     h1: Box<[u8]>,
@@ -339,6 +349,12 @@ impl Response {
     pub(crate) fn into_fields(mut self) -> (StatusCode, Vec<(HeaderName, HeaderValue)>, ResponseBody) {
         self.headers_mut();
         (self.status, self.headers, self.body)
+    }
+
+    /// The parts as they are: the shared fields (which come first) stay shared, nothing is
+    /// copied (HTTP/2 encodes both lists and remembers the shared set's encoding).
+    pub(crate) fn into_parts(self) -> Parts {
+        Parts { status: self.status, shared: self.shared, headers: self.headers, body: self.body }
     }
 
     /// The first value of header `name`.

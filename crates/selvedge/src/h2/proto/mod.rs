@@ -62,10 +62,13 @@ pub(crate) enum Event {
 }
 
 /// An encoded response head that can be sent again verbatim: its fields (`key`, as
-/// `name\0value\0`...) and the encoder state it is valid in.
+/// `name\0value\0`... for all but the shared ones; `shared`, the shared set, kept alive so
+/// that its address is not reused while it is compared by address) and the encoder state
+/// it is valid in.
 #[derive(Default)]
 struct HeadCache {
     state: Option<u64>,
+    shared: Option<std::sync::Arc<crate::response::SharedFields>>,
     key: Vec<u8>,
     block: Vec<u8>,
     /// Scratch for the next head's key.
@@ -668,7 +671,7 @@ impl Proto {
                 let res = crate::response::Response::error(http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
                 let (status, headers, _) = res.into_fields();
                 self.queue.push(id, 0);
-                (None, false, Some(Send::Head { status, headers, length: None, body: OutBody::Empty }))
+                (None, false, Some(Send::Head { status, shared: None, headers, length: None, body: OutBody::Empty }))
             }
         };
         if prec != self.queue.precedence(id) {

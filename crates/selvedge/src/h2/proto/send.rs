@@ -43,6 +43,11 @@ fn connection_specific(n: &http::HeaderName) -> bool {
         || n.as_str() == "proxy-connection"
 }
 
+/// A response field as HPACK takes it, unless HTTP/2 forbids it.
+fn field((n, v): &(http::HeaderName, http::HeaderValue)) -> Option<(&[u8], &[u8])> {
+    (!connection_specific(n)).then(|| (n.as_str().as_bytes(), v.as_bytes()))
+}
+
 /// What the worker must do after handing over a response.
 pub(crate) enum After {
     /// Nothing: the body is in the connection's hands.
@@ -79,9 +84,10 @@ impl Proto {
     /// Hands over the app's response for stream `id`.
     pub(crate) fn respond(&mut self, id: u32, res: Response) -> After {
         let Some(s) = self.streams.get_mut(&id) else { return After::Discard(Box::new(res)) };
-        let (status, headers, body) = res.into_fields();
+        let crate::response::Parts { status, shared, headers, body } = res.into_parts();
         let bodiless = s.is_head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
         let mut after = After::Done;
+        // Shared fields never carry a length (`SharedFields::new` leaves it out).
         let has_length = headers.iter().any(|(n, _)| n == CONTENT_LENGTH);
         let mut length = None;
         let body = match body {
@@ -118,7 +124,7 @@ impl Proto {
                 }
             }
         };
-        s.send = Send::Head { status, headers, length, body };
+        s.send = Send::Head { status, shared, headers, length, body };
         self.queue.push(id, 0);
         after
     }
@@ -295,41 +301,45 @@ impl Proto {
         let max_frame = self.peer_max_frame as usize;
         let s = self.streams.get_mut(&id)?;
         if let Send::Head { .. } = s.send {
-            let Send::Head { status, headers, length, body } = std::mem::replace(&mut s.send, Send::Waiting) else {
+            let Send::Head { status, shared, headers, length, body } = std::mem::replace(&mut s.send, Send::Waiting)
+            else {
                 unreachable!()
             };
             let end = body.ready() == 0 && body.finished();
             self.scratch.clear();
             let status = status.as_str().as_bytes();
             // The app's own Date or Server replaces ours (as on HTTP/1.1).
-            let (own_date, own_server) =
-                headers.iter().fold((false, false), |(d, s), (n, _)| (d || n == DATE, s || n == SERVER));
+            let own = shared.as_ref().map_or((false, false), |s| s.sets_date_server());
+            let (own_date, own_server) = headers.iter().fold(own, |(d, s), (n, _)| (d || n == DATE, s || n == SERVER));
             let server = self.server_name.filter(|_| !own_server).map(|n| (SERVER.as_str().as_bytes(), n.as_bytes()));
             let date = (!own_date).then_some((DATE.as_str().as_bytes(), &date[..]));
             let mut digits = [0u8; 20];
             let length = length.map(|n| (CONTENT_LENGTH.as_str().as_bytes(), decimal(n, &mut digits)));
-            let fields = [(&b":status"[..], status)].into_iter().chain(date).chain(server).chain(length).chain(
-                headers
-                    .iter()
-                    .filter(|(n, _)| !connection_specific(n))
-                    .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
-            );
+            let shared_fields = shared.iter().flat_map(|s| s.fields().iter().filter_map(field));
+            let own_fields = headers.iter().filter_map(field);
+            let first = [(&b":status"[..], status)].into_iter().chain(date).chain(server).chain(length);
             // The seed's "header composer by memcpy", made safe for HPACK: a head equal to
-            // the last one, encoded in an unchanged table state, is the same bytes.
+            // the last one, encoded in an unchanged table state, is the same bytes. The
+            // shared fields are compared by identity (a cached file's fields are one set
+            // for all its responses), the rest by value.
             let cache = &mut self.head_cache;
             cache.key_next.clear();
-            for (n, v) in fields.clone() {
+            for (n, v) in first.clone().chain(own_fields.clone()) {
                 cache.key_next.extend_from_slice(n);
                 cache.key_next.push(0);
                 cache.key_next.extend_from_slice(v);
                 cache.key_next.push(0);
             }
+            let same_shared = match (&cache.shared, &shared) {
+                (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
             let state = self.henc.state();
-            if state.is_some() && state == cache.state && cache.key == cache.key_next {
-                drop(fields);
+            if state.is_some() && state == cache.state && same_shared && cache.key == cache.key_next {
                 frame::Headers::encode(id, &cache.block, end, max_frame, out);
             } else {
-                self.henc.encode(fields, &mut self.scratch);
+                self.henc.encode(first.chain(shared_fields).chain(own_fields), &mut self.scratch);
                 frame::Headers::encode(id, &self.scratch, end, max_frame, out);
                 let cache = &mut self.head_cache;
                 if state.is_some() && self.henc.state() == state {
@@ -337,11 +347,16 @@ impl Proto {
                     cache.block.clear();
                     cache.block.extend_from_slice(&self.scratch);
                     cache.state = state;
+                    if !same_shared {
+                        cache.shared = shared;
+                    }
                 } else {
                     cache.state = None;
                 }
             }
-            crate::pool::put_headers(headers);
+            if headers.capacity() > 0 {
+                crate::pool::put_headers(headers);
+            }
             let s = self.streams.get_mut(&id)?;
             if end {
                 s.send = Send::Done;

@@ -11,6 +11,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 
 use super::flow::FlowControl;
 use crate::h2::frame::Reason;
+use crate::response::SharedFields;
 use crate::time::rate::BodyClock;
 
 /// A stream's state, server side (no push, so no reserved states):
@@ -126,8 +127,15 @@ impl OutBody {
 pub(crate) enum Send {
     /// The app has not answered yet.
     Waiting,
-    /// The head is to be sent, then the body. `length`: a `content-length` to add.
-    Head { status: StatusCode, headers: Vec<(HeaderName, HeaderValue)>, length: Option<u64>, body: OutBody },
+    /// The head is to be sent, then the body. `shared`: fields shared with other responses,
+    /// before `headers`; `length`: a `content-length` to add.
+    Head {
+        status: StatusCode,
+        shared: Option<Arc<SharedFields>>,
+        headers: Vec<(HeaderName, HeaderValue)>,
+        length: Option<u64>,
+        body: OutBody,
+    },
     /// The head is out; the body follows.
     Body(OutBody),
     /// END_STREAM is sent.

@@ -681,6 +681,73 @@ fn repeated_heads_are_reused_and_decode_the_same() {
     assert_ne!(blocks[2], blocks[3]);
 }
 
+/// Decoded header fields, as (name, value) bytes.
+type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The decoded fields of the first HEADERS frame the connection writes, and its block.
+fn head_fields(p: &mut Peer) -> (Fields, Vec<u8>) {
+    let out = p.output();
+    let Some(Frame::Headers(h)) = out.into_iter().find(|f| matches!(f, Frame::Headers(_))) else {
+        panic!("no HEADERS")
+    };
+    let mut fields = Vec::new();
+    p.dec.decode(&h.fragment, |f| fields.push((f.name.as_bytes().to_vec(), f.value.as_bytes().to_vec()))).unwrap();
+    (fields, h.fragment.to_vec())
+}
+
+#[test]
+fn shared_fields_are_encoded_in_place_and_their_heads_reused_by_identity() {
+    use crate::SharedFields;
+    use http::header::{CONTENT_TYPE, DATE, ETAG, VARY};
+    use std::sync::Arc;
+    let set = |etag: &'static str| {
+        Arc::new(SharedFields::new([
+            (ETAG, http::HeaderValue::from_static(etag)),
+            (CONTENT_TYPE, http::HeaderValue::from_static("text/html")),
+            (http::header::CONNECTION, http::HeaderValue::from_static("close")),
+        ]))
+    };
+    let (a, b, c) = (set("\"a\""), set("\"a\""), set("\"c\""));
+    let mut p = Peer::new(H2Settings::default());
+    let mut got = Vec::new();
+    // Two with set a (the second is the first's cached block once the table settled), one
+    // with an equal set b, one with set c, one with set c and a field of its own.
+    let sends: [(&Arc<SharedFields>, Option<&str>); 6] =
+        [(&a, None), (&a, None), (&a, None), (&b, None), (&c, None), (&c, Some("origin"))];
+    for (i, (set, own)) in sends.into_iter().enumerate() {
+        let id = 1 + 2 * i as u32;
+        p.get(id);
+        let mut res = Response::bytes(StatusCode::OK, "hello").shared_fields(set.clone());
+        if let Some(v) = own {
+            res = res.header(VARY, v);
+        }
+        p.proto.respond(id, res);
+        let (fields, block) = head_fields(&mut p);
+        let names: Vec<&[u8]> = fields.iter().map(|(n, _)| &n[..]).collect();
+        let mut want: Vec<&[u8]> = vec![b":status", b"date", b"content-length", b"etag", b"content-type"];
+        if own.is_some() {
+            want.push(b"vary");
+        }
+        assert_eq!(names, want, "{fields:?}");
+        let etag = &fields[3].1;
+        assert_eq!(etag, if i < 4 { &b"\"a\""[..] } else { &b"\"c\""[..] });
+        assert_eq!(&fields[2].1, b"5");
+        got.push(block);
+    }
+    assert_eq!(got[1], got[2], "the same set in the same table state: the same bytes");
+    assert_eq!(got[2], got[3], "an equal set encodes the same");
+    assert_ne!(got[3], got[4]);
+    assert_ne!(got[4], got[5]);
+    // A shared Date replaces ours.
+    let dated = Arc::new(SharedFields::new([(DATE, http::HeaderValue::from_static("Mon, 07 Nov 1994 08:49:37 GMT"))]));
+    p.get(101);
+    p.proto.respond(101, Response::bytes(StatusCode::OK, "x").shared_fields(dated));
+    let (fields, _) = head_fields(&mut p);
+    let dates: Vec<_> = fields.iter().filter(|(n, _)| n == b"date").collect();
+    assert_eq!(dates.len(), 1, "{fields:?}");
+    assert_eq!(dates[0].1, b"Mon, 07 Nov 1994 08:49:37 GMT");
+}
+
 #[test]
 fn app_date_and_server_replace_ours() {
     let mut p = Peer::new(H2Settings::default());
