@@ -113,6 +113,9 @@ pub struct ServeArgs {
     /// The certificate's private key (PEM); needs --tls-cert
     #[arg(long, value_name = "FILE", env = "SELVEDGE_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Also serve HTTP/3 over QUIC on the HTTPS port (UDP); needs --tls-cert
+    #[arg(long, env = "SELVEDGE_HTTP3", requires = "tls_cert")]
+    pub http3: bool,
     /// Cache-Control max-age for the files served: "1h", "30s", "1d"...
     #[arg(long, value_name = "DURATION", env = "SELVEDGE_MAX_AGE", value_parser = crate::config::units::parse_duration)]
     pub max_age: Option<std::time::Duration>,
@@ -278,7 +281,8 @@ fn serve_config(mut a: ServeArgs, default_addr: bool) -> Result<Config, String> 
     if let (Some(cert), Some(key)) = (a.tls_cert, a.tls_key) {
         selvedge::tls::CertKey::from_pem_files(vec![], &cert, &key).map_err(|e| format!("tls: {e}"))?;
         for addr in std::mem::take(&mut cfg.listen) {
-            cfg.tls.push(TlsListen { addr, cert: Some(cert.clone()), key: Some(key.clone()), strict_sni: false });
+            let quic = a.http3 && matches!(addr, selvedge::Listen::Tcp(_));
+            cfg.tls.push(TlsListen { addr, cert: Some(cert.clone()), key: Some(key.clone()), strict_sni: false, quic });
         }
     }
     Ok(cfg)

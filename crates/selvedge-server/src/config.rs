@@ -66,6 +66,8 @@ pub struct TlsListen {
     /// Refuse handshakes naming an unknown host (an `unrecognized_name` alert) instead of
     /// answering with the default certificate.
     pub strict_sni: bool,
+    /// Also serve HTTP/3 over QUIC on this address's UDP port (`quic = true`).
+    pub quic: bool,
 }
 
 /// Access log settings.
@@ -307,6 +309,10 @@ impl Config {
         raw.timeouts.apply(&mut settings);
         raw.limits.apply(&mut settings);
         raw.http2.apply(&mut settings.h2);
+        #[cfg(feature = "http3")]
+        raw.http3.apply(&mut settings.h3);
+        #[cfg(not(feature = "http3"))]
+        let _ = &raw.http3;
         if !raw.server.server_tokens.unwrap_or(true) {
             settings.server_name = None;
         }
@@ -366,7 +372,19 @@ impl Config {
                         (None, None) => (None, None),
                         _ => return Err(err(Some(l.span()), "tls: `cert` and `key` go together".into())),
                     };
-                    tls.push(TlsListen { addr, cert, key, strict_sni: t.strict_sni.unwrap_or(false) });
+                    let quic = l.get_ref().quic.unwrap_or(false);
+                    if quic && (cfg!(not(feature = "http3")) || !matches!(addr, Listen::Tcp(_))) {
+                        let why = if cfg!(feature = "http3") {
+                            "quic needs a TCP address (HTTP/3 takes the same port over UDP)"
+                        } else {
+                            "quic: this selvedge was built without the http3 feature"
+                        };
+                        return Err(err(Some(l.span()), why.into()));
+                    }
+                    tls.push(TlsListen { addr, cert, key, strict_sni: t.strict_sni.unwrap_or(false), quic });
+                }
+                (None, _) if l.get_ref().quic == Some(true) => {
+                    return Err(err(Some(l.span()), "quic = true needs tls (HTTP/3 is always encrypted)".into()))
                 }
                 (None, Some(true)) => redirect.push(addr),
                 (None, _) => listen.push(addr),
@@ -717,6 +735,8 @@ struct Raw {
     #[serde(default)]
     http2: RawHttp2,
     #[serde(default)]
+    http3: RawHttp3,
+    #[serde(default)]
     file_cache: RawFileCache,
     #[serde(default)]
     cache: RawCache,
@@ -761,6 +781,7 @@ struct RawListen {
     tls: Option<RawTls>,
     redirect_https: Option<bool>,
     proxy_protocol: Option<bool>,
+    quic: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -858,6 +879,34 @@ impl RawHttp2 {
         h.handshake_timeout = self.handshake_timeout.map_or(h.handshake_timeout, Dur::get);
         h.enable_connect_protocol = self.enable_connect_protocol.unwrap_or(h.enable_connect_protocol);
         h.stream_stall_timeout = self.stream_stall_timeout.map_or(h.stream_stall_timeout, Dur::get);
+    }
+}
+
+/// `[http3]`: every field of [`selvedge::H3Settings`].
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHttp3 {
+    max_concurrent_streams: Option<Count<1, { u32::MAX as u64 }>>,
+    stream_window: Option<Size<1024, { u32::MAX as u64 }>>,
+    connection_window: Option<Size<1024, { u32::MAX as u64 }>>,
+    send_window: Option<Size<1024, { u32::MAX as u64 }>>,
+    max_header_list_size: Option<Size<1, { u32::MAX as u64 }>>,
+    retry_threshold: Option<Count<0, { u32::MAX as u64 }>>,
+    early_data: Option<bool>,
+}
+
+#[cfg(feature = "http3")]
+impl RawHttp3 {
+    fn apply(&self, h: &mut selvedge::H3Settings) {
+        // Every bound below is at most u32::MAX, so `as u32` is exact.
+        let set = |v: Option<u64>, d: &mut u32| *d = v.map_or(*d, |v| v as u32);
+        set(self.max_concurrent_streams.map(Count::get), &mut h.max_concurrent_streams);
+        set(self.stream_window.map(Size::get), &mut h.stream_window);
+        set(self.connection_window.map(Size::get), &mut h.connection_window);
+        set(self.send_window.map(Size::get), &mut h.send_window);
+        set(self.max_header_list_size.map(Size::get), &mut h.max_header_list_size);
+        set(self.retry_threshold.map(Count::get), &mut h.retry_threshold);
+        h.early_data = self.early_data.unwrap_or(h.early_data);
     }
 }
 

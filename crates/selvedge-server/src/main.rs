@@ -74,6 +74,17 @@ fn open_log(cfg: &LogConfig) -> std::io::Result<Option<AccessLog>> {
     AccessLog::open(cfg.clone()).map(Some)
 }
 
+/// HTTP/3 on the TLS listener added last (`quic = true`).
+#[cfg(feature = "http3")]
+fn http3(server: Server) -> Server {
+    server.http3()
+}
+
+#[cfg(not(feature = "http3"))]
+fn http3(server: Server) -> Server {
+    server
+}
+
 /// Everything the signal loop works with.
 struct Running {
     cfg: Config,
@@ -206,12 +217,13 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
             Err(e) => return fail(format_args!("tls: {e}")),
         };
         let fds = std::mem::take(&mut assigned.tls[i]);
+        let h3 = |server: Server| if t.quic { http3(server) } else { server };
         if fds.is_empty() {
-            server = pp(server.bind_tls(t.addr.clone(), tc.clone()), &t.addr);
+            server = h3(pp(server.bind_tls(t.addr.clone(), tc.clone()), &t.addr));
             names.push(format!("https:{i}"));
         }
         for fd in fds {
-            server = pp(server.bind_fd_tls(fd, tc.clone()), &t.addr);
+            server = h3(pp(server.bind_fd_tls(fd, tc.clone()), &t.addr));
             names.push(format!("https:{i}"));
         }
         first_tls.get_or_insert(tc);

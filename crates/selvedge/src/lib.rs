@@ -88,13 +88,15 @@
 //! 4. `body`, `request`, `response`, `app`: the app interface.
 //! 5. `middleware`, `file`, `tower`: what apps are built from.
 //! 6. `settings`, `dispatch`: limits and hooks; running an app for one request.
-//! 7. `h1::write`, `h1::inbound`, `h1::conn`, `h2::proto`: the sans-IO protocol state
-//!    machines.
-//! 8. `h1`, `h1::reader`, `h1::sink`, `h1::driver`, `h2`, `h2::conn`: the protocol drivers.
+//! 7. `h1::write`, `h1::inbound`, `h1::conn`, `h2::proto`, `h3::head`: the sans-IO protocol
+//!    state machines (and HTTP/3's request heads).
+//! 8. `h1`, `h1::reader`, `h1::sink`, `h1::driver`, `h2`, `h2::conn`, `h3`, `h3::conn`: the
+//!    protocol drivers.
 //! 9. `server`, `fuzzing`: listeners, workers, negotiation; the fuzz targets' entry points.
 //!
 //! ## Features
-//! `tls` (default: TLS listeners with rustls), `compress` (default: gzip and brotli
+//! `tls` (default: TLS listeners with rustls), `http3` (HTTP/3 over QUIC on TLS listeners
+//! that ask for it, [`Server::http3`]: `quinn`, `h3`, `h3-quinn`), `compress` (default: gzip and brotli
 //! responses), `tower` (tower services as apps), `unstable` (the protocol internals `h1`,
 //! `h2`, `hpack`, `message`, `sys` as public modules, for benches, fuzz targets and the
 //! selvedge server's proxy; no compatibility promise).
@@ -136,6 +138,8 @@ pub mod h2;
 #[cfg(not(feature = "unstable"))]
 #[allow(dead_code, unused_imports)]
 mod h2;
+#[cfg(feature = "http3")]
+mod h3;
 #[cfg(feature = "unstable")]
 pub mod hpack;
 #[cfg(not(feature = "unstable"))]
@@ -165,6 +169,8 @@ pub use h1::parse::Limits;
 pub use request::{percent_decode, Request, Segments};
 pub use response::{Cleanup, FieldsSlot, FileBody, IntoHeaderValue, Response, ResponseBody, SharedFields};
 pub use server::{Listen, Listening, Server, ServerHandle};
+#[cfg(feature = "http3")]
+pub use settings::H3Settings;
 pub use settings::{ErrorResponseHook, ExceptionHook, H2Settings, Settings, Workers};
 pub use sys::PeerAddr;
 

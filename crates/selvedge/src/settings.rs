@@ -95,6 +95,9 @@ pub struct Settings {
     pub server_name: Option<&'static str>,
     /// HTTP/2 limits; see [`H2Settings`] for each default.
     pub h2: H2Settings,
+    /// HTTP/3 (QUIC) limits; see [`H3Settings`] for each default.
+    #[cfg(feature = "http3")]
+    pub h3: H3Settings,
     /// Called on errors the engine handles itself. Default: none.
     pub on_exception: Option<ExceptionHook>,
     /// Builds the engine's own error responses. Default: a short `text/plain` body.
@@ -124,6 +127,8 @@ impl Default for Settings {
             workers: Workers::default(),
             server_name: Some("selvedge"),
             h2: H2Settings::default(),
+            #[cfg(feature = "http3")]
+            h3: H3Settings::default(),
             on_exception: None,
             error_response: None,
         }
@@ -241,6 +246,53 @@ impl Default for H2Settings {
             handshake_timeout: Duration::from_secs(10),
             enable_connect_protocol: true,
             stream_stall_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// HTTP/3 and QUIC limits, each with its default (the `http3` feature). The timeouts that
+/// HTTP/3 shares with the other protocols come from [`Settings`]: the QUIC handshake has
+/// `tls_handshake_timeout`, a connection with no packets for `idle_timeout` is closed
+/// (QUIC's idle timeout, advertised to the client), a request head must arrive within
+/// `header_timeout` of its stream opening, and a request body follows `body_timeout`,
+/// `min_body_rate` and `body_rate_grace` per stream, as on HTTP/2.
+#[cfg(feature = "http3")]
+#[derive(Debug, Clone)]
+pub struct H3Settings {
+    /// Bidirectional streams (requests) a client may have open at once (QUIC
+    /// `initial_max_streams_bidi`): 100. A client that opens more breaks QUIC's stream
+    /// limit and its connection is closed with STREAM_LIMIT_ERROR.
+    pub max_concurrent_streams: u32,
+    /// Request-body bytes a client may send on one stream ahead of the app's reads (QUIC
+    /// stream flow-control window): 256 KiB.
+    pub stream_window: u32,
+    /// Request-body bytes a client may send on all its streams ahead of the app's reads
+    /// (QUIC connection flow-control window): 1 MiB.
+    pub connection_window: u32,
+    /// Response bytes a connection may have queued unacknowledged (QUIC send window): 2 MiB.
+    pub send_window: u32,
+    /// SETTINGS_MAX_FIELD_SECTION_SIZE (advertised): 64 KiB of decoded request fields; a
+    /// larger request head gets 431 without reaching the app.
+    pub max_header_list_size: u32,
+    /// New connections are asked to prove their address (a QUIC Retry, one more round
+    /// trip) while more than this many handshakes are in progress: 64. 0: always.
+    pub retry_threshold: u32,
+    /// Accept 0-RTT requests from resuming clients: off. 0-RTT data can be replayed by an
+    /// attacker, so only turn it on for apps whose requests are safe to repeat.
+    pub early_data: bool,
+}
+
+#[cfg(feature = "http3")]
+impl Default for H3Settings {
+    fn default() -> Self {
+        H3Settings {
+            max_concurrent_streams: 100,
+            stream_window: 256 * 1024,
+            connection_window: 1 << 20,
+            send_window: 2 << 20,
+            max_header_list_size: 64 * 1024,
+            retry_threshold: 64,
+            early_data: false,
         }
     }
 }

@@ -231,6 +231,7 @@ impl AccessLog {
         line.push_str(match req.version() {
             Version::HTTP_10 => " HTTP/1.0\" ",
             Version::HTTP_2 => " HTTP/2.0\" ",
+            Version::HTTP_3 => " HTTP/3.0\" ",
             _ => " HTTP/1.1\" ",
         });
         let split = line.len();

@@ -46,6 +46,9 @@ use crate::transport::Transport;
 mod per_ip;
 use per_ip::PerIp;
 
+#[cfg(feature = "http3")]
+mod quic;
+
 /// An address to listen on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Listen {
@@ -75,12 +78,38 @@ struct ListenOpts {
     tls: Option<Arc<rustls::ServerConfig>>,
     /// A PROXY protocol header comes first ([`Server::proxy_protocol`]).
     proxy_protocol: bool,
+    /// HTTP/3 on this TLS listener's port ([`Server::http3`]).
+    #[cfg(feature = "http3")]
+    quic: Quic,
+}
+
+/// A listener's part in HTTP/3.
+#[cfg(feature = "http3")]
+#[derive(Debug, Clone, Default)]
+enum Quic {
+    /// None.
+    #[default]
+    Off,
+    /// Asked for ([`Server::http3`]), before the sockets are bound.
+    Asked,
+    /// A TCP listener whose responses carry this `Alt-Svc`.
+    Advertise(http::HeaderValue),
+    /// The UDP socket of a QUIC endpoint.
+    Endpoint,
 }
 
 impl ListenOpts {
     #[cfg(feature = "tls")]
     fn tls(config: Arc<rustls::ServerConfig>) -> ListenOpts {
-        ListenOpts { tls: Some(config), proxy_protocol: false }
+        ListenOpts { tls: Some(config), ..ListenOpts::default() }
+    }
+
+    /// Whether this is a QUIC endpoint's UDP socket.
+    fn is_udp(&self) -> bool {
+        #[cfg(feature = "http3")]
+        return matches!(self.quic, Quic::Endpoint);
+        #[cfg(not(feature = "http3"))]
+        false
     }
 }
 
@@ -174,6 +203,21 @@ impl Server {
         self
     }
 
+    /// The TLS listener added last also serves HTTP/3 over QUIC: a UDP socket on the same
+    /// address and port (one per worker with [`Workers::PerCore`], `SO_REUSEPORT`), the same
+    /// certificates, ALPN `h3`, the limits of [`crate::H3Settings`]; its HTTP/1.1 and
+    /// HTTP/2 responses carry `Alt-Svc: h3=":PORT"; ma=86400` so that browsers move over.
+    /// Ignored on cleartext and Unix-socket listeners.
+    #[cfg(feature = "http3")]
+    pub fn http3(mut self) -> Server {
+        if let Some(o) = self.tls.last_mut() {
+            if o.tls.is_some() {
+                o.quic = Quic::Asked;
+            }
+        }
+        self
+    }
+
     /// Binds the listeners, starts the workers and returns at once.
     ///
     /// # Errors
@@ -210,6 +254,8 @@ impl Server {
                         }
                         socks.push((s.into(), tls.clone(), i));
                     }
+                    #[cfg(feature = "http3")]
+                    quic_sockets(&mut sockets, addr, i, per_core)?;
                 }
                 Source::Bind(Listen::Unix(path)) => {
                     let s: OwnedFd = unix_listener(&path, cfg.backlog)?.into();
@@ -220,8 +266,13 @@ impl Server {
                     let s = socket2::SockRef::from(&fd);
                     s.set_nonblocking(true)?;
                     s.listen(cfg.backlog)?;
-                    bound.push(local_listen(&fd)?);
+                    let local = local_listen(&fd)?;
                     share(&mut sockets, fd, &tls, i)?;
+                    #[cfg(feature = "http3")]
+                    if let Listen::Tcp(addr) = &local {
+                        quic_sockets(&mut sockets, *addr, i, per_core)?;
+                    }
+                    bound.push(local);
                 }
             }
         }
@@ -247,6 +298,34 @@ fn share(sockets: &mut [Vec<(OwnedFd, ListenOpts, usize)>], s: OwnedFd, tls: &Li
     Ok(())
 }
 
+/// For a TCP listener (index `i`, bound on `addr`) that asked for HTTP/3: a UDP socket on
+/// the same address per worker (one in all with a multi-threaded runtime), and `Alt-Svc`
+/// on the TCP listener's responses.
+#[cfg(feature = "http3")]
+fn quic_sockets(
+    sockets: &mut [Vec<(OwnedFd, ListenOpts, usize)>],
+    addr: SocketAddr,
+    i: usize,
+    per_core: bool,
+) -> io::Result<()> {
+    let mut udp = None;
+    for (w, socks) in sockets.iter_mut().enumerate() {
+        let Some(tcp) = socks.iter_mut().rev().find(|(_, o, j)| *j == i && matches!(o.quic, Quic::Asked)) else {
+            continue;
+        };
+        tcp.1.quic = Quic::Advertise(quic::alt_svc(addr.port()));
+        let opts = ListenOpts { quic: Quic::Endpoint, ..tcp.1.clone() };
+        if per_core || w == 0 {
+            udp = Some(quic::udp_socket(addr, true)?);
+        }
+        // A multi-threaded runtime has one worker list; per-core workers get one socket each.
+        if let Some(u) = udp.take() {
+            socks.push((u.into(), opts, i));
+        }
+    }
+    Ok(())
+}
+
 impl Listening {
     /// The addresses bound (port 0 resolved), in the order of the `bind*` calls.
     pub fn local_addrs(&self) -> &[Listen] {
@@ -268,7 +347,11 @@ impl Listening {
         // socket appears once per worker, so only worker 0's copies are kept for those).
         let mut listeners = Vec::new();
         for (w, socks) in sockets.iter().enumerate() {
-            for (fd, _, i) in socks {
+            for (fd, opts, i) in socks {
+                if opts.is_udp() {
+                    // Not handed to another process: it binds its own.
+                    continue;
+                }
                 let distinct = per_core && matches!(bound.get(*i), Some(Listen::Tcp(_)));
                 if w == 0 || distinct {
                     listeners.push((fd.try_clone()?, *i));
@@ -403,6 +486,26 @@ async fn worker<A: App>(
     per_ip: Option<Arc<PerIp>>,
 ) {
     for (s, tls) in socks {
+        #[cfg(feature = "http3")]
+        match &tls.quic {
+            Quic::Endpoint => {
+                if let Some(tc) = tls.tls.clone() {
+                    tokio::spawn(quic::serve(s, tc, app.clone(), cfg.clone(), group.clone()));
+                }
+                continue;
+            }
+            Quic::Advertise(v) => {
+                let app = Arc::new(quic::AltSvc { app: app.clone(), value: v.clone() });
+                match sys::register(s, Interest::READABLE) {
+                    Ok(l) => {
+                        tokio::spawn(accept_loop(l, tls, app, cfg.clone(), group.clone(), per_ip.clone()));
+                    }
+                    Err(e) => tracing::error!("listener registration failed: {e}"),
+                }
+                continue;
+            }
+            Quic::Off | Quic::Asked => {}
+        }
         match sys::register(s, Interest::READABLE) {
             Ok(l) => {
                 tokio::spawn(accept_loop(l, tls, app.clone(), cfg.clone(), group.clone(), per_ip.clone()));

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""An HTTP/3 test client on aioquic, for selvedge's HTTP/3 tests and bench/h3.sh.
+
+Usage: h3_client.py HOST PORT MODE [ARGS...]; prints one JSON object on stdout.
+
+Modes:
+  get PATH...            the paths, all at once on one connection: status, headers,
+                         length and sha256 of each body
+  post PATH SIZE         POSTs SIZE bytes (a fixed pseudo-random pattern) and reports the
+                         answer's length and sha256, and the sha256 of what was sent
+  many PATH N            N concurrent GETs of PATH on one connection
+  over_limit PATH N      opens N request streams at once, ignoring the server's stream
+                         limit: reports how the connection was closed
+  big_header PATH SIZE   one request with a SIZE-byte header value
+  stall PATH SECS        POST with content-length 1000000 and 10 bytes of body, then
+                         nothing for SECS: reports the stream's STOP_SENDING/RESET codes
+  silent SECS            completes the handshake, then sends nothing (no ACKs either) for
+                         SECS, then tries a request: reports what happened
+  bench PATH N CONNS     N GETs of PATH over CONNS connections, CONNS at a time: requests/s
+"""
+
+import asyncio
+import hashlib
+import json
+import ssl
+import sys
+import time
+
+from aioquic.asyncio.client import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import ConnectionTerminated, StopSendingReceived, StreamReset
+
+
+def pattern(size):
+    block = hashlib.sha256(b"selvedge").digest() * 2048  # 64 KiB
+    out = bytearray()
+    while len(out) < size:
+        out += block
+    return bytes(out[:size])
+
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.h3 = H3Connection(self._quic)
+        self.streams = {}
+        self.closed = None
+        self.waiters = []
+
+    def quic_event_received(self, event):
+        if isinstance(event, ConnectionTerminated):
+            self.closed = {"error_code": event.error_code, "frame_type": event.frame_type,
+                           "reason": event.reason_phrase}
+            for s in self.streams.values():
+                if not s["done"].done():
+                    s["done"].set_result(None)
+        if isinstance(event, (StopSendingReceived, StreamReset)):
+            s = self.streams.get(event.stream_id)
+            if s is not None:
+                key = "stop_sending" if isinstance(event, StopSendingReceived) else "reset"
+                s[key] = event.error_code
+                if key == "reset" and not s["done"].done():
+                    s["done"].set_result(None)
+        for ev in self.h3.handle_event(event):
+            s = self.streams.get(ev.stream_id)
+            if s is None:
+                continue
+            if isinstance(ev, HeadersReceived):
+                s["headers"] = [(k.decode(), v.decode()) for k, v in ev.headers]
+            elif isinstance(ev, DataReceived):
+                s["body"].update(ev.data)
+                s["len"] += len(ev.data)
+            if getattr(ev, "stream_ended", False) and not s["done"].done():
+                s["done"].set_result(None)
+
+    def start(self, method, path, headers=(), body=None, end=True):
+        sid = self._quic.get_next_available_stream_id()
+        self.streams[sid] = {"headers": None, "body": hashlib.sha256(), "len": 0,
+                             "done": self._loop.create_future()}
+        hs = [(b":method", method.encode()), (b":scheme", b"https"),
+              (b":authority", b"localhost"), (b":path", path.encode())]
+        hs += [(k.encode(), v.encode()) for k, v in headers]
+        self.h3.send_headers(sid, hs, end_stream=(body is None and end))
+        if body is not None:
+            self.h3.send_data(sid, body, end_stream=end)
+        self.transmit()
+        return sid
+
+    def result(self, sid):
+        s = self.streams[sid]
+        out = {"headers": s["headers"], "len": s["len"], "sha256": s["body"].hexdigest()}
+        if s["headers"]:
+            out["status"] = int(dict(s["headers"])[":status"])
+        for k in ("stop_sending", "reset"):
+            if k in s:
+                out[k] = s[k]
+        return out
+
+    async def wait(self, sids, timeout=60):
+        await asyncio.wait_for(asyncio.gather(*(self.streams[s]["done"] for s in sids)), timeout)
+
+
+def config():
+    c = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+    c.verify_mode = ssl.CERT_NONE
+    c.server_name = "localhost"
+    c.idle_timeout = 30
+    return c
+
+
+async def main(host, port, mode, args):
+    out = {}
+    async with connect(host, port, configuration=config(), create_protocol=Client) as c:
+        if mode == "get":
+            sids = [c.start("GET", p) for p in args]
+            await c.wait(sids)
+            out["responses"] = [c.result(s) for s in sids]
+        elif mode == "post":
+            body = pattern(int(args[1]))
+            sid = c.start("POST", args[0], [("content-length", str(len(body)))], body)
+            await c.wait([sid])
+            out = c.result(sid)
+            out["sent_sha256"] = hashlib.sha256(body).hexdigest()
+        elif mode == "many":
+            sids = [c.start("GET", args[0]) for _ in range(int(args[1]))]
+            await c.wait(sids)
+            out["statuses"] = [c.result(s).get("status") for s in sids]
+            out["stream_ids"] = sids
+        elif mode == "over_limit":
+            c._quic._remote_max_streams_bidi = 1 << 20  # pretend the server allowed it
+            sids = [c.start("GET", args[0]) for _ in range(int(args[1]))]
+            try:
+                await c.wait(sids, 10)
+            except asyncio.TimeoutError:
+                pass
+            out["closed"] = c.closed
+        elif mode == "big_header":
+            sid = c.start("GET", args[0], [("x-big", "a" * int(args[1]))])
+            await c.wait([sid], 10)
+            out = c.result(sid)
+            out["closed"] = c.closed
+        elif mode == "stall":
+            sid = c.start("POST", args[0], [("content-length", "1000000")], b"0123456789", end=False)
+            t0 = time.monotonic()
+            deadline = t0 + float(args[1])
+            while time.monotonic() < deadline and not c.streams[sid]["done"].done():
+                await asyncio.sleep(0.05)
+            out = c.result(sid)
+            out["after"] = round(time.monotonic() - t0, 2)
+            out["closed"] = c.closed
+        elif mode == "silent":
+            # Stop sending anything at all: the transport drops every datagram.
+            real = c._transport.sendto
+            c._transport.sendto = lambda *a, **k: None
+            await asyncio.sleep(float(args[0]))
+            c._transport.sendto = real
+            sid = c.start("GET", "/")
+            try:
+                await c.wait([sid], 5)
+            except asyncio.TimeoutError:
+                pass
+            out = c.result(sid)
+            out["closed"] = c.closed
+        elif mode == "bench":
+            out = {}
+        c.close()
+    return out
+
+
+async def bench(host, port, path, n, conns):
+    per = n // conns
+
+    async def one():
+        async with connect(host, port, configuration=config(), create_protocol=Client) as c:
+            done = 0
+            window = 32
+            while done < per:
+                k = min(window, per - done)
+                sids = [c.start("GET", path) for _ in range(k)]
+                await c.wait(sids)
+                for s in sids:
+                    r = c.result(s)
+                    if r.get("status") != 200:
+                        raise SystemExit("bad status %r" % r)
+                    del c.streams[s]
+                done += k
+            return per
+
+    t0 = time.monotonic()
+    got = sum(await asyncio.gather(*(one() for _ in range(conns))))
+    dt = time.monotonic() - t0
+    return {"requests": got, "seconds": round(dt, 3), "rps": round(got / dt, 1)}
+
+
+if __name__ == "__main__":
+    host, port, mode, rest = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+    if mode == "bench":
+        r = asyncio.run(bench(host, port, rest[0], int(rest[1]), int(rest[2])))
+    else:
+        r = asyncio.run(main(host, port, mode, rest))
+    print(json.dumps(r))
