@@ -16,6 +16,8 @@ Modes:
                          nothing for SECS: reports the stream's STOP_SENDING/RESET codes
   silent SECS            completes the handshake, then sends nothing (no ACKs either) for
                          SECS, then tries a request: reports what happened
+  twice PATH SECS        a GET, SECS of quiet, another GET on the same connection
+  cert                   the SHA-256 of the certificate the server presented
   bench PATH N CONNS     N GETs of PATH over CONNS connections, CONNS at a time: requests/s
 """
 
@@ -164,8 +166,19 @@ async def main(host, port, mode, args):
                 pass
             out = c.result(sid)
             out["closed"] = c.closed
-        elif mode == "bench":
-            out = {}
+        elif mode == "twice":
+            statuses = []
+            for i in range(2):
+                sid = c.start("GET", args[0])
+                await c.wait([sid])
+                statuses.append(c.result(sid).get("status"))
+                if i == 0:
+                    await asyncio.sleep(float(args[1]))
+            out = {"statuses": statuses, "closed": c.closed}
+        elif mode == "cert":
+            from cryptography.hazmat.primitives.serialization import Encoding
+            der = c._quic.tls._peer_certificate.public_bytes(Encoding.DER)
+            out = {"cert": hashlib.sha256(der).hexdigest()}
         c.close()
     return out
 
