@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# HTTP/3 benchmark: selvedge's HTTP/3 (QUIC) against selvedge's own HTTP/2 over TLS, in the
+# same run, on the same server process (`selvedge serve --tls-cert --tls-key --http3`, one
+# worker pinned to SERVER_CPU): the 612-byte page (bench/site/index.html) and a 10 MB file.
+# Reports server CPU µs per request (utime+stime of the server) and requests/s, and MB/s for
+# the big file. See bench/README.md ("HTTP/3").
+#
+# Load: h2load for HTTP/2 (Debian's h2load is built without HTTP/3: `--npn-list=h3` fails),
+# and for HTTP/3 the aioquic client of the tests (crates/selvedge/tests/h3_client.py, mode
+# `bench`): H3_CONNS connections, each keeping 32 requests in flight. h2load runs with the
+# same shape (-c$H3_CONNS -m32), so both protocols see the same concurrency. No Debian
+# package serves HTTP/3 on this machine (nginx 1.22 has no `quic`, h2o and lighttpd are
+# built without it), so there is no peer: the ratio is HTTP/3 over HTTP/2.
+#
+# Env: ROUNDS (3), PAGE_REQUESTS (20000), BIG_REQUESTS (20), H3_CONNS (4), SERVER_CPU (1),
+# CLIENT_CPU (0), SELVEDGE_BUILD (1: cargo build --release first).
+set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+ROUNDS=${ROUNDS:-3}
+PAGE_REQUESTS=${PAGE_REQUESTS:-20000}
+BIG_REQUESTS=${BIG_REQUESTS:-20}
+H3_CONNS=${H3_CONNS:-4}
+CLIENT=$REPO_DIR/crates/selvedge/tests/h3_client.py
+need h2load
+need openssl
+need taskset
+python3 -c "import aioquic" 2>/dev/null || die "needs python3 aioquic (pip install aioquic)"
+
+if [[ ${SELVEDGE_BUILD:-1} == 1 ]]; then
+    log "building: cargo build --release -p selvedge-server"
+    (cd "$REPO_DIR" && cargo build -q --release -p selvedge-server)
+fi
+BIN=$REPO_DIR/target/release/selvedge
+
+WORK=$(mktemp -d -t selvedge-h3.XXXXXX)
+SRV=
+cleanup() {
+    [[ -n $SRV ]] && server_stop "$SRV"
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=localhost \
+    -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
+mkdir -p "$WORK/site"
+cp "$SITE_DIR/index.html" "$WORK/site/index.html"
+head -c 10000000 /dev/urandom >"$WORK/site/big.bin"
+
+port=$(free_port)
+taskset -c "$SERVER_CPU" "$BIN" serve "$WORK/site" --port "$port" -w 1 \
+    --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" --http3 --no-compress 2>"$WORK/server.log" &
+SRV=$!
+wait_port "$SRV" "$port" || die "selvedge did not start: $(cat "$WORK/server.log")"
+# Both protocols answer before measuring.
+curl -sk --http2 -o /dev/null "https://127.0.0.1:$port/index.html" || die "no HTTP/2 answer"
+python3 "$CLIENT" 127.0.0.1 "$port" get /index.html >/dev/null || die "no HTTP/3 answer"
+
+# measure NAME N CMD...: runs CMD, prints "NAME cpu_us_per_request seconds".
+measure() {
+    local name=$1 n=$2 t0 t1 c0 c1
+    shift 2
+    c0=$(cpu_ticks "$SRV")
+    t0=$(date +%s.%N)
+    taskset -c "$CLIENT_CPU" "$@" >"$WORK/$name.out" 2>&1 || die "$name failed: $(tail -5 "$WORK/$name.out")"
+    t1=$(date +%s.%N)
+    c1=$(cpu_ticks "$SRV")
+    awk -v n="$n" -v c="$((c1 - c0))" -v hz="$CLK_TCK" -v t0="$t0" -v t1="$t1" -v name="$name" \
+        'BEGIN { printf "%s %.1f %.3f\n", name, c / hz * 1e6 / n, t1 - t0 }'
+}
+
+h2_ok() { grep -q "succeeded, 0 failed, 0 errored" "$WORK/$1.out" || die "$1: $(grep requests: "$WORK/$1.out")"; }
+
+log "h3: $ROUNDS rounds; page: $PAGE_REQUESTS requests over $H3_CONNS connections x 32 streams; 10 MB file: $BIG_REQUESTS requests"
+results=$WORK/results
+for r in $(seq 1 "$ROUNDS"); do
+    measure h2-page "$PAGE_REQUESTS" h2load -t1 -c"$H3_CONNS" -m32 -n"$PAGE_REQUESTS" "https://127.0.0.1:$port/index.html" >>"$results"
+    h2_ok h2-page
+    measure h3-page "$PAGE_REQUESTS" python3 "$CLIENT" 127.0.0.1 "$port" bench /index.html "$PAGE_REQUESTS" "$H3_CONNS" >>"$results"
+    measure h2-big "$BIG_REQUESTS" h2load -t1 -c1 -m1 -n"$BIG_REQUESTS" "https://127.0.0.1:$port/big.bin" >>"$results"
+    h2_ok h2-big
+    measure h3-big "$BIG_REQUESTS" python3 "$CLIENT" 127.0.0.1 "$port" bench /big.bin "$BIG_REQUESTS" 1 >>"$results"
+    log "round $r: $(tail -4 "$results" | awk '{ printf "%s %s µs/req %ss; ", $1, $2, $3 }')"
+done
+
+med() { grep "^$1 " "$results" | awk -v f="$2" '{ print $f }' | median; }
+printf '\n%-10s %14s %12s %10s\n' "load" "server µs/req" "requests/s" "MB/s"
+for name in h2-page h3-page h2-big h3-big; do
+    n=$PAGE_REQUESTS
+    [[ $name == *big ]] && n=$BIG_REQUESTS
+    us=$(med "$name" 2); s=$(med "$name" 3)
+    awk -v name="$name" -v us="$us" -v s="$s" -v n="$n" -v big="$([[ $name == *big ]] && echo 1 || echo 0)" \
+        'BEGIN { mb = big ? sprintf("%.1f", n * 10 / s) : "-"; printf "%-10s %14.1f %12.1f %10s\n", name, us, n / s, mb }'
+done
+awk -v a="$(med h3-page 2)" -v b="$(med h2-page 2)" -v c="$(med h3-big 2)" -v d="$(med h2-big 2)" \
+    'BEGIN { printf "\nHTTP/3 / HTTP/2 server CPU per request: page %.2f, 10 MB file %.2f (goal for the page: <= 2)\n", a / b, c / d }'
