@@ -6,33 +6,34 @@
 # the big file. See bench/README.md ("HTTP/3").
 #
 # Load: h2load for HTTP/2 (Debian's h2load is built without HTTP/3: `--npn-list=h3` fails),
-# and for HTTP/3 the aioquic client of the tests (crates/selvedge/tests/h3_client.py, mode
-# `bench`): H3_CONNS connections, each keeping 32 requests in flight. h2load runs with the
-# same shape (-c$H3_CONNS -m32), so both protocols see the same concurrency. No Debian
+# and for HTTP/3 the engine's example `h3_load` (quinn + the h3 client; release build):
+# LOAD_CONNS connections, each keeping LOAD_STREAMS requests in flight. h2load runs with the same
+# shape (-c$LOAD_CONNS -m$LOAD_STREAMS), so both protocols see the same concurrency. No Debian
 # package serves HTTP/3 on this machine (nginx 1.22 has no `quic`, h2o and lighttpd are
 # built without it), so there is no peer: the ratio is HTTP/3 over HTTP/2.
 #
-# Env: ROUNDS (3), PAGE_REQUESTS (20000), BIG_REQUESTS (20), H3_CONNS (4), SERVER_CPU (1),
-# CLIENT_CPU (0), SELVEDGE_BUILD (1: cargo build --release first).
+# Env: ROUNDS (3), PAGE_REQUESTS (200000), BIG_REQUESTS (20), LOAD_CONNS (50), LOAD_STREAMS (32),
+# SERVER_CPU (1), CLIENT_CPU (0), SELVEDGE_BUILD (1: cargo build --release first).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ROUNDS=${ROUNDS:-3}
-PAGE_REQUESTS=${PAGE_REQUESTS:-20000}
+PAGE_REQUESTS=${PAGE_REQUESTS:-200000}
 BIG_REQUESTS=${BIG_REQUESTS:-20}
-H3_CONNS=${H3_CONNS:-4}
-CLIENT=$REPO_DIR/crates/selvedge/tests/h3_client.py
+LOAD_CONNS=${LOAD_CONNS:-50}
+LOAD_STREAMS=${LOAD_STREAMS:-32}
 need h2load
 need openssl
 need taskset
-python3 -c "import aioquic" 2>/dev/null || die "needs python3 aioquic (pip install aioquic)"
 
 if [[ ${SELVEDGE_BUILD:-1} == 1 ]]; then
-    log "building: cargo build --release -p selvedge-server"
-    (cd "$REPO_DIR" && cargo build -q --release -p selvedge-server)
+    log "building: cargo build --release -p selvedge-server; the h3_load example"
+    (cd "$REPO_DIR" && cargo build -q --release -p selvedge-server &&
+        cargo build -q --release -p selvedge --features http3 --example h3_load)
 fi
 BIN=$REPO_DIR/target/release/selvedge
+LOAD=$REPO_DIR/target/release/examples/h3_load
 
 WORK=$(mktemp -d -t selvedge-h3.XXXXXX)
 SRV=
@@ -54,7 +55,7 @@ SRV=$!
 wait_port "$SRV" "$port" || die "selvedge did not start: $(cat "$WORK/server.log")"
 # Both protocols answer before measuring.
 curl -sk --http2 -o /dev/null "https://127.0.0.1:$port/index.html" || die "no HTTP/2 answer"
-python3 "$CLIENT" 127.0.0.1 "$port" get /index.html >/dev/null || die "no HTTP/3 answer"
+"$LOAD" "127.0.0.1:$port" /index.html 1 1 1 >/dev/null || die "no HTTP/3 answer"
 
 # measure NAME N CMD...: runs CMD, prints "NAME cpu_us_per_request seconds".
 measure() {
@@ -71,15 +72,15 @@ measure() {
 
 h2_ok() { grep -q "succeeded, 0 failed, 0 errored" "$WORK/$1.out" || die "$1: $(grep requests: "$WORK/$1.out")"; }
 
-log "h3: $ROUNDS rounds; page: $PAGE_REQUESTS requests over $H3_CONNS connections x 32 streams; 10 MB file: $BIG_REQUESTS requests"
+log "h3: $ROUNDS rounds; page: $PAGE_REQUESTS requests over $LOAD_CONNS connections x $LOAD_STREAMS streams; 10 MB file: $BIG_REQUESTS requests, one at a time"
 results=$WORK/results
 for r in $(seq 1 "$ROUNDS"); do
-    measure h2-page "$PAGE_REQUESTS" h2load -t1 -c"$H3_CONNS" -m32 -n"$PAGE_REQUESTS" "https://127.0.0.1:$port/index.html" >>"$results"
+    measure h2-page "$PAGE_REQUESTS" h2load -t1 -c"$LOAD_CONNS" -m"$LOAD_STREAMS" -n"$PAGE_REQUESTS" "https://127.0.0.1:$port/index.html" >>"$results"
     h2_ok h2-page
-    measure h3-page "$PAGE_REQUESTS" python3 "$CLIENT" 127.0.0.1 "$port" bench /index.html "$PAGE_REQUESTS" "$H3_CONNS" >>"$results"
+    measure h3-page "$PAGE_REQUESTS" "$LOAD" "127.0.0.1:$port" /index.html "$PAGE_REQUESTS" "$LOAD_CONNS" "$LOAD_STREAMS" >>"$results"
     measure h2-big "$BIG_REQUESTS" h2load -t1 -c1 -m1 -n"$BIG_REQUESTS" "https://127.0.0.1:$port/big.bin" >>"$results"
     h2_ok h2-big
-    measure h3-big "$BIG_REQUESTS" python3 "$CLIENT" 127.0.0.1 "$port" bench /big.bin "$BIG_REQUESTS" 1 >>"$results"
+    measure h3-big "$BIG_REQUESTS" "$LOAD" "127.0.0.1:$port" /big.bin "$BIG_REQUESTS" 1 1 >>"$results"
     log "round $r: $(tail -4 "$results" | awk '{ printf "%s %s µs/req %ss; ", $1, $2, $3 }')"
 done
 
