@@ -28,7 +28,7 @@ use ::h3::server::{RequestResolver, RequestStream};
 use bytes::{Buf, Bytes, BytesMut};
 use http::{header, HeaderValue, Method, StatusCode, Version};
 
-use super::head::{self, Malformed};
+use super::head::{self, connection_specific, Malformed};
 use crate::app::App;
 use crate::body::{Body, BodySink, BodySource, BodyWriter, WriteFuture};
 use crate::dispatch::{or_500, poll_catching};
@@ -127,15 +127,6 @@ async fn request<A: App>(resolver: RequestResolver<Conn, Bytes>, app: Arc<A>, cf
         return;
     }
     respond(send, res, is_head, &cfg).await;
-}
-
-/// Whether the field may not appear in an HTTP/3 response (RFC 9114 §4.2).
-fn connection_specific(name: &header::HeaderName) -> bool {
-    *name == header::CONNECTION
-        || *name == header::TRANSFER_ENCODING
-        || *name == header::UPGRADE
-        || name.as_str() == "keep-alive"
-        || name.as_str() == "proxy-connection"
 }
 
 /// Sends `res` on the stream: the head (with `date`, `server` and `content-length` added

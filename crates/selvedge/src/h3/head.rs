@@ -23,8 +23,9 @@ pub(crate) struct Head {
     pub(crate) content_length: Option<u64>,
 }
 
-/// Whether the field may not appear in HTTP/3 (RFC 9114 §4.2).
-fn connection_specific(name: &header::HeaderName) -> bool {
+/// Whether the field may not appear in an HTTP/3 message (RFC 9114 §4.2): requests that
+/// carry one are malformed, responses leave it out.
+pub(crate) fn connection_specific(name: &header::HeaderName) -> bool {
     *name == header::CONNECTION
         || *name == header::TRANSFER_ENCODING
         || *name == header::UPGRADE
