@@ -120,6 +120,7 @@ async def main(host, port, mode, args):
             sids = [c.start("GET", p) for p in args]
             await c.wait(sids)
             out["responses"] = [c.result(s) for s in sids]
+            out["retries"] = c._quic._retry_count
         elif mode == "post":
             body = pattern(int(args[1]))
             sid = c.start("POST", args[0], [("content-length", str(len(body)))], body)

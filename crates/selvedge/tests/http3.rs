@@ -2,7 +2,7 @@
 //! bodies as `Body` (a 5 MB POST streamed back), streaming responses, panics, and bad
 //! input: more streams than allowed (STREAM_LIMIT_ERROR), an oversized header block (431),
 //! a stalled body (the stream reset with H3_REQUEST_CANCELLED), a silent client (QUIC idle
-//! timeout), and a drain (GOAWAY) that lets a request in flight finish.
+//! timeout), and a drain (GOAWAY) that lets a request in flight finish; Retry under load.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -130,6 +130,19 @@ fn more_streams_than_allowed_close_with_stream_limit_error() {
     let r = client(s.port, &["over_limit", "/slow", "50"]);
     // QUIC STREAM_LIMIT_ERROR (RFC 9000 §20.1).
     assert_eq!(r["closed"]["error_code"], 0x4, "{r}");
+}
+
+#[test]
+fn under_load_new_clients_prove_their_address_with_a_retry() {
+    // A threshold of 0 handshakes: every new client is "under load" and gets a Retry first.
+    let s = start(|c| c.h3.retry_threshold = 0);
+    let r = client(s.port, &["get", "/"]);
+    assert_eq!(r["retries"], 1, "{r}");
+    assert_eq!(r["responses"][0]["status"], 200, "{r}");
+    // By default (64 handshakes in progress) a lone client goes straight in.
+    let s = start(|_| {});
+    let r = client(s.port, &["get", "/"]);
+    assert_eq!(r["retries"], 0, "{r}");
 }
 
 #[test]
