@@ -15,12 +15,14 @@
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::task::Poll;
 
 use bytes::BytesMut;
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::io::Interest;
 
 use crate::sys;
+use crate::time::timeout::Timer;
 
 /// A non-blocking connected stream socket (TCP or Unix).
 #[derive(Debug)]
@@ -37,6 +39,11 @@ impl Socket {
     #[inline]
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.get_ref().as_fd()
+    }
+
+    /// Leaves the reactor (for a parked connection): the descriptor, still open.
+    pub(crate) fn into_fd(self) -> OwnedFd {
+        self.fd.into_inner()
     }
 
     /// Waits until the socket is readable. `poll_read_ready` keeps one waker per direction
@@ -75,12 +82,59 @@ impl Socket {
 
     /// Waits for readability, calls `fill` once (to give `buf` its room), then reads as
     /// [`read`](Self::read) does, with the same readiness guard.
+    #[inline]
     pub(crate) async fn read_when_ready(
         &self,
         buf: &mut BytesMut,
         fill: impl FnOnce(&mut BytesMut),
     ) -> io::Result<usize> {
-        let mut guard = self.read_ready().await?;
+        Ok(self.read_unless_parked(buf, fill, None).await?.unwrap_or(0))
+    }
+
+    /// An idle connection's read: as [`read_when_ready`](Self::read_when_ready), unless the
+    /// timeout manager asks the connection to park first (`Ok(None)`: nothing was read and
+    /// `fill` was not called).
+    #[inline]
+    pub(crate) async fn idle_read(
+        &self,
+        buf: &mut BytesMut,
+        fill: impl FnOnce(&mut BytesMut),
+        timer: &Timer,
+    ) -> io::Result<Option<usize>> {
+        self.read_unless_parked(buf, fill, Some(timer)).await
+    }
+
+    /// Waits until the socket is readable (`Ok(true)`) or, with an idle connection's
+    /// `timer`, the timeout manager asks the connection to park (`Ok(false)`), without
+    /// reading.
+    #[cfg(feature = "tls")]
+    pub(crate) async fn ready_unless_parked(&self, timer: Option<&Timer>) -> io::Result<bool> {
+        Ok(self.read_ready_unless_parked(timer).await?.is_some())
+    }
+
+    /// [`read_ready`](Self::read_ready), or `None` at once when `park` (an idle
+    /// connection's timer) asks the connection to park.
+    #[inline]
+    async fn read_ready_unless_parked(
+        &self,
+        park: Option<&Timer>,
+    ) -> io::Result<Option<AsyncFdReadyGuard<'_, OwnedFd>>> {
+        std::future::poll_fn(|cx| {
+            if park.is_some_and(|t| t.park_requested(cx)) {
+                return Poll::Ready(Ok(None));
+            }
+            self.fd.poll_read_ready(cx).map_ok(Some)
+        })
+        .await
+    }
+
+    async fn read_unless_parked(
+        &self,
+        buf: &mut BytesMut,
+        fill: impl FnOnce(&mut BytesMut),
+        park: Option<&Timer>,
+    ) -> io::Result<Option<usize>> {
+        let Some(mut guard) = self.read_ready_unless_parked(park).await? else { return Ok(None) };
         fill(buf);
         debug_assert!(buf.capacity() > buf.len());
         loop {
@@ -90,7 +144,7 @@ impl Socket {
                     if n > 0 && n < room {
                         guard.clear_ready();
                     }
-                    return Ok(n);
+                    return Ok(Some(n));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     guard.clear_ready();
@@ -132,12 +186,6 @@ impl Socket {
             }
         }
         Ok(())
-    }
-
-    /// Waits until the socket is readable, without reading.
-    #[cfg(feature = "tls")]
-    pub(crate) async fn ready(&self) -> io::Result<()> {
-        self.read_ready().await.map(|_| ())
     }
 
     /// One write attempt without waiting: how many bytes the kernel took (0 if it would

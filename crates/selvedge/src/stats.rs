@@ -1,5 +1,5 @@
 //! The engine's counters, for embedders to export their own way ([`snapshot`]): connections
-//! accepted and open by protocol, file cache hits, misses and evictions.
+//! accepted, open by protocol and parked, file cache hits, misses and evictions.
 //!
 //! Counters are process-wide (every [`Server`](crate::Server) in the process adds to the
 //! same ones). Each thread counts into its own cache-line-aligned shard, with a relaxed
@@ -36,6 +36,11 @@ pub struct Stats {
     pub file_cache_evictions: u64,
     /// File cache entries held now (over every cache).
     pub file_cache_entries: u64,
+    /// Idle connections parked now: waiting for their next request without a task (they
+    /// count as open too).
+    pub parked: u64,
+    /// Times an idle connection was parked.
+    pub parked_total: u64,
 }
 
 /// What a shard counts.
@@ -52,9 +57,12 @@ pub(crate) enum Counter {
     CacheEviction,
     CacheInserted,
     HandedOffH1,
+    Parked,
+    /// Taken out of a parking lot (woken, or closed there).
+    Unparked,
 }
 
-const COUNTERS: usize = Counter::HandedOffH1 as usize + 1;
+const COUNTERS: usize = Counter::Unparked as usize + 1;
 
 /// One thread's counters, on cache lines of their own.
 #[repr(align(64))]
@@ -128,6 +136,8 @@ pub fn snapshot() -> Stats {
         file_cache_misses: c(Counter::CacheMiss),
         file_cache_evictions: c(Counter::CacheEviction),
         file_cache_entries: c(Counter::CacheInserted).saturating_sub(c(Counter::CacheEviction)),
+        parked: c(Counter::Parked).saturating_sub(c(Counter::Unparked)),
+        parked_total: c(Counter::Parked),
     }
 }
 

@@ -229,6 +229,14 @@ pub(crate) fn register(fd: OwnedFd, interest: tokio::io::Interest) -> io::Result
     unsafe { Ok(tokio::io::unix::AsyncFd::register_with_interest(fd, interest)?) }
 }
 
+/// Registers an epoll instance of our own (a parking lot's, see `server::park`) with the
+/// current runtime's reactor, for readability (it is readable while it has events).
+pub(crate) fn register_poll(poll: mio::Poll) -> io::Result<tokio::io::unix::AsyncFd<mio::Poll>> {
+    // SAFETY: as in `register`: the AsyncFd takes ownership of the Poll, which owns its
+    // descriptor and closes it only when dropped, after deregistration.
+    unsafe { Ok(tokio::io::unix::AsyncFd::register_with_interest(poll, tokio::io::Interest::READABLE)?) }
+}
+
 /// Takes ownership of descriptor `fd`, inherited from the process that started this one
 /// (socket activation), after checking that it is open; marks it close-on-exec.
 ///

@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 
 use crate::socket::Socket;
+use crate::time::timeout::Timer;
 
 /// A connection's byte stream.
 #[derive(Debug)]
@@ -76,12 +77,48 @@ impl Transport {
             Transport::Plain(s) => s.read_when_ready(buf, fill).await,
             #[cfg(feature = "tls")]
             Transport::Tls { sock, session } => {
-                if !session.has_plaintext() {
-                    sock.ready().await?;
+                if !session.has_plaintext() && !sock.ready_unless_parked(None).await? {
+                    return Ok(0);
                 }
                 fill(buf);
                 session.read(sock, buf).await
             }
+        }
+    }
+
+    /// An idle connection's read: as [`read_when_ready`](Self::read_when_ready), unless the
+    /// timeout manager asks the connection to park first (`Ok(None)`: nothing was read and
+    /// `fill` was not called).
+    pub(crate) async fn idle_read(
+        &self,
+        buf: &mut BytesMut,
+        fill: impl FnOnce(&mut BytesMut),
+        timer: &Timer,
+    ) -> io::Result<Option<usize>> {
+        match self {
+            Transport::Plain(s) => s.idle_read(buf, fill, timer).await,
+            #[cfg(feature = "tls")]
+            Transport::Tls { sock, session } => {
+                if !session.has_plaintext() && !sock.ready_unless_parked(Some(timer)).await? {
+                    return Ok(None);
+                }
+                fill(buf);
+                session.read(sock, buf).await.map(Some)
+            }
+        }
+    }
+
+    /// Leaves the reactor while the connection is parked: the socket's descriptor (and the
+    /// TLS session), with no task, registration or buffer of the transport's own.
+    pub(crate) fn into_dormant(self) -> Dormant {
+        match self {
+            Transport::Plain(s) => Dormant {
+                fd: s.into_fd(),
+                #[cfg(feature = "tls")]
+                session: None,
+            },
+            #[cfg(feature = "tls")]
+            Transport::Tls { sock, session } => Dormant { fd: sock.into_fd(), session: Some(session) },
         }
     }
 
@@ -162,5 +199,34 @@ impl Transport {
             }
         };
         let _ = tokio::time::timeout(timeout, drain).await;
+    }
+}
+
+/// A parked connection's transport: its descriptor, off the reactor, and its TLS session.
+#[derive(Debug)]
+pub(crate) struct Dormant {
+    fd: std::os::fd::OwnedFd,
+    #[cfg(feature = "tls")]
+    session: Option<Box<crate::tls::Session>>,
+}
+
+impl Dormant {
+    /// The descriptor, to watch for readability.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+
+    /// Back on the current runtime's reactor, as the transport it was.
+    ///
+    /// # Errors
+    /// The registration failed.
+    pub(crate) fn wake(self) -> io::Result<Transport> {
+        let sock = Socket::new(self.fd)?;
+        #[cfg(feature = "tls")]
+        if let Some(session) = self.session {
+            return Ok(Transport::Tls { sock, session });
+        }
+        Ok(Transport::Plain(sock))
     }
 }

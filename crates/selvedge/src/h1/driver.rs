@@ -19,6 +19,7 @@ use crate::dispatch::{self, AppSlot};
 use crate::request::Request;
 use crate::response::Response;
 use crate::settings::Settings;
+use crate::stats::OpenConn;
 use crate::sys::PeerAddr;
 use crate::time::timeout::{now_ms, Timer};
 use crate::transport::Transport;
@@ -33,6 +34,25 @@ pub(crate) struct H2c {
     pub(crate) request: Request,
 }
 
+/// How serving an HTTP/1.1 connection ended.
+pub(crate) enum Ended {
+    /// The connection is over.
+    Closed,
+    /// `Upgrade: h2c`: HTTP/2 takes over (boxed: rare, and large).
+    H2c(Box<H2c>),
+    /// Idle, and asked to park by the timeout manager: what the connection keeps while it
+    /// waits outside its task (no buffer, no request state).
+    Park(Idle),
+}
+
+/// An idle HTTP/1.1 connection between requests, leaving its task.
+pub(crate) struct Idle {
+    pub(crate) sock: Arc<Transport>,
+    pub(crate) timer: Timer,
+    /// Its count among the open HTTP/1.x connections, kept while it is parked.
+    pub(crate) open: OpenConn,
+}
+
 /// The connection's I/O: what the driver's steps share.
 struct Io<'a> {
     sock: &'a Arc<Transport>,
@@ -40,9 +60,10 @@ struct Io<'a> {
     timer: &'a Timer,
 }
 
-/// Serves one connection until it closes, or until it turns into HTTP/2 (`Upgrade: h2c`):
-/// then the hand-off is returned. `rbuf` holds the bytes already received (the server read
-/// them to choose the protocol).
+/// Serves one connection until it closes, turns into HTTP/2 (`Upgrade: h2c`: the hand-off
+/// is returned) or parks while idle. `rbuf` holds the bytes already received (the server
+/// read them to choose the protocol). `resumed`: a parked keep-alive connection whose
+/// socket turned readable, with its count among the open connections.
 pub(crate) async fn serve<A: App>(
     sock: Arc<Transport>,
     rbuf: BytesMut,
@@ -50,9 +71,10 @@ pub(crate) async fn serve<A: App>(
     app: &A,
     cfg: Arc<Settings>,
     timer: Timer,
-) -> Option<H2c> {
+    resumed: Option<OpenConn>,
+) -> Ended {
     // Counts the connection as HTTP/1.x until it ends or turns into HTTP/2.
-    let open = crate::stats::OpenConn::new(false);
+    let open = resumed.unwrap_or_else(|| OpenConn::new(false));
     let _live = crate::pool::Live::new();
     let mut conn = Conn::new(cfg.clone(), rbuf, now_ms());
     // Where the app's futures run (its box is reused while that is cheap: `AppSlot`).
@@ -85,7 +107,7 @@ pub(crate) async fn serve<A: App>(
                         if conn.app_done(returned, panicked) {
                             match io.drain(&mut conn, res).await {
                                 Some(res) => res,
-                                None => return None,
+                                None => return Ended::Closed,
                             }
                         } else {
                             res
@@ -93,10 +115,10 @@ pub(crate) async fn serve<A: App>(
                     }
                     Start::H2c(request) => {
                         if io.flush(&mut conn).await.is_err() {
-                            return None;
+                            return Ended::Closed;
                         }
                         open.hand_off();
-                        return Some(H2c { sock, timer, rbuf: conn.into_rbuf(), request: *request });
+                        return Ended::H2c(Box::new(H2c { sock, timer, rbuf: conn.into_rbuf(), request: *request }));
                     }
                     Start::Reject(status, err) => dispatch::reject(&cfg, status, &err),
                 }
@@ -112,38 +134,48 @@ pub(crate) async fn serve<A: App>(
                 };
                 conn.handle_written();
                 if r.is_err() {
-                    return None;
+                    return Ended::Closed;
                 }
                 continue;
             }
             Next::Read { idle: true } => {
                 if !timer.enter_idle() {
-                    return None;
+                    return Ended::Closed;
                 }
                 timer.set_at(conn.deadline());
                 let r = if crate::pool::hold_while_idle() && conn.holds_buffers() {
-                    sock.read(conn.read_buf()).await
+                    sock.idle_read(conn.read_buf(), |_| {}, &timer).await
                 } else {
                     // An idle connection holds no buffers while it waits: they go back to
                     // the thread's pool and are taken again once the socket is readable.
                     conn.release_buffers();
                     let min = cfg.read_buffer;
-                    let r = sock.read_when_ready(conn.recv_slot(), |b| *b = crate::pool::take_read(min)).await;
-                    conn.reacquire_buffers();
+                    let r = sock.idle_read(conn.recv_slot(), |b| *b = crate::pool::take_read(min), &timer).await;
+                    if let Ok(Some(_)) = r {
+                        conn.reacquire_buffers();
+                    }
                     r
                 };
                 match r {
-                    Ok(n) if n > 0 && timer.leave_idle() => {
+                    Ok(Some(n)) if n > 0 && timer.leave_idle() => {
                         conn.handle_read(n, now_ms());
                         timer.set_at(conn.deadline());
                     }
-                    _ => return None,
+                    Ok(None) => {
+                        conn.release_buffers();
+                        // Parked with its socket alone: a body reader the app kept would
+                        // still share it (then the connection waits here, asked again later).
+                        if Arc::strong_count(&sock) == 1 {
+                            return Ended::Park(Idle { sock, timer, open });
+                        }
+                    }
+                    _ => return Ended::Closed,
                 }
                 continue;
             }
             Next::Read { idle: false } => {
                 if !io.read(&mut conn).await {
-                    return None;
+                    return Ended::Closed;
                 }
                 continue;
             }
@@ -155,15 +187,15 @@ pub(crate) async fn serve<A: App>(
                 if io.flush(&mut conn).await.is_ok() && linger {
                     sock.linger(cfg.linger_timeout).await;
                 }
-                return None;
+                return Ended::Closed;
             }
-            Next::Respond | Next::Fail(_) | Next::Done => return None,
+            Next::Respond | Next::Fail(_) | Next::Done => return Ended::Closed,
         };
         match conn.respond(res, timer.shutting_down()) {
             Ok(Send::Buffered) => {}
             Ok(send) => {
                 if !io.send(&mut conn, send).await {
-                    return None;
+                    return Ended::Closed;
                 }
             }
             Err(err) => {
@@ -171,7 +203,7 @@ pub(crate) async fn serve<A: App>(
                 let res = dispatch::reject(&cfg, StatusCode::INTERNAL_SERVER_ERROR, &err);
                 match conn.respond(res, true) {
                     Ok(Send::Buffered) => {}
-                    _ => return None,
+                    _ => return Ended::Closed,
                 }
             }
         }

@@ -31,6 +31,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 mod negotiate;
+mod park;
 
 use socket2::{Domain, Protocol, SockAddr, Type};
 use tokio::io::unix::AsyncFd;
@@ -44,6 +45,7 @@ use crate::time::timeout::{self, Group, Timer};
 use crate::transport::Transport;
 
 mod per_ip;
+use park::{Accepted, Lot};
 use per_ip::PerIp;
 
 #[cfg(feature = "http3")]
@@ -531,6 +533,14 @@ async fn accept_loop<A: App>(
     group: Arc<Group>,
     per_ip: Option<Arc<PerIp>>,
 ) {
+    // Where this listener's idle connections park (see `park.rs`).
+    let lot = match Lot::new(app, cfg.clone(), group.clone()) {
+        Ok((lot, run)) => {
+            tokio::spawn(run);
+            lot
+        }
+        Err(e) => return tracing::error!("listener: cannot make its parking lot: {e}"),
+    };
     loop {
         group.wait_room().await;
         let mut guard = tokio::select! {
@@ -548,7 +558,7 @@ async fn accept_loop<A: App>(
                 Ok((conn, peer)) => {
                     crate::stats::add(crate::stats::Counter::Accepted, 1);
                     // Over `max_connections_per_ip`: `conn` is dropped here, closing it.
-                    let slot = match per_ip.as_ref().map(|t| t.enter(&peer)) {
+                    let ip = match per_ip.as_ref().map(|t| t.enter(&peer)) {
                         None => None,
                         Some(Ok(slot)) => slot,
                         Some(Err(())) => continue,
@@ -559,32 +569,19 @@ async fn accept_loop<A: App>(
                     };
                     let timer = Timer::register(&group, cfg.header_timeout);
                     let handle = timer.handle();
-                    if opts.proxy_protocol {
+                    let a = Accepted { lot: lot.clone(), peer, timer, ip };
+                    let task = if opts.proxy_protocol {
                         // (`max_connections_per_ip` counts the socket's peer: the balancer.)
-                        let task =
-                            per_ip::spawn(slot, proxied(sock, peer, opts.clone(), app.clone(), cfg.clone(), timer));
-                        handle.set_abort(task.abort_handle());
-                        if group.is_full() {
-                            break;
+                        tokio::spawn(proxied(sock, opts.clone(), a))
+                    } else {
+                        #[cfg(feature = "tls")]
+                        match &opts.tls {
+                            Some(tc) => tokio::spawn(negotiate::serve_tls(sock, tc.clone(), a)),
+                            None => tokio::spawn(negotiate::serve(Transport::Plain(sock), a)),
                         }
-                        continue;
-                    }
-                    #[cfg(feature = "tls")]
-                    let task = match &opts.tls {
-                        Some(tc) => per_ip::spawn(
-                            slot,
-                            negotiate::serve_tls(sock, tc.clone(), peer, app.clone(), cfg.clone(), timer),
-                        ),
-                        None => per_ip::spawn(
-                            slot,
-                            negotiate::serve(Transport::Plain(sock), peer, app.clone(), cfg.clone(), timer),
-                        ),
+                        #[cfg(not(feature = "tls"))]
+                        tokio::spawn(negotiate::serve(Transport::Plain(sock), a))
                     };
-                    #[cfg(not(feature = "tls"))]
-                    let task = per_ip::spawn(
-                        slot,
-                        negotiate::serve(Transport::Plain(sock), peer, app.clone(), cfg.clone(), timer),
-                    );
                     handle.set_abort(task.abort_handle());
                     if group.is_full() {
                         break;
@@ -614,23 +611,16 @@ async fn accept_loop<A: App>(
 /// ([`negotiate::proxy_header`], within the header timeout, on the connection's timer),
 /// then the connection as the listener serves it, with the peer the header names. A
 /// missing or invalid header closes the connection.
-async fn proxied<A: App>(
-    sock: Socket,
-    peer: sys::PeerAddr,
-    opts: ListenOpts,
-    app: Arc<A>,
-    cfg: Arc<Settings>,
-    timer: Timer,
-) {
-    let peer = match Box::pin(negotiate::proxy_header(&sock, peer)).await {
+async fn proxied<A: App>(sock: Socket, opts: ListenOpts, mut a: Accepted<A>) {
+    a.peer = match Box::pin(negotiate::proxy_header(&sock, a.peer.clone())).await {
         Ok(p) => p,
-        Err(e) => return cfg.exception(&crate::Error::io(e)),
+        Err(e) => return a.lot.cfg().exception(&crate::Error::io(e)),
     };
     #[cfg(feature = "tls")]
     if let Some(tc) = opts.tls {
-        return Box::pin(negotiate::serve_tls(sock, tc, peer, app, cfg, timer)).await;
+        return Box::pin(negotiate::serve_tls(sock, tc, a)).await;
     }
     #[cfg(not(feature = "tls"))]
     let _ = opts;
-    Box::pin(negotiate::serve(Transport::Plain(sock), peer, app, cfg, timer)).await;
+    Box::pin(negotiate::serve(Transport::Plain(sock), a)).await;
 }

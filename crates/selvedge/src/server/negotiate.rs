@@ -24,11 +24,14 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 
+use super::park::{Accepted, Lot, Parked, Resume};
 use crate::app::App;
 use crate::error::{Error, Kind};
+use crate::h1::driver::{Ended, H2c};
 use crate::h2::codec::{preface, PrefaceMatch};
 use crate::settings::Settings;
 use crate::socket::Socket;
+use crate::stats::OpenConn;
 use crate::sys::PeerAddr;
 use crate::time::timeout::{now_ms, Timer};
 use crate::transport::Transport;
@@ -74,24 +77,52 @@ fn preface_shaped(buf: &[u8]) -> bool {
 }
 
 /// Serves an accepted connection (after the TLS handshake, on TLS listeners).
-pub(crate) async fn serve<A: App>(sock: Transport, peer: PeerAddr, app: Arc<A>, cfg: Arc<Settings>, timer: Timer) {
+pub(crate) async fn serve<A: App>(sock: Transport, a: Accepted<A>) {
     let sock = Arc::new(sock);
+    let (app, cfg) = (a.lot.app().clone(), a.lot.cfg().clone());
     if sock.alpn_h2() {
-        return serve_h2(sock, peer, app, cfg, timer, BytesMut::new(), None).await;
+        return serve_h2(sock, a.peer, app, cfg, a.timer, BytesMut::new(), None).await;
     }
-    let Some(rbuf) = first_bytes(&sock, &cfg, &timer).await else { return };
+    let rbuf = match first_bytes(&sock, &cfg, &a.timer).await {
+        First::Bytes(b) => b,
+        First::Park => return a.lot.clone().park(sock, a, Resume::Negotiate),
+        First::Closed => return,
+    };
     match sniff(&rbuf) {
-        Sniff::Http2 => serve_h2(sock, peer, app, cfg, timer, rbuf, None).await,
+        Sniff::Http2 => serve_h2(sock, a.peer, app, cfg, a.timer, rbuf, None).await,
         Sniff::BrokenPreface => {
             cfg.exception(&Error::new(Kind::BadRequest, "invalid HTTP/2 connection preface"));
             sock.linger(cfg.linger_timeout).await;
         }
-        Sniff::Http1 | Sniff::More => {
-            let h2c = crate::h1::driver::serve(sock, rbuf, peer.clone(), &*app, cfg.clone(), timer).await;
-            if let Some(h) = h2c {
-                serve_h2(h.sock, peer, app, cfg, h.timer, h.rbuf, Some(h.request)).await;
-            }
+        Sniff::Http1 | Sniff::More => http1(sock, rbuf, a, None).await,
+    }
+}
+
+/// HTTP/1.1 until the connection ends, turns into HTTP/2 or parks.
+async fn http1<A: App>(sock: Arc<Transport>, rbuf: BytesMut, a: Accepted<A>, resumed: Option<OpenConn>) {
+    let Accepted { lot, peer, timer, ip } = a;
+    let (app, cfg) = (lot.app().clone(), lot.cfg().clone());
+    match crate::h1::driver::serve(sock, rbuf, peer.clone(), &*app, cfg.clone(), timer, resumed).await {
+        Ended::Closed => {}
+        Ended::H2c(h) => {
+            let H2c { sock, timer, rbuf, request } = *h;
+            serve_h2(sock, peer, app, cfg, timer, rbuf, Some(request)).await;
         }
+        Ended::Park(idle) => {
+            let a = Accepted { lot: lot.clone(), peer, timer: idle.timer, ip };
+            lot.park(idle.sock, a, Resume::H1(idle.open));
+        }
+    }
+}
+
+/// A parked connection whose socket turned readable (spawned by its lot): it goes on where
+/// it stopped, back on the reactor.
+pub(crate) async fn resume<A: App>(lot: Arc<Lot<A>>, p: Parked) {
+    let (sock, a, how) = p.into_parts(lot);
+    let Ok(sock) = sock.wake() else { return };
+    match how {
+        Resume::Negotiate => Box::pin(serve(sock, a)).await,
+        Resume::H1(open) => http1(Arc::new(sock), BytesMut::new(), a, Some(open)).await,
     }
 }
 
@@ -99,14 +130,8 @@ pub(crate) async fn serve<A: App>(sock: Transport, peer: PeerAddr, app: Arc<A>, 
 /// `tls_handshake_timeout`), then [`serve`] (or, for an ACME TLS-ALPN-01 validation, the
 /// close).
 #[cfg(feature = "tls")]
-pub(crate) async fn serve_tls<A: App>(
-    sock: crate::socket::Socket,
-    config: Arc<rustls::ServerConfig>,
-    peer: PeerAddr,
-    app: Arc<A>,
-    cfg: Arc<Settings>,
-    timer: Timer,
-) {
+pub(crate) async fn serve_tls<A: App>(sock: crate::socket::Socket, config: Arc<rustls::ServerConfig>, a: Accepted<A>) {
+    let (cfg, timer) = (a.lot.cfg(), &a.timer);
     let session = match crate::tls::Session::new(config) {
         Ok(s) => s,
         Err(e) => return cfg.exception(&Error::io(e)),
@@ -123,7 +148,7 @@ pub(crate) async fn serve_tls<A: App>(
         sock.shutdown_write();
         return;
     }
-    serve(Transport::Tls { sock, session: Box::new(session) }, peer, app, cfg, timer).await;
+    serve(Transport::Tls { sock, session: Box::new(session) }, a).await;
 }
 
 /// Reads exactly the PROXY protocol header off `sock` (peeking first, so the bytes after
@@ -167,30 +192,44 @@ async fn serve_h2<A: App>(
     Box::pin(crate::h2::conn::serve(sock, peer, app, cfg, timer, rbuf, upgraded)).await;
 }
 
+/// How the wait for a connection's first bytes ended.
+enum First {
+    Bytes(BytesMut),
+    /// Nothing came while the connection was idle long enough to park.
+    Park,
+    /// The client left, the read failed, or the server is shutting down.
+    Closed,
+}
+
 /// Reads until the first bytes decide the protocol (one optimistic read first: the
 /// request usually arrived with the handshake). The connection counts as idle until its
-/// first byte (shutdown may close it), and holds no receive buffer while it waits unless
-/// few connections are live (`pool::hold_while_idle`). `None`: the client left, the read
-/// failed, or the server is shutting down.
-async fn first_bytes(sock: &Transport, cfg: &Settings, timer: &Timer) -> Option<BytesMut> {
+/// first byte (shutdown may close it, the timeout manager may park it), and holds no
+/// receive buffer while it waits unless few connections are live
+/// (`pool::hold_while_idle`).
+async fn first_bytes(sock: &Transport, cfg: &Settings, timer: &Timer) -> First {
     let mut buf = crate::pool::take_read(cfg.read_buffer);
     match sock.try_read(&mut buf) {
-        Ok(Some(0)) | Err(_) => return None,
+        Ok(Some(0)) | Err(_) => return First::Closed,
         Ok(Some(_)) => {}
         Ok(None) => {
             if !timer.enter_idle() {
-                return None;
+                return First::Closed;
             }
             timer.tickle(cfg.header_timeout);
             let n = if crate::pool::hold_while_idle() {
-                sock.read(&mut buf).await
+                sock.idle_read(&mut buf, |_| {}, timer).await
             } else {
                 crate::pool::put_read(std::mem::take(&mut buf));
                 let min = cfg.read_buffer;
-                sock.read_when_ready(&mut buf, |b| *b = crate::pool::take_read(min)).await
+                sock.idle_read(&mut buf, |b| *b = crate::pool::take_read(min), timer).await
             };
-            if !matches!(n, Ok(1..)) || !timer.leave_idle() {
-                return None;
+            match n {
+                Ok(None) => {
+                    crate::pool::put_read(buf);
+                    return First::Park;
+                }
+                Ok(Some(1..)) if timer.leave_idle() => {}
+                _ => return First::Closed,
             }
         }
     }
@@ -198,10 +237,10 @@ async fn first_bytes(sock: &Transport, cfg: &Settings, timer: &Timer) -> Option<
     timer.set_deadline(now_ms(), cfg.header_timeout);
     while sniff(&buf) == Sniff::More {
         if !matches!(sock.read(&mut buf).await, Ok(1..)) {
-            return None;
+            return First::Closed;
         }
     }
-    Some(buf)
+    First::Bytes(buf)
 }
 
 #[cfg(test)]

@@ -62,21 +62,6 @@ impl Drop for IpSlot {
     }
 }
 
-/// Spawns a connection's task, holding its slot (if counted) until the connection ends;
-/// an uncounted connection's task is the connection's future itself.
-pub(crate) fn spawn<F>(slot: Option<IpSlot>, f: F) -> tokio::task::JoinHandle<()>
-where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    match slot {
-        None => tokio::spawn(f),
-        Some(slot) => tokio::spawn(async move {
-            let _slot = slot;
-            f.await
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

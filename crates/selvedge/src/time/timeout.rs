@@ -12,13 +12,20 @@
 //!   a timer whose deadline passed has its task aborted (dropping the task closes the socket
 //!   and runs every destructor, so streams are cleaned up), and when the timer's group is
 //!   shutting down an idle connection is claimed (`IDLE -> CLOSING`) and aborted at once.
+//! - Idle connections are parked (Warp's two-phase reaper, applied to waiting): a pass that
+//!   finds a connection idle marks it (`IDLE -> IDLE_SEEN`); the next pass that finds it
+//!   still idle asks it to park (`IDLE_SEEN -> PARK`) and wakes its task, which hands its
+//!   socket and timer to a parking lot (`server::park`) and ends. So a connection idle for
+//!   one to two ticks holds no task; while parked, its deadline is kept here as before and
+//!   an expired (or, at shutdown, claimed) parked connection is closed through its lot.
 //! - The manager's thread also refreshes the shared `Date` header once a second.
 //!
 //! The manager's tick is [`TICK`]: a timeout fires between `timeout` and `timeout + TICK`.
 
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::task::{Context, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -36,6 +43,48 @@ const PAUSED: u64 = NO_DEADLINE;
 const PHASE_ACTIVE: u8 = 0;
 const PHASE_IDLE: u8 = 1;
 const PHASE_CLOSING: u8 = 2;
+/// Idle, and seen idle by one pass of the manager.
+const PHASE_IDLE_SEEN: u8 = 3;
+/// Idle, and asked to park (its task was woken to do so).
+const PHASE_PARK: u8 = 4;
+/// Parked: no task; the connection waits in a parking lot.
+const PHASE_PARKED: u8 = 5;
+
+/// Whether `phase` is one of the idle phases (waiting for a request, in its task).
+#[inline]
+fn idle_phase(phase: u8) -> bool {
+    matches!(phase, PHASE_IDLE | PHASE_IDLE_SEEN | PHASE_PARK)
+}
+
+/// Where parked connections wait (`server::park`): the manager closes a parked connection
+/// there when its deadline passes or shutdown claims it.
+pub(crate) trait Lot: Send + Sync {
+    /// Closes the connection parked under `key`, if it is still there.
+    fn close(&self, key: u64);
+}
+
+/// What runs the connection, as the manager reaches it.
+#[derive(Default)]
+enum Owner {
+    /// Nothing yet (between a parking lot and the task it spawns).
+    #[default]
+    None,
+    /// A task: aborted when the deadline passes; `waker` (the task's, once it has waited
+    /// idle) is woken to ask it to park.
+    Task { abort: AbortHandle, waker: Option<Waker> },
+    /// Parked in a lot under `key`.
+    Parked { lot: Weak<dyn Lot>, key: u64 },
+}
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Owner::None => f.write_str("None"),
+            Owner::Task { .. } => f.write_str("Task"),
+            Owner::Parked { key, .. } => write!(f, "Parked({key})"),
+        }
+    }
+}
 
 /// The coarse clock: milliseconds since the manager started, advanced on each tick.
 static NOW_MS: AtomicU64 = AtomicU64::new(0);
@@ -162,8 +211,16 @@ impl Group {
 struct Slot {
     deadline: AtomicU64,
     phase: AtomicU8,
-    abort: OnceLock<AbortHandle>,
+    /// Taken on spawn, park and unpark, by the task once per task (its waker), and by the
+    /// manager when it aborts, closes or wakes: never per request.
+    owner: Mutex<Owner>,
     group: Arc<Group>,
+}
+
+impl Slot {
+    fn owner(&self) -> std::sync::MutexGuard<'_, Owner> {
+        self.owner.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// A connection's registration with the manager. Dropping it tells the manager the
@@ -171,6 +228,8 @@ struct Slot {
 #[derive(Debug)]
 pub struct Timer {
     handle: TimerHandle,
+    /// The current task's waker is in the slot (see [`Timer::park_requested`]).
+    waker_set: AtomicBool,
 }
 
 /// A cloneable handle on a connection's deadline (for body readers and stream writers).
@@ -194,11 +253,11 @@ impl Timer {
         let slot = Arc::new(Slot {
             deadline: AtomicU64::new(now_ms().saturating_add(timeout.as_millis() as u64)),
             phase: AtomicU8::new(PHASE_ACTIVE),
-            abort: OnceLock::new(),
+            owner: Mutex::new(Owner::None),
             group: group.clone(),
         });
         mgr.push(slot.clone());
-        Timer { handle: TimerHandle { slot } }
+        Timer { handle: TimerHandle { slot }, waker_set: AtomicBool::new(false) }
     }
 
     /// A cloneable handle on this timer.
@@ -215,20 +274,58 @@ impl Timer {
     }
 
     /// Leaves the idle phase as a request begins. Returns `false` if shutdown already
-    /// claimed this connection, in which case it must close without answering.
+    /// claimed this connection, in which case it must close without answering. (A request
+    /// to park that came too late is simply dropped.)
     #[inline]
     pub fn leave_idle(&self) -> bool {
-        match self.slot.phase.compare_exchange(PHASE_IDLE, PHASE_ACTIVE, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(_) => true,
-            Err(p) => p == PHASE_ACTIVE,
+        let phase = &self.slot.phase;
+        let mut p = PHASE_IDLE;
+        loop {
+            match phase.compare_exchange(p, PHASE_ACTIVE, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return true,
+                Err(now) if idle_phase(now) => p = now,
+                Err(now) => return now == PHASE_ACTIVE,
+            }
         }
+    }
+
+    /// For an idle wait's poll: whether the manager asks the connection to park. The first
+    /// call in a task leaves the task's waker with the manager, which wakes it to ask.
+    #[inline]
+    pub(crate) fn park_requested(&self, cx: &Context<'_>) -> bool {
+        if !self.waker_set.load(Ordering::Relaxed) {
+            if let Owner::Task { waker, .. } = &mut *self.slot.owner() {
+                *waker = Some(cx.waker().clone());
+            }
+            self.waker_set.store(true, Ordering::Relaxed);
+        }
+        self.slot.phase.load(Ordering::Acquire) == PHASE_PARK
+    }
+
+    /// The connection leaves its task for parking lot `lot` under `key`: the task's abort
+    /// handle and waker are let go (they hold the finished task's memory), and the manager
+    /// now closes it through the lot. Called by the lot, with the connection in it.
+    pub(crate) fn parked(&self, lot: Weak<dyn Lot>, key: u64) {
+        *self.slot.owner() = Owner::Parked { lot, key };
+        self.waker_set.store(false, Ordering::Relaxed);
+        self.slot.phase.store(PHASE_PARKED, Ordering::SeqCst);
+    }
+
+    /// A parked connection's socket turned readable and its lot takes it out to spawn a
+    /// task for it. `false`: the manager closes it (its deadline passed, or shutdown).
+    pub(crate) fn unpark(&self) -> bool {
+        let ok = self.slot.phase.compare_exchange(PHASE_PARKED, PHASE_ACTIVE, Ordering::SeqCst, Ordering::SeqCst);
+        if ok.is_ok() {
+            *self.slot.owner() = Owner::None;
+        }
+        ok.is_ok()
     }
 }
 
 impl TimerHandle {
     /// Gives the manager the means to stop the connection's task.
     pub fn set_abort(&self, handle: AbortHandle) {
-        let _ = self.slot.abort.set(handle);
+        *self.slot.owner() = Owner::Task { abort: handle, waker: None };
     }
 
     /// Moves the deadline to `timeout` from now: one relaxed store.
@@ -376,15 +473,49 @@ fn sweep(slot: &Arc<Slot>, now: u64) -> bool {
         return false; // the connection is gone
     }
     let expired = slot.deadline.load(Ordering::Relaxed) <= now;
-    let claim_idle = slot.group.is_shutting_down()
-        && slot.phase.compare_exchange(PHASE_IDLE, PHASE_CLOSING, Ordering::SeqCst, Ordering::SeqCst).is_ok();
-    if expired || claim_idle {
-        if let Some(h) = slot.abort.get() {
-            h.abort();
+    let shutting_down = slot.group.is_shutting_down();
+    let phase = slot.phase.load(Ordering::SeqCst);
+    if phase == PHASE_PARKED {
+        if (expired || shutting_down) && claim(slot, PHASE_PARKED) {
+            let lot = match &*slot.owner() {
+                Owner::Parked { lot, key } => lot.upgrade().map(|l| (l, *key)),
+                _ => None,
+            };
+            if let Some((lot, key)) = lot {
+                lot.close(key);
+            }
             return false;
+        }
+        return true;
+    }
+    let claim_idle = shutting_down && idle_phase(phase) && claim(slot, phase);
+    if expired || claim_idle {
+        if let Owner::Task { abort, .. } = &*slot.owner() {
+            abort.abort();
+            return false;
+        }
+        return true;
+    }
+    // Idle for a whole tick: mark it; marked on the pass before: ask it to park.
+    if phase == PHASE_IDLE {
+        let _ = slot.phase.compare_exchange(PHASE_IDLE, PHASE_IDLE_SEEN, Ordering::SeqCst, Ordering::SeqCst);
+    } else if phase == PHASE_IDLE_SEEN
+        && slot.phase.compare_exchange(PHASE_IDLE_SEEN, PHASE_PARK, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    {
+        let waker = match &*slot.owner() {
+            Owner::Task { waker: Some(w), .. } => Some(w.clone()),
+            _ => None,
+        };
+        if let Some(w) = waker {
+            w.wake();
         }
     }
     true
+}
+
+/// Claims a connection in `phase` for closing (`-> CLOSING`); `false` if it moved on.
+fn claim(slot: &Slot, phase: u8) -> bool {
+    slot.phase.compare_exchange(phase, PHASE_CLOSING, Ordering::SeqCst, Ordering::SeqCst).is_ok()
 }
 
 #[cfg(test)]
@@ -399,7 +530,7 @@ mod tests {
             inbox.push(Arc::new(Slot {
                 deadline: AtomicU64::new(0),
                 phase: AtomicU8::new(PHASE_ACTIVE),
-                abort: OnceLock::new(),
+                owner: Mutex::new(Owner::None),
                 group: group.clone(),
             }));
         }

@@ -1,0 +1,219 @@
+//! The parking lot: where idle connections wait without a task.
+//!
+//! A task per connection is cheap while it works, but an idle keep-alive connection would
+//! keep its task (the connection's whole future) and its registration with the reactor
+//! for as long as it waits. So a connection that stays idle for one to two ticks of the
+//! timeout manager is asked to park (see `time::timeout`): its task hands the socket's
+//! descriptor, its timer and what it must remember (its client, its place in the
+//! per-address count, whether it speaks HTTP/1.1 already, its TLS session) to the lot of
+//! its listener and ends. The lot watches every parked descriptor with one epoll instance
+//! of its own (through mio), itself one registration on the worker's reactor, and spawns
+//! a task for a connection again when its socket turns readable: it reads the next request
+//! as any idle connection does, into a buffer from the thread's pool.
+//!
+//! The timeout manager stays the one clock: a parked connection keeps its timer, and when
+//! its deadline passes (or shutdown claims it) the manager closes it here
+//! ([`time::timeout::Lot::close`](crate::time::timeout::Lot)). A parked connection costs a
+//! slot in the lot's table (about a hundred bytes) and its timer's slot; its buffers went
+//! back to the pool before it parked.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use mio::unix::SourceFd;
+
+use super::per_ip::IpSlot;
+use crate::app::App;
+use crate::settings::Settings;
+use crate::stats::OpenConn;
+use crate::sys::PeerAddr;
+use crate::time::timeout::{self, Group, Timer};
+use crate::transport::{Dormant, Transport};
+
+/// A connection as a listener hands it on: its client, its timer, its place in the
+/// per-address count, and the lot (with the app and settings) it parks in.
+pub(crate) struct Accepted<A> {
+    pub(crate) lot: Arc<Lot<A>>,
+    pub(crate) peer: PeerAddr,
+    pub(crate) timer: Timer,
+    pub(crate) ip: Option<IpSlot>,
+}
+
+/// Where a parked connection picks up again.
+pub(crate) enum Resume {
+    /// From its first bytes: it parked before sending any (the protocol is not chosen).
+    Negotiate,
+    /// As HTTP/1.1, waiting for its next request.
+    H1(OpenConn),
+}
+
+/// A parked connection.
+pub(crate) struct Parked {
+    sock: Dormant,
+    timer: Timer,
+    peer: PeerAddr,
+    ip: Option<IpSlot>,
+    how: Resume,
+}
+
+/// One place in the lot's table; `gen` tells its occupants apart (keys are `gen << 32 |
+/// index`), so a late event or close for an earlier occupant finds nothing.
+struct Place {
+    gen: u32,
+    conn: Option<Parked>,
+}
+
+#[derive(Default)]
+struct Table {
+    places: Vec<Place>,
+    free: Vec<u32>,
+}
+
+/// The parked connections of one listener on one worker.
+pub(crate) struct Lot<A> {
+    app: Arc<A>,
+    cfg: Arc<Settings>,
+    registry: mio::Registry,
+    table: Mutex<Table>,
+    me: Weak<Lot<A>>,
+}
+
+impl<A: App> Lot<A> {
+    /// A lot for `app`'s connections, and the task that wakes them (to spawn on the
+    /// worker's runtime; it ends when `group` shuts down, closing what is still parked).
+    ///
+    /// # Errors
+    /// The epoll instance could not be made.
+    pub(crate) fn new(
+        app: Arc<A>,
+        cfg: Arc<Settings>,
+        group: Arc<Group>,
+    ) -> io::Result<(Arc<Lot<A>>, impl std::future::Future<Output = ()> + Send)> {
+        let poll = mio::Poll::new()?;
+        let registry = poll.registry().try_clone()?;
+        let lot = Arc::new_cyclic(|me| Lot { app, cfg, registry, table: Mutex::new(Table::default()), me: me.clone() });
+        let run = lot.clone().run(poll, group);
+        Ok((lot, run))
+    }
+
+    pub(crate) fn app(&self) -> &Arc<A> {
+        &self.app
+    }
+
+    pub(crate) fn cfg(&self) -> &Arc<Settings> {
+        &self.cfg
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Parks an idle connection: its socket must be shared with no one (else it is closed).
+    pub(crate) fn park(&self, sock: Arc<Transport>, a: Accepted<A>, how: Resume) {
+        let Ok(sock) = Arc::try_unwrap(sock) else { return };
+        let Accepted { timer, peer, ip, .. } = a;
+        let sock = sock.into_dormant();
+        let mut t = self.table();
+        let index = match t.free.pop() {
+            Some(i) => i,
+            None => {
+                t.places.push(Place { gen: 0, conn: None });
+                (t.places.len() - 1) as u32
+            }
+        };
+        let key = u64::from(t.places[index as usize].gen) << 32 | u64::from(index);
+        let fd = sock.fd().as_raw_fd();
+        if self.registry.register(&mut SourceFd(&fd), mio::Token(key as usize), mio::Interest::READABLE).is_err() {
+            t.free.push(index);
+            return; // closed
+        }
+        // Under the table's lock: the manager's close for this key waits until it is here.
+        let lot: Weak<dyn timeout::Lot> = self.me.clone();
+        timer.parked(lot, key);
+        t.places[index as usize].conn = Some(Parked { sock, timer, peer, ip, how });
+        crate::stats::add(crate::stats::Counter::Parked, 1);
+    }
+
+    /// Takes the connection parked under `key` out of the table (and off the lot's epoll).
+    fn take(&self, key: u64) -> Option<Parked> {
+        let (index, gen) = ((key & u64::from(u32::MAX)) as usize, (key >> 32) as u32);
+        let p = {
+            let mut t = self.table();
+            let place = t.places.get_mut(index).filter(|p| p.gen == gen && p.conn.is_some())?;
+            let p = place.conn.take();
+            place.gen = place.gen.wrapping_add(1);
+            t.free.push(index as u32);
+            p
+        }?;
+        let _ = self.registry.deregister(&mut SourceFd(&p.sock.fd().as_raw_fd()));
+        crate::stats::add(crate::stats::Counter::Unparked, 1);
+        Some(p)
+    }
+
+    /// The socket of the connection under `key` turned readable: a task serves it again.
+    fn wake(&self, key: u64) {
+        let Some(p) = self.take(key) else { return };
+        // `false`: the manager claimed it first (deadline, shutdown); dropping it closes it.
+        if !p.timer.unpark() {
+            return;
+        }
+        let Some(lot) = self.me.upgrade() else { return };
+        let handle = p.timer.handle();
+        let task = tokio::spawn(super::negotiate::resume(lot, p));
+        handle.set_abort(task.abort_handle());
+    }
+
+    /// Waits for parked sockets to turn readable, until `group` shuts down; then closes
+    /// every connection still parked.
+    async fn run(self: Arc<Self>, poll: mio::Poll, group: Arc<Group>) {
+        let mut poll = match crate::sys::register_poll(poll) {
+            Ok(p) => p,
+            Err(e) => return tracing::error!("parking lot: cannot register its epoll instance: {e}"),
+        };
+        let mut events = mio::Events::with_capacity(256);
+        loop {
+            let mut guard = tokio::select! {
+                g = poll.readable_mut() => match g {
+                    Ok(g) => g,
+                    Err(_) => break,
+                },
+                _ = group.wait_shutdown() => break,
+            };
+            loop {
+                if let Err(e) = guard.get_inner_mut().poll(&mut events, Some(Duration::ZERO)) {
+                    if e.kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    tracing::error!("parking lot: epoll_wait failed: {e}");
+                    break;
+                }
+                if events.is_empty() {
+                    guard.clear_ready();
+                    break;
+                }
+                for ev in events.iter() {
+                    self.wake(ev.token().0 as u64);
+                }
+            }
+        }
+        let all: Vec<Parked> = self.table().places.iter_mut().filter_map(|p| p.conn.take()).collect();
+        crate::stats::add(crate::stats::Counter::Unparked, all.len() as u64);
+        drop(all);
+    }
+}
+
+impl<A: App> timeout::Lot for Lot<A> {
+    fn close(&self, key: u64) {
+        drop(self.take(key));
+    }
+}
+
+/// A parked connection's task: back on the reactor, it serves its next request.
+impl Parked {
+    pub(crate) fn into_parts<A>(self, lot: Arc<Lot<A>>) -> (Dormant, Accepted<A>, Resume) {
+        let Parked { sock, timer, peer, ip, how } = self;
+        (sock, Accepted { lot, peer, timer, ip }, how)
+    }
+}
