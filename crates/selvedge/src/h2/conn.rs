@@ -52,6 +52,9 @@ use crate::Request;
 /// for the GOAWAY and the lingering close.
 const BACKSTOP: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Room the receiver keeps for the next read while streams are open.
+const RECV_RESERVE: usize = 32 * 1024;
+
 /// State shared by the receiver, the sender and the stream tasks.
 pub(crate) struct Shared {
     proto: Mutex<Proto>,
@@ -284,11 +287,21 @@ async fn receiver<A: App>(
         if done || shared.closed.load(Ordering::SeqCst) {
             return;
         }
-        if rbuf.capacity() - rbuf.len() < 4096 {
-            rbuf.reserve(32 * 1024);
+        // With nothing buffered, the connection waits without its receive buffer (back to
+        // the thread's pool, taken again once bytes arrive: a busy worker recycles the
+        // same warm buffer), so an idle connection holds none.
+        if rbuf.is_empty() {
+            crate::pool::put_read(std::mem::take(&mut rbuf));
+        } else if rbuf.capacity() - rbuf.len() < 4096 {
+            rbuf.reserve(RECV_RESERVE);
         }
+        let fill = |b: &mut BytesMut| {
+            if b.capacity() - b.len() < 4096 {
+                *b = crate::pool::take_read(RECV_RESERVE);
+            }
+        };
         let r = tokio::select! {
-            r = sock.read(&mut rbuf) => r,
+            r = sock.read_when_ready(&mut rbuf, fill) => r,
             _ = timer.wait_shutdown(), if !shutdown_seen => {
                 shutdown_seen = true;
                 shared.lock().shutdown();
@@ -321,14 +334,14 @@ async fn sender(
     loop {
         let notified = shared.wake.notified();
         date::current(&mut date);
-        let (done, failed) = {
+        let (done, failed, streams) = {
             let mut p = shared.lock();
             p.set_now(now_ms());
             p.fill(&mut wbuf, batch, &date, &mut reads);
             if p.take_timers_changed() {
                 shared.timers.notify_one();
             }
-            (p.is_done() && !p.has_output(), p.failed())
+            (p.is_done() && !p.has_output(), p.failed(), p.has_streams())
         };
         read_files(shared, &mut wbuf, &mut reads);
         if !wbuf.is_empty() {
@@ -354,7 +367,16 @@ async fn sender(
         if shared.closed.load(Ordering::SeqCst) {
             return None;
         }
+        // With no stream open, the connection waits without its write buffer and its
+        // decoded-fields arena.
+        if wbuf.capacity() > 0 && !streams {
+            wbuf = Vec::new();
+            shared.lock().release_idle();
+        }
         notified.await;
+        if wbuf.capacity() == 0 {
+            wbuf.reserve(batch + 16 * 1024);
+        }
     }
 }
 

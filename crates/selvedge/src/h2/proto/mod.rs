@@ -269,6 +269,14 @@ impl Proto {
         !self.streams.is_empty()
     }
 
+    /// Lets go of what only open streams need (the decoded-fields arena) while the
+    /// connection has none, so an idle connection keeps only its tables and settings.
+    pub(crate) fn release_idle(&mut self) {
+        if self.streams.is_empty() {
+            self.arena = BytesMut::new();
+        }
+    }
+
     /// Ends the connection with a connection error: GOAWAY with the last stream id.
     pub(crate) fn go_away(&mut self, reason: Reason) {
         if self.failed.is_some() {

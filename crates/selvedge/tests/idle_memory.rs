@@ -1,0 +1,184 @@
+//! What an idle connection costs in heap memory, counted exactly: a counting global
+//! allocator sees every allocation of the server (and of this test's blocking clients,
+//! which allocate nothing per connection), so the growth of live heap bytes while
+//! thousands of connections idle after one request each, divided by their number, is the
+//! engine's bytes per idle connection. An idle HTTP/1.1 connection is parked (no task, no
+//! reactor registration, no buffer: its place in the parking lot and its timer); the
+//! bounds are close to today's figures, so a regression (a task, a buffer or a table kept
+//! while idle) fails here. The live-allocation counts by size are printed as the
+//! breakdown.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+
+/// Live bytes, and live allocations by size (the last bucket counts every larger one).
+struct Counting;
+
+const BUCKETS: usize = 131_073;
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static BY_SIZE: [AtomicIsize; BUCKETS] = [const { AtomicIsize::new(0) }; BUCKETS];
+
+fn bucket(size: usize) -> usize {
+    size.min(BUCKETS - 1)
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counters are
+// plain atomics and allocate nothing.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        BY_SIZE[bucket(l.size())].fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's layout is passed on as is.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        BY_SIZE[bucket(l.size())].fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: `p` was allocated by `System` with this layout.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        BY_SIZE[bucket(l.size())].fetch_sub(1, Ordering::Relaxed);
+        BY_SIZE[bucket(new)].fetch_add(1, Ordering::Relaxed);
+        // SAFETY: `p` was allocated by `System` with layout `l`.
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+struct Snapshot {
+    live: isize,
+    by_size: Vec<isize>,
+}
+
+fn snapshot() -> Snapshot {
+    Snapshot { live: LIVE.load(Ordering::SeqCst), by_size: BY_SIZE.iter().map(|c| c.load(Ordering::SeqCst)).collect() }
+}
+
+/// Heap bytes per connection between two snapshots, and the sizes of the allocations that
+/// grew by at least one per 20 connections ("size: count per connection").
+fn per_connection(a: &Snapshot, b: &Snapshot, n: usize) -> (f64, String) {
+    let mut parts = Vec::new();
+    for (size, (x, y)) in a.by_size.iter().zip(&b.by_size).enumerate() {
+        let d = (y - x) as f64 / n as f64;
+        if d.abs() >= 0.05 {
+            let name = if size == BUCKETS - 1 { format!(">{}", BUCKETS - 2) } else { size.to_string() };
+            parts.push(format!("{name} B: {d:.2}"));
+        }
+    }
+    ((b.live - a.live) as f64 / n as f64, parts.join(", "))
+}
+
+/// How many connections the test can hold: each takes a descriptor on both ends, in
+/// this one process. The soft limit is raised to the hard one first.
+fn budget(want: usize) -> usize {
+    // SAFETY: getrlimit/setrlimit with a valid, initialized struct.
+    unsafe {
+        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+            return want.min((r.rlim_cur as usize).saturating_sub(300) / 2);
+        }
+    }
+    want.min(400)
+}
+
+/// Heap bytes per idle connection allowed (see the measured figures in bench/RESULTS.md).
+const H1_BOUND: f64 = 600.0;
+const H2_BOUND: f64 = 16_000.0;
+
+const PAGE: &[u8] = include_bytes!("../../../bench/site/index.html");
+
+async fn page(_req: selvedge::Request) -> selvedge::Response {
+    selvedge::Response::bytes(selvedge::http::StatusCode::OK, PAGE)
+}
+
+fn h1_get(s: &mut TcpStream) {
+    s.write_all(b"GET /index.html HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 2048];
+    while !got.ends_with(b"</html>\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&got));
+}
+
+fn h1_conn(addr: SocketAddr) -> TcpStream {
+    let mut s = connect(addr);
+    h1_get(&mut s);
+    s
+}
+
+/// An h2c connection after one GET, idle; only its socket is kept (the client's HPACK
+/// tables and buffers would count as this process's heap).
+fn h2_conn(addr: SocketAddr) -> TcpStream {
+    let mut c = common::h2::Client::connect(addr, &[]);
+    c.get(1, "/index.html");
+    let mut body = 0;
+    while body < PAGE.len() {
+        match c.next().expect("an answer") {
+            selvedge::h2::frame::Frame::Data(d) if d.stream == 1 => body += d.data.len(),
+            _ => {}
+        }
+    }
+    c.sock
+}
+
+/// Opens `n` connections with `open` over `rounds` rounds, each held idle and measured,
+/// then closed; returns the heap bytes per idle connection of each round. `parks`: the
+/// connections park (they are measured once all are parked).
+fn measure<C>(name: &str, n: usize, rounds: usize, parks: bool, mut open: impl FnMut() -> C) -> Vec<f64> {
+    // Warm-up: the runtime's, the pools', the parking lot's and the allocator's one-time
+    // growth.
+    drop((0..n).map(|_| open()).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_millis(500));
+    let mut out = Vec::new();
+    for round in 0..rounds {
+        let mut held = Vec::with_capacity(n);
+        let before = snapshot();
+        for _ in 0..n {
+            held.push(open());
+        }
+        // Every connection has sent its answer and gone back to waiting (and parked).
+        std::thread::sleep(Duration::from_millis(300));
+        if parks {
+            let all = wait_for(10, || selvedge::stats::snapshot().parked as usize >= n);
+            assert!(all, "{name}: {} of {n} parked", selvedge::stats::snapshot().parked);
+        }
+        let idle = snapshot();
+        let (bytes, sizes) = per_connection(&before, &idle, n);
+        eprintln!("{name} round {round}: {n} idle connections: {bytes:.0} heap bytes each; live allocations per connection by size: {sizes}");
+        out.push(bytes);
+        drop(held);
+        assert!(wait_for(10, || selvedge::stats::snapshot().parked == 0), "{name}: parked connections left");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    out
+}
+
+#[test]
+fn idle_connections_hold_almost_no_heap() {
+    let srv = start(settings(), page);
+    let n = budget(5_000);
+    let addr = srv.addr;
+    let h1 = measure("HTTP/1.1", n, 3, true, || h1_conn(addr));
+    let h2 = measure("h2c", n, 2, false, || h2_conn(addr));
+    let worst_h1 = h1.iter().cloned().fold(0.0, f64::max);
+    assert!(worst_h1 < H1_BOUND, "HTTP/1.1: {h1:?} heap bytes per idle connection");
+    let worst_h2 = h2.iter().cloned().fold(0.0, f64::max);
+    assert!(worst_h2 < H2_BOUND, "h2c: {h2:?} heap bytes per idle connection");
+}
