@@ -341,7 +341,8 @@ impl Session {
         let mut eof = false;
         if cbuf.is_empty() {
             if cbuf.capacity() < 17 * 1024 {
-                cbuf.reserve(18 * 1024);
+                // From the thread's pool: an idle session gave its buffer back there.
+                cbuf = crate::pool::take_read(18 * 1024);
             }
             eof = sock.read(&mut cbuf).await? == 0;
         }
@@ -420,6 +421,15 @@ impl Session {
                 // End of stream without close_notify: report what the reader has, then EOF.
                 return Ok(self.read_plain(buf)?.unwrap_or(0));
             }
+        }
+    }
+
+    /// Gives the (empty) ciphertext buffer back to the thread's pool while the connection
+    /// waits for the peer, so an idle session holds only rustls's own state.
+    pub(crate) fn release_idle(&self) {
+        let mut cbuf = self.cbuf.lock().unwrap_or_else(|p| p.into_inner());
+        if cbuf.is_empty() && cbuf.capacity() > 0 {
+            crate::pool::put_read(std::mem::take(&mut *cbuf));
         }
     }
 

@@ -77,8 +77,9 @@ impl Transport {
             Transport::Plain(s) => s.read_when_ready(buf, fill).await,
             #[cfg(feature = "tls")]
             Transport::Tls { sock, session } => {
-                if !session.has_plaintext() && !sock.ready_unless_parked(None).await? {
-                    return Ok(0);
+                if !session.has_plaintext() {
+                    session.release_idle();
+                    sock.ready_unless_parked(None).await?;
                 }
                 fill(buf);
                 session.read(sock, buf).await
@@ -99,8 +100,11 @@ impl Transport {
             Transport::Plain(s) => s.idle_read(buf, fill, timer).await,
             #[cfg(feature = "tls")]
             Transport::Tls { sock, session } => {
-                if !session.has_plaintext() && !sock.ready_unless_parked(Some(timer)).await? {
-                    return Ok(None);
+                if !session.has_plaintext() {
+                    session.release_idle();
+                    if !sock.ready_unless_parked(Some(timer)).await? {
+                        return Ok(None);
+                    }
                 }
                 fill(buf);
                 session.read(sock, buf).await.map(Some)

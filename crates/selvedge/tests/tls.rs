@@ -89,6 +89,36 @@ fn curl_http1_and_http2_over_tls() {
 }
 
 #[test]
+fn a_tls_connection_idle_between_requests_parks_and_is_reused() {
+    let t = start_tls(false, settings());
+    let url = |p: &str| format!("https://localhost:{}{p}", t.addr.port());
+    let resolve = format!("localhost:{}:127.0.0.1", t.addr.port());
+    for v in ["--http1.1", "--http2"] {
+        let before = selvedge::stats::snapshot().parked_total;
+        // Two requests a second on one connection: it idles 500 ms between them, long
+        // enough to park (HTTP/1.1) or give its buffers back (HTTP/2).
+        let (ok, out, err) = curl(&[
+            "-k",
+            "--resolve",
+            &resolve,
+            v,
+            "--rate",
+            "2/s",
+            "-w",
+            " %{num_connects}\n",
+            &url("/hello"),
+            &url("/hello"),
+            &url("/hello"),
+        ]);
+        assert!(ok, "{v}: {err}");
+        assert_eq!(out, "hello 1\nhello 0\nhello 0\n", "{v}: one connection for the three");
+        if v == "--http1.1" {
+            assert!(selvedge::stats::snapshot().parked_total >= before + 2, "{v}: not parked");
+        }
+    }
+}
+
+#[test]
 fn sni_chooses_the_certificate_and_strict_sni_refuses_unknown_names() {
     let t = start_tls(true, settings());
     let port = t.addr.port();

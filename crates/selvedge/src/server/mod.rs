@@ -534,7 +534,7 @@ async fn accept_loop<A: App>(
     per_ip: Option<Arc<PerIp>>,
 ) {
     // Where this listener's idle connections park (see `park.rs`).
-    let lot = match Lot::new(app, cfg.clone(), group.clone()) {
+    let lot = match Lot::new(app, cfg.clone(), group.clone(), |lot, p| tokio::spawn(negotiate::resume(lot, p))) {
         Ok((lot, run)) => {
             tokio::spawn(run);
             lot

@@ -71,10 +71,14 @@ struct Table {
     free: Vec<u32>,
 }
 
+/// Spawns the task that serves a parked connection again (the server's negotiation).
+pub(crate) type Resumer<A> = fn(Arc<Lot<A>>, Parked) -> tokio::task::JoinHandle<()>;
+
 /// The parked connections of one listener on one worker.
 pub(crate) struct Lot<A> {
     app: Arc<A>,
     cfg: Arc<Settings>,
+    resume: Resumer<A>,
     registry: mio::Registry,
     table: Mutex<Table>,
     me: Weak<Lot<A>>,
@@ -83,6 +87,7 @@ pub(crate) struct Lot<A> {
 impl<A: App> Lot<A> {
     /// A lot for `app`'s connections, and the task that wakes them (to spawn on the
     /// worker's runtime; it ends when `group` shuts down, closing what is still parked).
+    /// `resume` spawns a woken connection's task.
     ///
     /// # Errors
     /// The epoll instance could not be made.
@@ -90,10 +95,18 @@ impl<A: App> Lot<A> {
         app: Arc<A>,
         cfg: Arc<Settings>,
         group: Arc<Group>,
+        resume: Resumer<A>,
     ) -> io::Result<(Arc<Lot<A>>, impl std::future::Future<Output = ()> + Send)> {
         let poll = mio::Poll::new()?;
         let registry = poll.registry().try_clone()?;
-        let lot = Arc::new_cyclic(|me| Lot { app, cfg, registry, table: Mutex::new(Table::default()), me: me.clone() });
+        let lot = Arc::new_cyclic(|me| Lot {
+            app,
+            cfg,
+            resume,
+            registry,
+            table: Mutex::new(Table::default()),
+            me: me.clone(),
+        });
         let run = lot.clone().run(poll, group);
         Ok((lot, run))
     }
@@ -161,7 +174,7 @@ impl<A: App> Lot<A> {
         }
         let Some(lot) = self.me.upgrade() else { return };
         let handle = p.timer.handle();
-        let task = tokio::spawn(super::negotiate::resume(lot, p));
+        let task = (self.resume)(lot, p);
         handle.set_abort(task.abort_handle());
     }
 
