@@ -166,8 +166,14 @@ impl<A: App> Lot<A> {
     }
 
     /// The socket of the connection under `key` turned readable: a task serves it again.
-    fn wake(&self, key: u64) {
+    /// `closed`: the event says the peer closed (or reset) the connection; with nothing
+    /// left to read it is closed here, without a task (so thousands of clients leaving at
+    /// once do not spawn thousands of tasks just to see their end).
+    fn wake(&self, key: u64, closed: bool) {
         let Some(p) = self.take(key) else { return };
+        if closed && matches!(crate::sys::recv(p.sock.fd(), &mut [0u8; 1], true), Ok(0) | Err(_)) {
+            return;
+        }
         // `false`: the manager claimed it first (deadline, shutdown); dropping it closes it.
         if !p.timer.unpark() {
             return;
@@ -207,7 +213,7 @@ impl<A: App> Lot<A> {
                     break;
                 }
                 for ev in events.iter() {
-                    self.wake(ev.token().0 as u64);
+                    self.wake(ev.token().0 as u64, ev.is_read_closed() || ev.is_error());
                 }
             }
         }
