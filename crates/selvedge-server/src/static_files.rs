@@ -197,25 +197,7 @@ impl StaticFiles {
 
     /// The file system path for `req`, built into `path` (which must be empty).
     fn resolve(&self, req: &Request, path: &mut Vec<u8>) -> Result<(), Refused> {
-        // Bytes appended by hand: `PathBuf::push` re-examines separators on every call.
-        let root = self.root.as_os_str().as_bytes();
-        path.extend_from_slice(root);
-        for seg in req.segments().skip(self.skip) {
-            if seg.is_empty() {
-                continue;
-            }
-            if &*seg == b"." || &*seg == b".." || seg.iter().any(|&b| b == b'/' || b == b'\\' || b == 0) {
-                return Err(Refused::Bad);
-            }
-            if seg[0] == b'.' && !self.opts.dotfiles {
-                return Err(Refused::Hidden);
-            }
-            if path.last() != Some(&b'/') {
-                path.push(b'/');
-            }
-            path.extend_from_slice(&seg);
-        }
-        Ok(())
+        resolve_into(self.root.as_os_str().as_bytes(), req, self.skip, self.opts.dotfiles, path)
     }
 
     /// Whether `real` (a canonical path) is the root or under it: a byte comparison
@@ -523,6 +505,83 @@ impl StaticFiles {
     }
 }
 
+/// [`StaticFiles::resolve`] for a root, a number of the route's segments to skip and the
+/// `dotfiles` setting.
+fn resolve_into(root: &[u8], req: &Request, skip: usize, dotfiles: bool, path: &mut Vec<u8>) -> Result<(), Refused> {
+    // Bytes appended by hand: `PathBuf::push` re-examines separators on every call.
+    path.extend_from_slice(root);
+    if let Some(rest) = plain_rest(req.path_bytes(), skip) {
+        // The common case: nothing to decode, refuse or collapse, so the path's bytes go on
+        // as they are (what the segment loop below builds, in one copy).
+        if !rest.is_empty() {
+            if root.last() != Some(&b'/') {
+                path.push(b'/');
+            }
+            path.extend_from_slice(rest);
+        }
+        return Ok(());
+    }
+    resolve_segments(req, skip, dotfiles, path)
+}
+
+/// The general case of [`resolve_into`]: segment by segment, percent-decoded, onto the root
+/// already in `path`.
+fn resolve_segments(req: &Request, skip: usize, dotfiles: bool, path: &mut Vec<u8>) -> Result<(), Refused> {
+    for seg in req.segments().skip(skip) {
+        if seg.is_empty() {
+            continue;
+        }
+        if &*seg == b"." || &*seg == b".." || seg.iter().any(|&b| b == b'/' || b == b'\\' || b == 0) {
+            return Err(Refused::Bad);
+        }
+        if seg[0] == b'.' && !dotfiles {
+            return Err(Refused::Hidden);
+        }
+        if path.last() != Some(&b'/') {
+            path.push(b'/');
+        }
+        path.extend_from_slice(&seg);
+    }
+    Ok(())
+}
+
+/// The request path's part below the route's `skip` leading segments, without a trailing
+/// slash, when the segment loop of [`StaticFiles::resolve`] would take it as it is: no `%`
+/// (nothing to decode), no backslash or NUL, no empty segment (`//`) and no segment
+/// starting with `.` (`.`, `..` and dotfiles are decided there). `None`: take that loop.
+#[inline]
+fn plain_rest(path: &[u8], skip: usize) -> Option<&[u8]> {
+    let mut rest = path.strip_prefix(b"/")?;
+    for _ in 0..skip {
+        rest = match rest.iter().position(|&b| b == b'/') {
+            Some(i) => &rest[i + 1..],
+            None => &[],
+        };
+    }
+    let mut prev = b'/';
+    for &b in rest {
+        match PATH_CLASS[b as usize] {
+            0 => {}
+            1 if prev != b'/' => {}
+            _ => return None,
+        }
+        prev = b;
+    }
+    Some(rest.strip_suffix(b"/").unwrap_or(rest))
+}
+
+/// For [`plain_rest`]: 2 for bytes that always need the segment loop (`%`, `\`, NUL), 1
+/// for those that need it after a `/` (`.` and `/` begin a dot segment or an empty one).
+static PATH_CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    t[b'%' as usize] = 2;
+    t[b'\\' as usize] = 2;
+    t[0] = 2;
+    t[b'.' as usize] = 1;
+    t[b'/' as usize] = 1;
+    t
+};
+
 /// The coding for a listing page (compressed as it is sent).
 fn listing_coding(s: &StaticFiles, req: &Request) -> Option<selvedge::middleware::Coding> {
     s.compression.as_ref().and_then(|c| c.choose(req.header("accept-encoding")))
@@ -682,6 +741,67 @@ mod tests {
             assert!(got.is_some(), "{name}");
         }
         assert_eq!(f.range, Some(&b"bytes=0-1"[..]));
+    }
+
+    /// The one-copy path of `resolve_into` builds what the segment loop builds, for every
+    /// path it takes (and leaves the others to it).
+    #[test]
+    fn plain_paths_resolve_as_the_segment_loop_does() {
+        let paths = [
+            "/",
+            "/index.html",
+            "/a/b/c.txt",
+            "/a/b/",
+            "/a//b",
+            "//a",
+            "/a/./b",
+            "/a/../b",
+            "/.hidden",
+            "/a/.git/x",
+            "/a/b.c/d",
+            "/a%20b",
+            "/a%2fb",
+            "/a%5cb",
+            "/a%00b",
+            "/a/b/.",
+            "/a/..",
+            "/x.",
+            "/.",
+            "/a.b.",
+            "/static",
+            "/static/",
+            "/static/x/y",
+            "/static//x",
+            "/staticx/y",
+            "/%2e%2e/x",
+        ];
+        let mut fast = 0;
+        for root in ["/srv/site", "/"] {
+            for skip in 0..3 {
+                for dotfiles in [false, true] {
+                    for p in paths {
+                        let req: Request = selvedge::http::Request::builder().uri(p).body(Bytes::new()).unwrap().into();
+                        let (mut a, mut b) = (Vec::new(), root.as_bytes().to_vec());
+                        let got = resolve_into(root.as_bytes(), &req, skip, dotfiles, &mut a);
+                        let want = resolve_segments(&req, skip, dotfiles, &mut b);
+                        let show = |r: &Result<(), Refused>| match r {
+                            Ok(()) => "ok",
+                            Err(Refused::Bad) => "bad",
+                            Err(Refused::Hidden) => "hidden",
+                        };
+                        assert_eq!((show(&got), &a), (show(&want), &b), "{p} under {root}, skip {skip}");
+                        fast += usize::from(plain_rest(req.path_bytes(), skip).is_some());
+                    }
+                }
+            }
+        }
+        assert!(fast > 100, "the one-copy path took only {fast} cases");
+        // Bytes a URI builder refuses but the HTTP/1.1 parser may pass on.
+        for p in [&b"/a\\b"[..], b"/a\0b", b"/a/\\"] {
+            assert_eq!(plain_rest(p, 0), None, "{p:?}");
+        }
+        assert_eq!(plain_rest(b"/a/b/", 0), Some(&b"a/b"[..]));
+        assert_eq!(plain_rest(b"/static/a/b", 1), Some(&b"a/b"[..]));
     }
 
     #[test]
