@@ -7,7 +7,6 @@
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, SERVER, TRANSFER_ENCODING};
 use http::{HeaderName, HeaderValue, StatusCode};
 
-use crate::message::decimal;
 use crate::response::SharedFields;
 use crate::time::date::{self, DATE_LEN};
 
@@ -104,21 +103,65 @@ pub(crate) fn compose(
         (true, Some(s)) => put_server(dst, s),
         (true, None) => {}
     }
+    // The last lines go out in one copy from the stack (one `memcpy` instead of up to five).
+    let mut tail = Tail { buf: [0; TAIL_MAX], len: 0 };
     match framing {
         Framing::Length(n) => {
-            let mut digits = [0u8; 20];
-            put_lines(dst, &[b"content-length: ", decimal(n, &mut digits), b"\r\n"]);
+            tail.put(b"content-length: ");
+            tail.put_decimal(n);
+            tail.put(b"\r\n");
         }
-        Framing::Chunked => dst.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        Framing::Chunked => tail.put(b"transfer-encoding: chunked\r\n"),
         Framing::Close | Framing::None => {}
     }
     match conn {
         ConnHeader::Omit => {}
-        ConnHeader::Close => dst.extend_from_slice(b"connection: close\r\n"),
-        ConnHeader::KeepAlive => dst.extend_from_slice(b"connection: keep-alive\r\n"),
-        ConnHeader::Upgrade => dst.extend_from_slice(b"connection: upgrade\r\n"),
+        ConnHeader::Close => tail.put(b"connection: close\r\n"),
+        ConnHeader::KeepAlive => tail.put(b"connection: keep-alive\r\n"),
+        ConnHeader::Upgrade => tail.put(b"connection: upgrade\r\n"),
     }
-    dst.extend_from_slice(b"\r\n");
+    tail.put(b"\r\n");
+    dst.extend_from_slice(&tail.buf[..tail.len]);
+}
+
+/// The longest tail: a 20-digit `content-length` line, `connection: keep-alive` and the
+/// blank line.
+const TAIL_MAX: usize = b"content-length: \r\nconnection: keep-alive\r\n\r\n".len() + 20;
+
+/// A head's last lines, assembled on the stack.
+struct Tail {
+    buf: [u8; TAIL_MAX],
+    len: usize,
+}
+
+impl Tail {
+    #[inline(always)]
+    fn put(&mut self, s: &[u8]) {
+        self.buf[self.len..self.len + s.len()].copy_from_slice(s);
+        self.len += s.len();
+    }
+
+    /// The decimal digits of `n`, written in place.
+    #[inline(always)]
+    fn put_decimal(&mut self, mut n: u64) {
+        let mut digits = 1;
+        let mut m = n;
+        while m >= 10 {
+            m /= 10;
+            digits += 1;
+        }
+        let end = self.len + digits;
+        let mut i = end;
+        loop {
+            i -= 1;
+            self.buf[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.len = end;
+    }
 }
 
 fn put_lines(dst: &mut Vec<u8>, parts: &[&[u8]]) {
@@ -218,6 +261,35 @@ mod tests {
             "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
              server: selvedge\r\ncontent-length: 612\r\nconnection: close\r\n\r\n"
         );
+    }
+
+    /// The stack-built tail holds every length (0 to `u64::MAX`) with every `Connection`.
+    #[test]
+    fn tail_lines_for_every_length_and_connection() {
+        let date = [(DATE, HeaderValue::from_static("d"))];
+        let lengths = [0, 1, 9, 10, 99, 612, 1_000_000, u64::MAX - 1, u64::MAX];
+        let conns = [
+            (ConnHeader::Omit, ""),
+            (ConnHeader::Close, "connection: close\r\n"),
+            (ConnHeader::KeepAlive, "connection: keep-alive\r\n"),
+            (ConnHeader::Upgrade, "connection: upgrade\r\n"),
+        ];
+        for n in lengths {
+            for (c, line) in conns {
+                let mut out = Vec::new();
+                compose(&mut out, StatusCode::OK, None, &date, Framing::Length(n), c, None);
+                let want = format!("HTTP/1.1 200 OK\r\ndate: d\r\ncontent-length: {n}\r\n{line}\r\n");
+                assert_eq!(String::from_utf8(out).unwrap(), want);
+            }
+        }
+        for (framing, line) in
+            [(Framing::Chunked, "transfer-encoding: chunked\r\n"), (Framing::Close, ""), (Framing::None, "")]
+        {
+            let mut out = Vec::new();
+            compose(&mut out, StatusCode::OK, None, &date, framing, ConnHeader::KeepAlive, None);
+            let want = format!("HTTP/1.1 200 OK\r\ndate: d\r\n{line}connection: keep-alive\r\n\r\n");
+            assert_eq!(String::from_utf8(out).unwrap(), want);
+        }
     }
 
     #[test]
