@@ -495,8 +495,15 @@ impl App for Front {
         let first = self.with_current(|site, log| {
             let observed = metrics || log.as_ref().is_some_and(AccessLog::observes);
             if !observed {
-                let pending = log.as_ref().map(|l| l.begin(&req));
-                return First::Plain(log.clone(), pending, site.respond_now(&mut req));
+                let Some(log) = log else {
+                    // No log and no metrics: the answer as it comes (nothing carried past it).
+                    return match site.respond_now(&mut req) {
+                        Ok(res) => First::Done(res),
+                        Err(w) => First::Plain(None, None, Err(w)),
+                    };
+                };
+                let pending = Some(log.begin(&req));
+                return First::Plain(Some(log.clone()), pending, site.respond_now(&mut req));
             }
             let obs = Observed::of(&req);
             let pending = log.as_ref().map(|l| l.begin(&req));
