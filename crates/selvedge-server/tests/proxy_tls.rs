@@ -9,46 +9,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 
+use common::pki::{leaf, Pki};
 use common::{connect, eventually, have, parse, Srv, TempDir};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-};
-
-/// A CA and what it signs, as PEM files in `dir`.
-struct Pki {
-    ca: std::path::PathBuf,
-}
-
-struct Leaf {
-    cert: String,
-    key: String,
-}
-
-impl Pki {
-    fn ca(dir: &TempDir, name: &str) -> (Pki, Issuer<'static, KeyPair>) {
-        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.distinguished_name.push(DnType::CommonName, format!("{name} test CA"));
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let key = KeyPair::generate().unwrap();
-        let cert = p.self_signed(&key).unwrap();
-        let ca = dir.write(&format!("{name}-ca.pem"), cert.pem());
-        (Pki { ca }, Issuer::new(p, key))
-    }
-}
-
-/// A certificate for `names` (DNS names or IP addresses) signed by `issuer`.
-fn leaf(dir: &TempDir, issuer: &Issuer<'static, KeyPair>, file: &str, names: &[&str], client: bool) -> Leaf {
-    let mut p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-    p.distinguished_name.push(DnType::CommonName, file);
-    p.extended_key_usages =
-        vec![if client { ExtendedKeyUsagePurpose::ClientAuth } else { ExtendedKeyUsagePurpose::ServerAuth }];
-    let key = KeyPair::generate().unwrap();
-    let cert = p.signed_by(&key, issuer).unwrap();
-    let c = dir.write(&format!("{file}.pem"), cert.pem());
-    let k = dir.write(&format!("{file}.key"), key.serialize_pem());
-    Leaf { cert: c.to_str().unwrap().into(), key: k.to_str().unwrap().into() }
-}
 
 fn proxy(d: &TempDir, table: &str) -> Srv {
     let cfg = d.write(

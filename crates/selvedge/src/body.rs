@@ -36,6 +36,9 @@ pub(crate) type WriteFuture<'a> = Pin<Box<dyn Future<Output = io::Result<()>> + 
 pub(crate) trait BodySink: Send {
     /// Sends all of `data` (not empty) as the next piece of the body.
     fn write<'a>(&'a mut self, data: &'a [u8]) -> WriteFuture<'a>;
+
+    /// Sets the trailer section sent after the body; protocols without trailers drop it.
+    fn trailers(&mut self, _fields: Vec<(http::HeaderName, http::HeaderValue)>) {}
 }
 
 /// A request body. Read it with [`Body::chunk`] or [`Body::to_bytes`]; whatever the app does
@@ -201,6 +204,14 @@ impl BodyWriter {
         self.sink.write(data).await?;
         self.written += data.len() as u64;
         Ok(())
+    }
+
+    /// Sets the trailer section that follows the body (gRPC's `grpc-status`, for one).
+    /// HTTP/2 sends it as a HEADERS frame with END_STREAM after the last DATA; HTTP/1.1
+    /// drops it (its chunked trailers are not sent). Pseudo-fields and connection-specific
+    /// fields are the caller's to leave out. A later call replaces the earlier one.
+    pub fn trailers(&mut self, fields: Vec<(http::HeaderName, http::HeaderValue)>) {
+        self.sink.trailers(fields);
     }
 
     /// Body bytes written so far (without framing).

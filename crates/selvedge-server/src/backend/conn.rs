@@ -256,6 +256,14 @@ impl Conn {
         })
     }
 
+    /// The protocol ALPN chose on a TLS connection (`None`: plain, or none chosen).
+    pub(crate) fn alpn(&self) -> Option<&[u8]> {
+        match &self.io {
+            Io::Tls(t) => t.alpn(),
+            _ => None,
+        }
+    }
+
     /// After a protocol switch: the socket's read and write halves (to run both directions
     /// at once), the bytes already received after the 101, and the connection's place under
     /// the limit (held while the tunnel lives).

@@ -1,9 +1,10 @@
 //! Connections to the servers behind selvedge (HTTP upstreams, FastCGI applications):
 //! one socket (TCP, Unix, or TLS over TCP: [`tls`]) with its buffers and a reusable
-//! deadline (`conn`), and a per-worker pool of idle keep-alive connections (`pool`). What
+//! deadline (`conn`), HTTP/2 connections that many requests share (`h2`), and a per-worker pool of idle keep-alive connections (`pool`). What
 //! goes over them is the routes' business.
 
 pub(crate) mod conn;
+pub(crate) mod h2;
 pub(crate) mod pool;
 pub mod tls;
 

@@ -213,6 +213,11 @@ impl TlsIo {
         Ok(io)
     }
 
+    /// The protocol ALPN chose.
+    pub(crate) fn alpn(&self) -> Option<&[u8]> {
+        self.tls.alpn_protocol()
+    }
+
     /// Reads records from the socket and processes them. `Ok(0)`: the socket ended.
     fn read_records(&mut self) -> io::Result<usize> {
         let n = self.tls.read_tls(&mut Sock(&self.sock))?;

@@ -46,6 +46,7 @@
 
 mod check;
 mod forward;
+mod h2;
 mod head;
 mod tunnel;
 
@@ -90,6 +91,10 @@ pub struct RawProxy {
     pub upstreams: Option<Vec<RawUpstream>>,
     /// TLS to the `https://` upstreams.
     pub tls: Option<RawTls>,
+    /// HTTP/2 to the upstreams (h2c for `http://`, ALPN `h2` for `https://`).
+    pub http2: Option<bool>,
+    /// With `http2`: each stream's receive window (what an upstream may send ahead).
+    pub http2_window: Option<Size<65_535, { (1 << 31) - 1 }>>,
     /// `"round_robin"`, `"least_conn"`, `"random_two"` or `"hash"`.
     pub balance: Option<String>,
     /// `"client_ip"`, `"header:NAME"` or `"cookie:NAME"` (with `balance = "hash"`).
@@ -150,6 +155,14 @@ pub struct ProxyConfig {
     /// system's CAs (or `tls.ca`) for the upstream's host name (or `tls.sni`). One `tls`
     /// table applies to every `https://` upstream of the route.
     pub tls: Vec<Option<TlsTarget>>,
+    /// HTTP/2 to the upstreams: `false`. Prior knowledge (h2c) on `http://` and `unix:`,
+    /// ALPN `h2` (else `http/1.1`) on `https://`.
+    pub http2: bool,
+    /// With `http2`: each `https://` upstream's TLS offering `h2` and `http/1.1` in ALPN.
+    pub tls_h2: Vec<Option<TlsTarget>>,
+    /// With `http2`: each upstream stream's receive window: 256 KiB (the connection's is
+    /// 16 times that).
+    pub h2_stream_window: u32,
     /// The upstreams' path (the same for all), without a trailing `/`.
     pub base: String,
     /// `Host` sent upstream: `preserve` (the client's; default), `upstream`, or a literal.
@@ -198,6 +211,8 @@ impl ProxyConfig {
         let mut targets = Vec::new();
         let mut authorities = Vec::new();
         let mut tls = Vec::new();
+        let mut tls_h2 = Vec::new();
+        let http2 = raw.http2.unwrap_or(false);
         let mut base: Option<String> = None;
         for (url, weight) in list {
             if targets.iter().any(|t: &Target| t.url == url) {
@@ -210,6 +225,13 @@ impl ProxyConfig {
                 }
                 _ => base = Some(u.base),
             }
+            tls_h2.push(match (&u.host, u.https) {
+                (Some(host), true) if http2 => {
+                    let default = RawTls::default();
+                    Some(TlsTarget::new(raw.tls.as_ref().unwrap_or(&default), host, &[b"h2", b"http/1.1"])?)
+                }
+                _ => None,
+            });
             tls.push(match (&u.host, u.https) {
                 (Some(host), true) => {
                     let default = RawTls::default();
@@ -223,6 +245,9 @@ impl ProxyConfig {
                 None => Addr::Tcp(Vec::new()),
             };
             targets.push(Target { url: url.to_string(), weight, host: u.host, port: u.port, addrs });
+        }
+        if raw.http2_window.is_some() && !http2 {
+            return Err("proxy: http2_window needs http2 = true".into());
         }
         if raw.tls.is_some() && tls.iter().all(Option::is_none) {
             return Err("proxy: tls needs an https:// upstream".into());
@@ -273,6 +298,9 @@ impl ProxyConfig {
             pool,
             authorities,
             tls,
+            http2,
+            tls_h2,
+            h2_stream_window: raw.http2_window.map_or(256 * 1024, |s| s.get_usize() as u32),
             base: base.unwrap_or_default(),
             host,
             strip_prefix: raw.strip_prefix.unwrap_or(false),
@@ -371,6 +399,8 @@ struct Route {
     /// The request rewrite for each upstream (they differ in `Host` with `host = "upstream"`).
     rws: Vec<Rewrite>,
     pool: Pool,
+    /// With `http2`: the `https://` upstreams that chose HTTP/1.1 in ALPN (`h2`).
+    fallback: h2::Fallback,
 }
 
 /// Why an exchange failed.
@@ -467,7 +497,8 @@ impl Proxy {
             .collect();
         let probe = cfg.pool.health.as_ref().map(|h| check::probe(cfg, h));
         let pool = Pool::new(cfg.pool.clone(), &format!("{key} {}", cfg.upstream), probe);
-        Ok(Proxy { route: Arc::new(Route { cfg: cfg.clone(), rws, pool }) })
+        let fallback = h2::Fallback::new(cfg.tls.len());
+        Ok(Proxy { route: Arc::new(Route { cfg: cfg.clone(), rws, pool, fallback }) })
     }
 
     /// What the startup line shows.
@@ -481,7 +512,19 @@ impl Proxy {
         if req.upgrade().is_some() {
             return Box::pin(route.clone().tunnel(req)).await;
         }
-        let mut body = req.take_body();
+        if route.cfg.http2 {
+            return match Box::pin(route.clone().handle_h2(req)).await {
+                Ok(res) => res,
+                Err((req, body)) => Box::pin(self.handle_h1(req, body)).await,
+            };
+        }
+        let body = req.take_body();
+        self.handle_h1(req, body).await
+    }
+
+    /// Serves one request over HTTP/1.1 (`body`: the request's, taken off it).
+    async fn handle_h1(&self, mut req: Request, mut body: Body) -> Response {
+        let route = &self.route;
         let framing = forward::framing(&req, body.content_length());
         let idempotent = forward::idempotent(&req);
         // A small body of an idempotent request is read first, so a retry can send it again.

@@ -9,6 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod pki;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_selvedge");
 
 /// A fresh temp directory (removed when dropped).

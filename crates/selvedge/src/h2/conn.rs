@@ -616,4 +616,8 @@ impl BodySink for StreamWriter {
             })
         })
     }
+
+    fn trailers(&mut self, fields: Vec<(http::HeaderName, http::HeaderValue)>) {
+        self.shared.lock().set_trailers(self.id, fields);
+    }
 }

@@ -4,6 +4,7 @@
 //! - [`codec`]: the preface and cutting frames out of the receive buffer.
 //! - `proto`: the connection and stream state machines, flow control, the weighted fair
 //!   output queue ([`priority`]) and the abuse budgets — sans-IO.
+//! - [`client`]: the client side (sans-IO), for the proxy's HTTP/2 upstreams.
 //! - `conn`: the driver: the receiver feeds the state machine from the socket, a task per
 //!   stream runs the app, the sender drains control frames first, then packs frames of
 //!   many streams into one buffer and one write.
@@ -12,6 +13,7 @@
 //! (`server/negotiate.rs`): ALPN `h2`, prior knowledge (the connection starts with the
 //! preface), and `Upgrade: h2c` (HTTP/1.1 hands the connection over).
 
+pub mod client;
 pub mod codec;
 pub(crate) mod conn;
 pub mod frame;

@@ -360,6 +360,13 @@ impl BodySink for CompressSink {
             Ok(())
         })
     }
+
+    fn trailers(&mut self, fields: Vec<(http::HeaderName, http::HeaderValue)>) {
+        // The protocol sends them after the compressed stream's last bytes.
+        if let Some(c) = self.state.as_mut() {
+            c.inner.trailers(fields);
+        }
+    }
 }
 
 impl Drop for CompressSink {

@@ -21,7 +21,7 @@
 
 mod budget;
 mod continuation;
-mod flow;
+pub(crate) mod flow;
 mod headers;
 pub mod priority;
 mod send;

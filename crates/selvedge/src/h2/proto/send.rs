@@ -120,7 +120,7 @@ impl Proto {
                     OutBody::Empty
                 } else {
                     after = After::RunStream(st);
-                    OutBody::Stream { pieces: VecDeque::new(), queued: 0, done: false, waker: None }
+                    OutBody::Stream { pieces: VecDeque::new(), queued: 0, done: false, waker: None, trailers: None }
                 }
             }
         };
@@ -171,6 +171,25 @@ impl Proto {
             *done = true;
         }
         self.schedule(id);
+    }
+
+    /// The streaming app's trailer section for `id` (see `BodyWriter::trailers`).
+    pub(crate) fn set_trailers(&mut self, id: u32, fields: Vec<(http::HeaderName, http::HeaderValue)>) {
+        let Some(s) = self.streams.get_mut(&id) else { return };
+        if let Send::Head { body: OutBody::Stream { trailers, .. }, .. }
+        | Send::Body(OutBody::Stream { trailers, .. }) = &mut s.send
+        {
+            *trailers = Some(fields);
+        }
+    }
+
+    /// Sends the trailer section of `id` as HEADERS with END_STREAM.
+    fn send_trailers(&mut self, id: u32, fields: &[(http::HeaderName, http::HeaderValue)], out: &mut Vec<u8>) {
+        self.scratch.clear();
+        let fields =
+            fields.iter().filter(|(n, _)| !connection_specific(n)).map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+        self.henc.encode(fields, &mut self.scratch);
+        frame::Headers::encode(id, &self.scratch, true, self.peer_max_frame as usize, out);
     }
 
     /// Resets a stream for a reason of our own (not counted against the peer).
@@ -305,7 +324,7 @@ impl Proto {
             else {
                 unreachable!()
             };
-            let end = body.ready() == 0 && body.finished();
+            let end = body.ready() == 0 && body.finished() && !body.has_trailers();
             self.scratch.clear();
             let status = status.as_str().as_bytes();
             // The app's own Date or Server replaces ours (as on HTTP/1.1).
@@ -368,6 +387,12 @@ impl Proto {
         let Send::Body(body) = &mut s.send else { return None };
         let ready = body.ready();
         if ready == 0 {
+            if let OutBody::Stream { done: true, trailers: Some(t), .. } = body {
+                let t = std::mem::take(t);
+                s.send = Send::Done;
+                self.send_trailers(id, &t, out);
+                return self.sent_end(id);
+            }
             if body.finished() {
                 frame::Data::encode_head(id, 0, true, out);
                 s.send = Send::Done;
@@ -391,7 +416,7 @@ impl Proto {
             return None;
         }
         let n = n as usize;
-        let end = body.finished() && ready == n as u64;
+        let end = body.finished() && ready == n as u64 && !body.has_trailers();
         let start = out.len();
         frame::Data::encode_head(id, n, end, out);
         match body {
@@ -437,7 +462,8 @@ impl Proto {
         let s = self.streams.get_mut(&id)?;
         let Send::Body(body) = &s.send else { return None };
         let more = body.ready() > 0 || body.finished();
-        if more && s.send_flow.window() > 0 {
+        // Trailers are not flow-controlled: they go even with the window closed.
+        if more && (s.send_flow.window() > 0 || body.ready() == 0) {
             Some(n)
         } else {
             if body.ready() > 0 && !s.win_blocked {

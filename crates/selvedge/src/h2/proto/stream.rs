@@ -103,7 +103,14 @@ pub(crate) enum OutBody {
     File { file: Arc<File>, offset: u64, remaining: u64 },
     /// Pieces written by a streaming app, bounded by `queued` (the writer waits above the
     /// limit).
-    Stream { pieces: VecDeque<Bytes>, queued: usize, done: bool, waker: Option<Waker> },
+    /// `trailers`: the trailer section sent after the last piece.
+    Stream {
+        pieces: VecDeque<Bytes>,
+        queued: usize,
+        done: bool,
+        waker: Option<Waker>,
+        trailers: Option<Vec<(http::HeaderName, http::HeaderValue)>>,
+    },
 }
 
 impl OutBody {
@@ -120,6 +127,11 @@ impl OutBody {
     /// Whether nothing more will come after what is ready.
     pub(crate) fn finished(&self) -> bool {
         !matches!(self, OutBody::Stream { done: false, .. })
+    }
+
+    /// Whether a trailer section follows the data.
+    pub(crate) fn has_trailers(&self) -> bool {
+        matches!(self, OutBody::Stream { trailers: Some(_), .. })
     }
 }
 

@@ -1,0 +1,178 @@
+//! HTTP/2 upstreams (`http2 = true`): the `selvedge` binary as the proxy in front of
+//! another `selvedge serve`, over h2c (prior knowledge) and over TLS (ALPN `h2`, with a
+//! test CA); the upstream's access log shows the protocol it was spoken to in, `ss` counts
+//! the upstream connections under 100 concurrent client streams (h2load), and a Python
+//! grpcio server behind the proxy answers a grpcio client in front of it.
+
+mod common;
+
+use std::process::Command;
+
+use common::pki::{leaf, Pki};
+use common::{eventually, have, Srv, TempDir};
+
+fn proxy(d: &TempDir, table: &str, listen_tls: Option<(&str, &str)>) -> Srv {
+    let tls = listen_tls.map_or(String::new(), |(c, k)| format!("tls = {{ cert = \"{c}\", key = \"{k}\" }}\n"));
+    let cfg = d.write(
+        "proxy.toml",
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\nport = 0\n{tls}[[vhost]]\n[[vhost.route]]\npath = \"/\"\nproxy = {{ {table} }}\n"
+        ),
+    );
+    Srv::start(&["--config", cfg.to_str().unwrap()])
+}
+
+/// Established TCP connections to local port `port` (the upstream's side of each).
+fn established_to(port: u16) -> usize {
+    let out =
+        Command::new("ss").args(["-Htn", "state", "established", &format!("( sport = :{port} )")]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+fn curl(args: &[&str]) -> (String, String) {
+    let out = Command::new("curl").args(["-sS", "--max-time", "10"]).args(args).output().unwrap();
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn site() -> TempDir {
+    let site = TempDir::new("pxh2-site");
+    site.write("index.html", "<h1>over h2</h1>\n");
+    site.write("big.bin", vec![b'x'; 256 * 1024]);
+    site
+}
+
+#[test]
+fn h2c_upstream_multiplexes_100_streams_over_few_connections() {
+    if !have("h2load") || !have("ss") {
+        eprintln!("skipped: h2load or ss missing");
+        return;
+    }
+    let d = TempDir::new("pxh2c");
+    let site = site();
+    let log = d.path().join("up.log");
+    let up = Srv::start(&[
+        "serve",
+        site.path().to_str().unwrap(),
+        "--port",
+        "0",
+        "--workers",
+        "1",
+        "--access-log",
+        log.to_str().unwrap(),
+    ]);
+    let port = up.addr.port();
+    let px = proxy(&d, &format!("upstream = \"http://127.0.0.1:{port}\", http2 = true"), None);
+    let url = format!("http://{}/index.html", px.addr);
+    // An HTTP/1.1 client and an HTTP/2 client, both carried over HTTP/2 upstream.
+    assert_eq!(curl(&[&url]).0, "<h1>over h2</h1>\n");
+    assert_eq!(curl(&["--http2-prior-knowledge", &url]).0, "<h1>over h2</h1>\n");
+    let r = px.get("/missing");
+    assert_eq!(r.status, 404);
+    eventually(5, "the upstream logs HTTP/2 requests", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.lines().filter(|l| l.contains("HTTP/2")).count() >= 3)
+    });
+
+    // 100 concurrent client streams (10 connections x 10 streams) of 256 KiB each.
+    let big = format!("http://{}/big.bin", px.addr);
+    let out = Command::new("h2load").args(["-n", "1000", "-c", "10", "-m", "10", &big]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("1000 succeeded, 0 failed"), "{text}");
+    assert!(text.contains("status codes: 1000 2xx"), "{text}");
+    let conns = established_to(port);
+    eprintln!("upstream connections after 100 concurrent streams: {conns}");
+    assert!((1..10).contains(&conns), "{conns} upstream connections for 100 concurrent streams");
+
+    // The upstream goes away: 502 (not a hang), and it is used again once back.
+    drop(up);
+    assert_eq!(px.get("/index.html").status, 502);
+}
+
+#[test]
+fn h2_upstream_over_tls_with_alpn() {
+    let d = TempDir::new("pxh2tls");
+    let (pki, issuer) = Pki::ca(&d, "h2");
+    let server = leaf(&d, &issuer, "server", &["localhost", "127.0.0.1"], false);
+    let site = site();
+    let log = d.path().join("up.log");
+    let up = Srv::start(&[
+        "serve",
+        site.path().to_str().unwrap(),
+        "--port",
+        "0",
+        "--workers",
+        "1",
+        "--tls-cert",
+        &server.cert,
+        "--tls-key",
+        &server.key,
+        "--access-log",
+        log.to_str().unwrap(),
+    ]);
+    let ca = pki.ca.to_str().unwrap();
+    let port = up.addr.port();
+    let px =
+        proxy(&d, &format!("upstream = \"https://localhost:{port}\", http2 = true, tls = {{ ca = \"{ca}\" }}"), None);
+    for _ in 0..3 {
+        let r = px.get("/index.html");
+        assert_eq!((r.status, r.text().as_str()), (200, "<h1>over h2</h1>\n"));
+    }
+    eventually(5, "the upstream logs HTTP/2 requests", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.lines().filter(|l| l.contains("HTTP/2")).count() >= 3)
+    });
+    // Verification stays on: an unknown CA is a 502.
+    let (other, _) = Pki::ca(&d, "other");
+    let oca = other.ca.to_str().unwrap();
+    let px =
+        proxy(&d, &format!("upstream = \"https://localhost:{port}\", http2 = true, tls = {{ ca = \"{oca}\" }}"), None);
+    assert_eq!(px.get("/index.html").status, 502);
+}
+
+/// The Python gRPC server and client (`grpc_peer.py`) against the proxy, over h2c and
+/// over TLS at both hops.
+#[test]
+fn grpc_through_the_proxy() {
+    let py = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/grpc_peer.py");
+    let ok = Command::new("python3").args(["-c", "import grpc"]).status().is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: python3 grpcio missing");
+        return;
+    }
+    let d = TempDir::new("pxgrpc");
+    let (pki, issuer) = Pki::ca(&d, "grpc");
+    let server = leaf(&d, &issuer, "server", &["localhost", "127.0.0.1"], false);
+    let ca = pki.ca.to_str().unwrap().to_string();
+    for tls in [false, true] {
+        let mut up = Command::new("python3");
+        up.arg(&py).arg("serve").stdout(std::process::Stdio::piped());
+        if tls {
+            up.args(["--cert", &server.cert, "--key", &server.key]);
+        }
+        let mut up = up.spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(up.stdout.take().unwrap()), &mut line).unwrap();
+        let port: u16 = line.trim().parse().unwrap();
+        let table = if tls {
+            format!("upstream = \"https://localhost:{port}\", http2 = true, tls = {{ ca = \"{ca}\" }}")
+        } else {
+            format!("upstream = \"http://127.0.0.1:{port}\", http2 = true")
+        };
+        let px = proxy(&d, &table, tls.then_some((server.cert.as_str(), server.key.as_str())));
+        let mut client = Command::new("python3");
+        client.arg(&py).arg("client").arg(format!("localhost:{}", px.addr.port()));
+        if tls {
+            client.args(["--ca", &ca]);
+        }
+        let out = client.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "tls={tls}: {text}");
+        for case in ["unary ok", "server_streaming ok", "client_streaming ok", "bidi ok", "error ok", "deadline ok"] {
+            assert!(text.contains(case), "tls={tls}: {case} missing in {text}");
+        }
+        // The upstream gone: UNAVAILABLE from the proxy, as a gRPC status.
+        let _ = up.kill();
+        let _ = up.wait();
+        let out = client.arg("--unavailable").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(text.contains("unavailable ok"), "tls={tls}: {text}");
+    }
+}
