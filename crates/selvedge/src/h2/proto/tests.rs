@@ -829,3 +829,30 @@ fn body_far_below_the_rate_is_reset_within_the_grace_not_the_timeout() {
     p.proto.expire(at);
     assert_eq!(rst(&p.output()), vec![(1, Reason::CANCEL)]);
 }
+
+#[test]
+fn streamed_body_ends_with_trailers() {
+    let mut p = Peer::new(H2Settings::default());
+    p.get(1);
+    let res = Response::stream(StatusCode::OK, |_w| async { Ok(()) });
+    assert!(matches!(p.proto.respond(1, res), super::After::RunStream(_)));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut piece = Some(bytes::Bytes::from_static(b"msg"));
+    assert!(p.proto.poll_write(1, &mut piece, &mut cx).is_ready());
+    let grpc = http::HeaderName::from_static("grpc-status");
+    p.proto.set_trailers(1, vec![(grpc, http::HeaderValue::from_static("0"))]);
+    p.proto.finish_stream(1, true);
+    let out = p.output();
+    assert!(
+        matches!(&out[..], [Frame::Headers(h), Frame::Data(d), Frame::Headers(t)]
+        if !h.end_stream && &d.data[..] == b"msg" && !d.end_stream && t.end_stream),
+        "{out:?}"
+    );
+    let Frame::Headers(t) = &out[2] else { unreachable!() };
+    let Frame::Headers(h) = &out[0] else { unreachable!() };
+    p.status_of(h);
+    let mut fields = Vec::new();
+    p.dec.decode(&t.fragment, |f| fields.push((f.name.as_bytes().to_vec(), f.value.as_bytes().to_vec()))).unwrap();
+    assert_eq!(fields, [(b"grpc-status".to_vec(), b"0".to_vec())]);
+    assert!(p.proto.streams.is_empty());
+}
