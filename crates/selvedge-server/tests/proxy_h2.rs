@@ -29,6 +29,16 @@ fn established_to(port: u16) -> usize {
     String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
+/// A child process killed when dropped (also when an assertion fails).
+struct Kid(std::process::Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn curl(args: &[&str]) -> (String, String) {
     let out = Command::new("curl").args(["-sS", "--max-time", "10"]).args(args).output().unwrap();
     (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -147,9 +157,9 @@ fn grpc_through_the_proxy() {
         if tls {
             up.args(["--cert", &server.cert, "--key", &server.key]);
         }
-        let mut up = up.spawn().unwrap();
+        let mut up = Kid(up.spawn().unwrap());
         let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(up.stdout.take().unwrap()), &mut line).unwrap();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(up.0.stdout.take().unwrap()), &mut line).unwrap();
         let port: u16 = line.trim().parse().unwrap();
         let table = if tls {
             format!("upstream = \"https://localhost:{port}\", http2 = true, tls = {{ ca = \"{ca}\" }}")
@@ -169,8 +179,7 @@ fn grpc_through_the_proxy() {
             assert!(text.contains(case), "tls={tls}: {case} missing in {text}");
         }
         // The upstream gone: UNAVAILABLE from the proxy, as a gRPC status.
-        let _ = up.kill();
-        let _ = up.wait();
+        drop(up);
         let out = client.arg("--unavailable").output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
         assert!(text.contains("unavailable ok"), "tls={tls}: {text}");
