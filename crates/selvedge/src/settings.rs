@@ -190,8 +190,10 @@ pub struct H2Settings {
     /// MadeYouReset (CVE-2025-8671): stream errors the client may provoke per window (each
     /// one we answer with RST_STREAM; REFUSED_STREAM does not count): 100.
     pub max_local_resets: u32,
-    /// Request header blocks refused per window: answered 431 (over
-    /// `max_header_list_size`: an HPACK bomb) or reset as malformed: 8. Beyond:
+    /// Request header blocks refused per window, in units: 8. A block reset as malformed,
+    /// or answered 431 just over `max_header_list_size`, costs 1; one that decodes to N
+    /// times that limit, N − 1 (an HPACK bomb spends the budget at its first block, and
+    /// its decoding is abandoned where the budget runs out). Beyond:
     /// GOAWAY(ENHANCE_YOUR_CALM).
     pub max_refused_headers: u32,
     /// SETTINGS/PING/PRIORITY/PRIORITY_UPDATE flood: control frames per window: 10,000.

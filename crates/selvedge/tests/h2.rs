@@ -313,20 +313,26 @@ fn continuation_flood_and_hpack_bomb() {
     c.send(&out);
     assert_eq!(c.until_goaway().expect("GOAWAY").0, Reason::ENHANCE_YOUR_CALM);
 
-    // HPACK bomb: one 4 KB entry in the dynamic table, then referenced thousands of times.
+    // One 4 KB entry in the dynamic table, then referenced: a few times (20 KB decoded,
+    // just over a 16 KiB limit: 431, the connection goes on), or thousands of times (an
+    // HPACK bomb, 12 MB decoded: the connection ends at once).
     let mut cfg = settings();
     cfg.h2.max_header_list_size = 16 * 1024;
     let srv = start(cfg, common::app::app);
+    let block = |refs: usize| {
+        // literal with incremental indexing, new name "b", 4000-byte value
+        let mut block = vec![0x82, 0x86, 0x84, 0x40, 0x01, b'b', 0x7f, 0xa1, 0x1e];
+        block.extend(std::iter::repeat_n(b'v', 4000));
+        block.extend(std::iter::repeat_n(0xbe, refs)); // index 62: the new entry
+        let mut frames = Vec::new();
+        selvedge::h2::frame::Headers::encode(1, &block, true, 16_384, &mut frames);
+        frames
+    };
     let mut c = Client::connect(srv.addr, &[]);
-    let mut block = vec![0x82, 0x86, 0x84, 0x41, 0x01, b'x'];
-    // literal with incremental indexing, new name "b", 4000-byte value
-    block.truncate(3);
-    block.extend_from_slice(&[0x40, 0x01, b'b', 0x7f, 0xa1, 0x1e]);
-    block.extend(std::iter::repeat_n(b'v', 4000));
-    block.extend(std::iter::repeat_n(0xbe, 3000)); // index 62: the new entry
-    let mut frames = Vec::new();
-    selvedge::h2::frame::Headers::encode(1, &block, true, 16_384, &mut frames);
-    c.send(&frames);
+    c.send(&block(3000));
+    assert_eq!(c.until_goaway().expect("GOAWAY").0, Reason::ENHANCE_YOUR_CALM);
+    let mut c = Client::connect(srv.addr, &[]);
+    c.send(&block(4));
     let mut status = None;
     while let Some(f) = c.next() {
         if let Frame::Headers(h) = f {

@@ -137,6 +137,10 @@ pub struct Decoder {
     /// The next block must start with a dynamic table size update.
     update_required: bool,
     max_header_list_size: usize,
+    /// Past this decoded size a block is abandoned ([`DecodeError::HeaderListAbandoned`]).
+    abandon_list_size: usize,
+    /// The decoded size of the last block (see [`Decoder::last_list_size`]).
+    last_list_size: usize,
     /// Huffman-decoded strings are split off the front of this buffer.
     scratch: BytesMut,
 }
@@ -157,6 +161,8 @@ impl Decoder {
             max_allowed: max_table_size,
             update_required: false,
             max_header_list_size: DEFAULT_MAX_HEADER_LIST_SIZE,
+            abandon_list_size: usize::MAX,
+            last_list_size: 0,
             scratch: BytesMut::new(),
         }
     }
@@ -191,6 +197,23 @@ impl Decoder {
     /// The limit on the decoded header list size.
     pub fn max_header_list_size(&self) -> usize {
         self.max_header_list_size
+    }
+
+    /// Sets the decoded size (counted as for the header list, string literals past the
+    /// header list limit by their encoded length) past which [`decode`](Self::decode)
+    /// gives up on a block at once with [`DecodeError::HeaderListAbandoned`], without
+    /// walking the rest of it: for a connection that is going to end anyway (an HPACK
+    /// bomb), so the dynamic table need not stay in step. Unlimited by default.
+    pub fn set_abandon_list_size(&mut self, max: usize) {
+        self.abandon_list_size = max;
+    }
+
+    /// The decoded size of the last block [`decode`](Self::decode) finished (as counted
+    /// for the header list; past the header list limit only while an abandon size is set,
+    /// else it stops at the first field over the limit): how far over the limit a
+    /// refused block went.
+    pub fn last_list_size(&self) -> usize {
+        self.last_list_size
     }
 
     /// Current dynamic table size (RFC 7541 §4.1).
@@ -238,6 +261,7 @@ impl Decoder {
         }
 
         let max_list_size = self.max_header_list_size;
+        let abandon = self.abandon_list_size;
         let mut list_size = 0usize;
         let mut emitting = true;
         // Counts the field against the header list size, then emits it or
@@ -248,8 +272,20 @@ impl Decoder {
                 list_size = list_size.saturating_add(field.size());
                 if list_size > max_list_size {
                     emitting = false;
+                    if list_size > abandon {
+                        return Err(DecodeError::HeaderListAbandoned);
+                    }
                 } else {
                     emit(field);
+                }
+            }};
+        }
+        // Past the limit: only counts (what the field would have decoded to).
+        macro_rules! count {
+            ($size:expr) => {{
+                list_size = list_size.saturating_add($size);
+                if list_size > abandon {
+                    return Err(DecodeError::HeaderListAbandoned);
                 }
             }};
         }
@@ -262,6 +298,9 @@ impl Decoder {
                     emit_field!(self.indexed(index)?);
                 } else {
                     self.check_index(index)?;
+                    if abandon != usize::MAX {
+                        count!(self.indexed(index)?.size());
+                    }
                 }
             } else if b & 0x40 != 0 {
                 // Literal with incremental indexing (§6.2.1).
@@ -272,14 +311,19 @@ impl Decoder {
                     // Not inserted (the table is emptied) but still emitted.
                     if emitting {
                         emit_field!(field_from_entry(&entry));
+                    } else {
+                        count!(entry.size());
                     }
                     self.table.insert(entry);
                 } else {
+                    let size = entry.size();
                     self.table.insert(entry);
                     if emitting {
                         if let Some(e) = self.table.get(0) {
                             emit_field!(field_from_entry(e));
                         }
+                    } else {
+                        count!(size);
                     }
                 }
             } else if b & 0x20 != 0 {
@@ -292,10 +336,13 @@ impl Decoder {
                 let value = read_raw_str(block, &mut pos)?;
                 if !emitting {
                     // Validate the strings without keeping them.
+                    let mut size = value.bytes.len() + ENTRY_OVERHEAD;
                     if let LiteralName::Literal(s) = name {
+                        size += s.bytes.len();
                         check_str(&mut self.scratch, s)?;
                     }
                     check_str(&mut self.scratch, value)?;
+                    count!(size);
                     continue;
                 }
                 let (token, name) = match name {
@@ -313,6 +360,7 @@ impl Decoder {
                 emit_field!(HeaderField { token, name, value, never_indexed });
             }
         }
+        self.last_list_size = list_size;
         if emitting {
             Ok(())
         } else {
@@ -702,6 +750,40 @@ mod tests {
         assert_eq!(r, Err(DecodeError::HeaderListTooLarge));
         assert!(emitted <= DEFAULT_MAX_HEADER_LIST_SIZE, "{emitted}");
         assert_eq!(d.table_len(), 1);
+    }
+
+    #[test]
+    fn hpack_bomb_is_abandoned_past_the_abandon_size() {
+        let mut d = Decoder::new(4096);
+        d.set_max_header_list_size(10_000);
+        d.set_abandon_list_size(100_000);
+        // One 4000-byte entry (4033 bytes counted), referenced 100k times: abandoned
+        // at the 24th reference (25 x 4033 > 100,000), the rest of the block not walked.
+        let mut block = vec![0x40, 0x01, b'x', 0x7f];
+        let mut tmp = BytesMut::new();
+        crate::hpack::encode_int(&mut tmp, 4000, 7, 0);
+        block.extend_from_slice(&tmp[1..]);
+        block.extend(std::iter::repeat_n(b'v', 4000));
+        block.extend(std::iter::repeat_n(0xbe, 100_000));
+        assert_eq!(d.decode(&block, |_| {}), Err(DecodeError::HeaderListAbandoned));
+        // Under the abandon size: refused, and its whole size counted.
+        let mut d = Decoder::new(4096);
+        d.set_max_header_list_size(10_000);
+        d.set_abandon_list_size(100_000);
+        let small = &block[..block.len() - 100_000 + 5];
+        assert_eq!(d.decode(small, |_| {}), Err(DecodeError::HeaderListTooLarge));
+        assert_eq!(d.last_list_size(), 6 * 4033);
+        // Literals past the limit count by their length.
+        let lit = [0x00, 0x01, b'a', 0x7f, 0x81, 0x7c];
+        let mut b2 = vec![0xbe; 2];
+        for _ in 0..2 {
+            b2.extend_from_slice(&lit);
+            b2.extend(std::iter::repeat_n(b'z', 16_000));
+        }
+        assert_eq!(d.decode(&b2, |_| {}), Err(DecodeError::HeaderListTooLarge));
+        assert_eq!(d.last_list_size(), 2 * 4033 + 2 * (1 + 16_000 + 32));
+        d.set_abandon_list_size(20_000);
+        assert_eq!(d.decode(&b2, |_| {}), Err(DecodeError::HeaderListAbandoned));
     }
 
     #[test]

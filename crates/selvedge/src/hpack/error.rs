@@ -49,6 +49,11 @@ pub enum DecodeError {
     /// The block was still decoded to the end, so the dynamic table is
     /// intact: this is a stream error, not a connection error.
     HeaderListTooLarge,
+    /// The decoded header list went past
+    /// [`Decoder::set_abandon_list_size`](super::Decoder::set_abandon_list_size) and the
+    /// rest of the block was not decoded: the dynamic table is out of step, the connection
+    /// must end (with ENHANCE_YOUR_CALM: an HPACK bomb).
+    HeaderListAbandoned,
 }
 
 impl fmt::Display for DecodeError {
@@ -73,6 +78,7 @@ impl fmt::Display for DecodeError {
                 f.write_str("missing dynamic table size update after a limit reduction")
             }
             DecodeError::HeaderListTooLarge => f.write_str("header list too large"),
+            DecodeError::HeaderListAbandoned => f.write_str("header list far too large: block abandoned"),
         }
     }
 }

@@ -31,7 +31,10 @@
 //! (e.g. with a 431 response or RST_STREAM) and keep the connection. Walking
 //! the rest costs O(block length): references to (possibly huge) table
 //! entries are not copied once emission has stopped, so an "HPACK bomb"
-//! cannot make the decoder allocate. After any other error the table may be
+//! cannot make the decoder allocate. With
+//! [`Decoder::set_abandon_list_size`], a block whose decoded size goes far
+//! past the limit is not walked to its end: `HeaderListAbandoned`, and the
+//! connection ends (ENHANCE_YOUR_CALM). After any other error the table may be
 //! out of step with the peer and the connection must be torn down.
 #![forbid(unsafe_code)]
 

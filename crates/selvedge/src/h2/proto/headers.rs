@@ -24,6 +24,9 @@ pub(crate) enum HeaderError {
     TooLarge,
     /// HPACK failed: the connection ends with COMPRESSION_ERROR.
     Compression,
+    /// The block decodes to far more than the limit (an HPACK bomb) and was abandoned:
+    /// the connection ends with ENHANCE_YOUR_CALM.
+    Abandoned,
 }
 
 /// What a request's header block tells: the request's head, and what the connection needs
@@ -55,10 +58,10 @@ fn connection_specific(token: Option<Token>, name: &[u8]) -> bool {
 }
 
 fn decode_err(e: DecodeError) -> HeaderError {
-    if e == DecodeError::HeaderListTooLarge {
-        HeaderError::TooLarge
-    } else {
-        HeaderError::Compression
+    match e {
+        DecodeError::HeaderListTooLarge => HeaderError::TooLarge,
+        DecodeError::HeaderListAbandoned => HeaderError::Abandoned,
+        _ => HeaderError::Compression,
     }
 }
 
@@ -206,7 +209,7 @@ pub(crate) fn trailers(dec: &mut hpack::Decoder, block: &[u8]) -> Result<(), Hea
 pub(crate) fn skip(dec: &mut hpack::Decoder, block: &[u8]) -> Result<(), HeaderError> {
     match dec.decode(block, |_| {}) {
         Ok(()) | Err(DecodeError::HeaderListTooLarge) => Ok(()),
-        Err(_) => Err(HeaderError::Compression),
+        Err(e) => Err(decode_err(e)),
     }
 }
 

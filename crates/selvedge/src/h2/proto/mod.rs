@@ -76,6 +76,14 @@ struct HeadCache {
 }
 
 /// Decodes base64url without padding (RFC 4648 §5), as `HTTP2-Settings` is sent.
+/// The connection error a header block ends the connection with.
+fn conn_error(e: HeaderError) -> Reason {
+    match e {
+        HeaderError::Abandoned => Reason::ENHANCE_YOUR_CALM,
+        _ => Reason::COMPRESSION_ERROR,
+    }
+}
+
 fn base64url(s: &[u8]) -> Option<Vec<u8>> {
     let val = |c: u8| match c {
         b'A'..=b'Z' => Some(c - b'A'),
@@ -373,7 +381,10 @@ impl Proto {
             Frame::Priority(p) => {
                 self.budget.control()?;
                 if p.dependency.stream == p.stream {
-                    return self.reset(p.stream, Reason::PROTOCOL_ERROR);
+                    // A stream error (RFC 9113 §5.3.1) that we treat as a connection error
+                    // (§5.4: allowed): no client means it, and a reset would let one
+                    // connection provoke `max_local_resets` of them (MadeYouReset).
+                    return Err(Reason::PROTOCOL_ERROR);
                 }
                 if !self.no_rfc7540 && self.keeps_priority(p.stream) {
                     let mut prec = self.queue.precedence(p.stream);
@@ -580,7 +591,21 @@ impl Proto {
     }
 
     fn skip_block(&mut self, block: &[u8]) -> Result<(), Reason> {
-        headers::skip(&mut self.hdec, block).map_err(|_| Reason::COMPRESSION_ERROR)
+        self.arm_decoder();
+        headers::skip(&mut self.hdec, block).map_err(conn_error)
+    }
+
+    /// Tells the decoder where a block overspends the refused-header budget (an HPACK
+    /// bomb): it gives up there, and the connection ends.
+    #[inline]
+    fn arm_decoder(&mut self) {
+        let limit = self.cfg.max_header_list_size as usize;
+        self.hdec.set_abandon_list_size(budget::abandon_size(self.budget.refused_room(), limit));
+    }
+
+    /// What a refused block costs the budget: by how far it went over the limit.
+    fn refused_cost(&self) -> u32 {
+        budget::refused_cost(self.hdec.last_list_size(), self.cfg.max_header_list_size as usize)
     }
 
     fn headers_complete(
@@ -603,8 +628,9 @@ impl Proto {
                 self.skip_block(block)?;
                 return self.reset(id, Reason::PROTOCOL_ERROR);
             }
+            self.arm_decoder();
             return match headers::trailers(&mut self.hdec, block) {
-                Err(HeaderError::Compression) => Err(Reason::COMPRESSION_ERROR),
+                Err(e @ (HeaderError::Compression | HeaderError::Abandoned)) => Err(conn_error(e)),
                 Err(_) => self.reset(id, Reason::PROTOCOL_ERROR),
                 Ok(()) => {
                     let s = self.streams.get_mut(&id).expect("present");
@@ -631,8 +657,8 @@ impl Proto {
         }
         self.last_id = id;
         if dep.is_some_and(|d| d.stream == id) {
-            self.skip_block(block)?;
-            return self.reset(id, Reason::PROTOCOL_ERROR);
+            // As a self-dependent PRIORITY: the connection ends.
+            return Err(Reason::PROTOCOL_ERROR);
         }
         if self.draining || self.failed.is_some() {
             // After our GOAWAY, new streams are ignored (RFC 9113 §6.8).
@@ -642,17 +668,18 @@ impl Proto {
             self.skip_block(block)?;
             return self.reset(id, Reason::REFUSED_STREAM);
         }
+        self.arm_decoder();
         let head = match headers::request(&mut self.hdec, block, self.cfg.enable_connect_protocol, &mut self.arena) {
             Ok(h) => Some(h),
-            Err(HeaderError::Compression) => return Err(Reason::COMPRESSION_ERROR),
+            Err(e @ (HeaderError::Compression | HeaderError::Abandoned)) => return Err(conn_error(e)),
             Err(HeaderError::Malformed) => {
-                self.budget.refused()?;
+                self.budget.refused(1)?;
                 return self.reset(id, Reason::PROTOCOL_ERROR);
             }
             Err(HeaderError::TooLarge) => {
-                // An HPACK bomb that stays under the stream limits: a few 431s, then the
-                // connection ends.
-                self.budget.refused()?;
+                // Over the limit: 431, costing the budget by how far over (an HPACK bomb
+                // that stays under the stream limits ends the connection at once).
+                self.budget.refused(self.refused_cost())?;
                 None
             }
         };

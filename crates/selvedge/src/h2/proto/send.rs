@@ -216,6 +216,7 @@ impl Proto {
             let timed_out = self.failed.is_none() && self.closed.iter().any(|c| *c == (id, Cause::TimedOut));
             return Poll::Ready(Some(Err(timed_out)));
         };
+        s.body_read = true;
         if let Some(b) = s.inbox.pop_front() {
             let n = b.len() as u32;
             self.grant(id, n);
@@ -488,18 +489,20 @@ impl Proto {
         None
     }
 
-    /// The response on `id` is complete and its app dropped the request body: what still
-    /// comes is discarded, up to `max_drain` bytes and held to the body clock (as an unread
-    /// HTTP/1.1 body after its answer), so a client that is uploading finishes normally
-    /// (some clients, curl 7.88 among them, fail a request whose upload is cut even after
-    /// a complete response). More than `max_drain` (declared or received): the client is
-    /// asked to stop with RST_STREAM(NO_ERROR) (RFC 9113 §8.1); too slow: CANCEL
-    /// (`timers.rs`).
+    /// The response on `id` is complete and its app dropped the request body.
+    ///
+    /// An app that never asked for the body (a static route answering 405, a redirect)
+    /// does not want it: the client is asked to stop at once with RST_STREAM(NO_ERROR)
+    /// (RFC 9113 §8.1: it must keep the response), as nginx does, so a slow upload holds
+    /// nothing. An app that read part of it: what still comes is discarded, up to
+    /// `max_drain` bytes and held to the body clock (as an unread HTTP/1.1 body after its
+    /// answer), so a client that is uploading finishes normally. More than `max_drain`
+    /// (declared or received): RST_STREAM(NO_ERROR) too; too slow: CANCEL (`timers.rs`).
     fn stop_unread(&mut self, id: u32) {
         let (now, rule, max) = (self.now, self.timeouts.body_rule(), self.timeouts.max_drain);
         let Some(s) = self.streams.get_mut(&id) else { return };
         let left = s.content_length.map(|n| n.saturating_sub(s.received));
-        if left.is_some_and(|n| n > max) {
+        if !s.body_read || left.is_some_and(|n| n > max) {
             return self.reset_for(id, Reason::NO_ERROR, Cause::Reset);
         }
         s.drain_until = Some(s.received.saturating_add(max));

@@ -320,7 +320,8 @@ fn header_list_too_large_gets_431() {
 fn header_blocks_refused_past_the_budget_end_the_connection() {
     let cfg = H2Settings { max_header_list_size: 200, max_refused_headers: 3, ..H2Settings::default() };
     let mut p = Peer::new(cfg);
-    let big = "b".repeat(300);
+    // Decodes to 256 bytes: just over the limit, one unit each.
+    let big = "b".repeat(100);
     for i in 0..3u32 {
         p.headers(2 * i + 1, &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("x", &big)], true);
         let out = p.output();
@@ -334,6 +335,72 @@ fn header_blocks_refused_past_the_budget_end_the_connection() {
     let out = p.output();
     assert!(!out.iter().any(|f| matches!(f, Frame::Headers(_))), "no fourth 431: {out:?}");
     assert_eq!(goaway(&out), Some(Reason::ENHANCE_YOUR_CALM));
+}
+
+/// A polite HPACK bomb (one block stores a 4,000-byte field and refers to it 12,000 times:
+/// ~48 MB decoded from 16 KB) ends the connection at the first block, without a 431.
+#[test]
+fn an_hpack_bomb_ends_the_connection_at_the_first_block() {
+    let mut p = Peer::new(H2Settings::default());
+    let mut block = vec![0x82, 0x86, 0x84, 0x40, 0x01, b'x', 0x7f];
+    let mut n = 4000 - 127;
+    while n >= 128 {
+        block.push((n & 0x7f) as u8 | 0x80);
+        n >>= 7;
+    }
+    block.push(n as u8);
+    block.extend(std::iter::repeat_n(b'v', 4000));
+    block.extend(std::iter::repeat_n(0xbe, 12_000));
+    let mut v = Vec::new();
+    frame::Headers::encode(1, &block, true, 16_384, &mut v);
+    p.send(&v);
+    assert_eq!(p.error, Some(Reason::ENHANCE_YOUR_CALM));
+    let out = p.output();
+    assert!(!out.iter().any(|f| matches!(f, Frame::Headers(_))), "no 431: {out:?}");
+    assert_eq!(goaway(&out), Some(Reason::ENHANCE_YOUR_CALM));
+    assert!(p.events.is_empty());
+}
+
+/// A request just over the header list limit is not a bomb: 431, and the connection goes
+/// on; one far over the limit spends the budget at once.
+#[test]
+fn refused_blocks_cost_by_their_decoded_size() {
+    let cfg = H2Settings { max_header_list_size: 200, max_refused_headers: 8, ..H2Settings::default() };
+    let mut p = Peer::new(cfg);
+    fn fields(v: &str) -> Vec<(&str, &str)> {
+        vec![(":method", "GET"), (":scheme", "http"), (":path", "/"), ("x", v)]
+    }
+    let (small, large) = ("b".repeat(100), "b".repeat(1_500));
+    p.headers(1, &fields(&small), true);
+    assert_eq!(p.error, None);
+    assert!(p.output().iter().any(|f| matches!(f, Frame::Headers(_))), "431");
+    // 1,656 bytes decoded: 8 units, over the 7 left.
+    p.headers(3, &fields(&large), true);
+    assert_eq!(p.error, Some(Reason::ENHANCE_YOUR_CALM));
+}
+
+/// A stream that depends on itself (RFC 9113 §5.3.1) ends the connection at once:
+/// GOAWAY(PROTOCOL_ERROR) at the first PRIORITY frame or HEADERS that says so, not a
+/// reset per stream until the MadeYouReset budget runs out.
+#[test]
+fn a_self_dependent_stream_ends_the_connection() {
+    let mut p = Peer::new(H2Settings::default());
+    p.headers(1, &[(":method", "POST"), (":scheme", "http"), (":path", "/")], false);
+    p.send(&raw(kind::PRIORITY, 0, 1, b"\0\0\0\x01\x0f"));
+    assert_eq!(p.error, Some(Reason::PROTOCOL_ERROR));
+    let out = p.output();
+    assert!(rst(&out).is_empty(), "{out:?}");
+    assert_eq!(goaway(&out), Some(Reason::PROTOCOL_ERROR));
+
+    let mut p = Peer::new(H2Settings::default());
+    let mut block = BytesMut::new();
+    p.enc.encode([(&b":method"[..], &b"GET"[..]), (b":scheme", b"http"), (b":path", b"/")], &mut block);
+    let mut payload = vec![0, 0, 0, 3, 15];
+    payload.extend_from_slice(&block);
+    p.send(&raw(kind::HEADERS, flag::END_HEADERS | flag::END_STREAM | flag::PRIORITY, 3, &payload));
+    assert_eq!(p.error, Some(Reason::PROTOCOL_ERROR));
+    assert!(p.events.is_empty());
+    assert_eq!(goaway(&p.output()), Some(Reason::PROTOCOL_ERROR));
 }
 
 #[test]
@@ -770,10 +837,13 @@ fn unread_body_after_the_complete_answer_is_held_to_the_rate_and_max_drain() {
     let mut p = Peer::new(H2Settings::default());
     p.proto.set_timeouts(timeouts());
     let post = [(":method", "POST"), (":scheme", "http"), (":path", "/")];
-    // Stream 1: the app drops the body unread and answers; the client goes on sending,
-    // discarded, until it is too slow for the body clock (2 s of grace from the answer).
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    // Stream 1: the app reads a piece of the body, drops the rest and answers; the client
+    // goes on sending, discarded, until it is too slow for the body clock (2 s of grace
+    // from the answer).
     p.headers(1, &post, false);
     p.send(&raw(kind::DATA, 0, 1, b"some"));
+    assert!(p.proto.poll_body(1, &mut cx).is_ready());
     p.proto.drop_body(1);
     p.proto.respond(1, Response::bytes(StatusCode::METHOD_NOT_ALLOWED, "no"));
     let out = p.output();
@@ -797,6 +867,7 @@ fn unread_body_after_the_complete_answer_is_held_to_the_rate_and_max_drain() {
     assert_eq!(rst(&out[end..]), vec![(3, Reason::NO_ERROR)]);
     // Stream 5: no length, more than max_drain arrives after the answer: NO_ERROR.
     p.headers(5, &post, false);
+    assert!(p.proto.poll_body(5, &mut cx).is_pending());
     p.proto.respond(5, Response::bytes(StatusCode::OK, "ok"));
     let _ = p.output();
     p.proto.drop_body(5);
@@ -805,6 +876,23 @@ fn unread_body_after_the_complete_answer_is_held_to_the_rate_and_max_drain() {
     assert!(rst(&p.output()).is_empty());
     p.send(&raw(kind::DATA, 0, 5, &[b'x'; 80]));
     assert_eq!(rst(&p.output()), vec![(5, Reason::NO_ERROR)]);
+    assert_eq!(p.error, None);
+}
+
+/// An app that answers without ever asking for the body (a static route's 405): the client
+/// is asked to stop at once, right after the complete answer, with RST_STREAM(NO_ERROR)
+/// (RFC 9113 §8.1), not after the body clock's grace.
+#[test]
+fn body_never_asked_for_is_stopped_right_after_the_answer() {
+    let mut p = Peer::new(H2Settings::default());
+    p.proto.set_timeouts(timeouts());
+    p.headers(1, &[(":method", "POST"), (":scheme", "http"), (":path", "/"), ("content-length", "50")], false);
+    p.send(&raw(kind::DATA, 0, 1, b"some"));
+    p.proto.drop_body(1);
+    p.proto.respond(1, Response::bytes(StatusCode::METHOD_NOT_ALLOWED, "no"));
+    let out = p.output();
+    let end = out.iter().position(|f| matches!(f, Frame::Data(d) if d.end_stream)).expect("the answer");
+    assert_eq!(rst(&out[end..]), vec![(1, Reason::NO_ERROR)]);
     assert_eq!(p.error, None);
 }
 
