@@ -217,8 +217,11 @@ fn metrics_count_a_known_mix_exactly() {
     assert_eq!(up["upstream_addr"], upstream.addr.to_string().as_str());
     assert!(up["upstream_time_us"].as_u64().unwrap() > 0);
     assert_eq!(up["request_id"].as_str().unwrap().len(), 32);
-    let tls_line = lines.iter().find(|l| l["protocol"] == "h2" && !l["tls"].is_null()).unwrap();
-    assert!(tls_line["tls"].as_str().unwrap().starts_with("TLS"), "{tls_line}");
+    // The TLS version the handshake agreed (curl with OpenSSL 3: TLS 1.3), on both protocols.
+    let tls: Vec<_> = lines.iter().filter(|l| !l["tls"].is_null()).map(|l| (&l["protocol"], &l["tls"])).collect();
+    assert_eq!(tls.len(), 3, "{tls:?}");
+    assert!(tls.iter().all(|(_, v)| *v == "TLSv1.3"), "{tls:?}");
+    assert!(tls.iter().any(|(p, _)| *p == "h1") && tls.iter().any(|(p, _)| *p == "h2"), "{tls:?}");
 }
 
 fn req_of(m: &[(String, serde_json::Map<String, Value>, f64)], route: &str, status: &str, protocol: &str) -> f64 {

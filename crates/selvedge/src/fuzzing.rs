@@ -112,7 +112,7 @@ pub fn h1_conn(data: &[u8]) {
                 let started = conn.start(
                     false,
                     &crate::PeerAddr::Unix,
-                    false,
+                    None,
                     |l| {
                         lent = Some(l);
                         crate::Body::empty()

@@ -39,11 +39,35 @@ pub struct Request {
     pub(crate) version: Version,
     pub(crate) peer: PeerAddr,
     pub(crate) body: Body,
-    /// Whether the request came over TLS.
-    pub(crate) secure: bool,
+    /// The TLS version the request came over (`None`: cleartext).
+    pub(crate) secure: Option<TlsVersion>,
     /// The protocol an upgradable request asks for: HTTP/1.1 `Upgrade` (with `Connection:
     /// upgrade` and no body), or HTTP/2 extended CONNECT's `:protocol` (RFC 8441).
     pub(crate) upgrade: Option<Span>,
+}
+
+/// The TLS version of a request's connection (see [`Request::tls_version`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsVersion {
+    /// TLS 1.2.
+    Tls12,
+    /// TLS 1.3.
+    Tls13,
+    /// TLS of a version not known here (or not known at all: a request an app built).
+    Other,
+}
+
+impl TlsVersion {
+    /// The version's name as OpenSSL and nginx's `$ssl_protocol` write it: `TLSv1.2`,
+    /// `TLSv1.3`, `TLS` (other).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsVersion::Tls12 => "TLSv1.2",
+            TlsVersion::Tls13 => "TLSv1.3",
+            TlsVersion::Other => "TLS",
+        }
+    }
 }
 
 impl Default for Request {
@@ -59,7 +83,7 @@ impl Default for Request {
             version: Version::HTTP_11,
             peer: PeerAddr::Unix,
             body: Body::empty(),
-            secure: false,
+            secure: None,
             upgrade: None,
         }
     }
@@ -92,7 +116,13 @@ fn ascii(b: &[u8]) -> &str {
 impl Request {
     /// The request of `head`, as it came from `peer`.
     #[inline]
-    pub(crate) fn new(head: RequestHead, version: Version, peer: PeerAddr, secure: bool, body: Body) -> Request {
+    pub(crate) fn new(
+        head: RequestHead,
+        version: Version,
+        peer: PeerAddr,
+        secure: Option<TlsVersion>,
+        body: Body,
+    ) -> Request {
         let RequestHead { buf, method, target, path, query, authority, headers, upgrade } = head;
         Request { buf, method, target, path, query, authority, headers, version, peer, body, secure, upgrade }
     }
@@ -192,6 +222,11 @@ impl Request {
 
     /// Whether the request came over TLS (`https`).
     pub fn is_secure(&self) -> bool {
+        self.secure.is_some()
+    }
+
+    /// The TLS version the request came over, `None` over cleartext.
+    pub fn tls_version(&self) -> Option<TlsVersion> {
         self.secure
     }
 
@@ -204,7 +239,9 @@ impl Request {
     /// builds on behalf of another (an internal redirect), which keeps the client's.
     pub fn set_origin(&mut self, peer: PeerAddr, secure: bool) {
         self.peer = peer;
-        self.secure = secure;
+        if secure != self.is_secure() {
+            self.secure = secure.then_some(TlsVersion::Other);
+        }
     }
 
     /// Replaces the request-target with `target` (an origin-form path with an optional
@@ -321,7 +358,7 @@ impl<B: Into<Bytes>> From<http::Request<B>> for Request {
             version: parts.version,
             peer: PeerAddr::Unix,
             body: if body.is_empty() { Body::empty() } else { Body::from_bytes(body) },
-            secure: parts.uri.scheme_str() == Some("https"),
+            secure: (parts.uri.scheme_str() == Some("https")).then_some(TlsVersion::Other),
             upgrade: None,
         }
     }

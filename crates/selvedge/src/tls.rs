@@ -306,6 +306,16 @@ impl Session {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The TLS version agreed in the handshake.
+    pub(crate) fn version(&self) -> crate::request::TlsVersion {
+        use crate::request::TlsVersion;
+        match self.lock().protocol_version() {
+            Some(rustls::ProtocolVersion::TLSv1_3) => TlsVersion::Tls13,
+            Some(rustls::ProtocolVersion::TLSv1_2) => TlsVersion::Tls12,
+            _ => TlsVersion::Other,
+        }
+    }
+
     /// The protocol the client chose by ALPN.
     pub(crate) fn alpn(&self) -> Option<Vec<u8>> {
         self.lock().alpn_protocol().map(<[u8]>::to_vec)

@@ -27,10 +27,13 @@ pub(crate) enum Transport {
 }
 
 impl Transport {
-    /// Whether the connection is TLS.
-    #[inline]
-    pub(crate) fn is_tls(&self) -> bool {
-        !matches!(self, Transport::Plain(_))
+    /// The TLS version (after the handshake), `None` for cleartext.
+    pub(crate) fn tls_version(&self) -> Option<crate::request::TlsVersion> {
+        match self {
+            Transport::Plain(_) => None,
+            #[cfg(feature = "tls")]
+            Transport::Tls { session, .. } => Some(session.version()),
+        }
     }
 
     /// Whether the TLS client chose HTTP/2 by ALPN.

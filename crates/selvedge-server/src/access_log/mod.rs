@@ -355,7 +355,7 @@ struct CombinedParts {
 
 /// The TLS version of the connection `req` came on (`None`: cleartext).
 fn tls_version(req: &Request) -> Option<&'static str> {
-    req.is_secure().then_some("TLS")
+    req.tls_version().map(selvedge::TlsVersion::as_str)
 }
 
 /// `2026-11-22T00:14:33` for `secs` since the epoch.

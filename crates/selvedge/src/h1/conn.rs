@@ -407,7 +407,7 @@ impl Conn {
         &mut self,
         shutting_down: bool,
         peer: &PeerAddr,
-        secure: bool,
+        secure: Option<crate::request::TlsVersion>,
         lend: impl FnOnce(Lent) -> Body,
         run: impl FnOnce(Request),
     ) -> Start {

@@ -80,7 +80,7 @@ pub(crate) async fn serve<A: App>(
     // Where the app's futures run (its box is reused while that is cheap: `AppSlot`).
     let mut slot = AppSlot::default();
     let io = Io { sock: &sock, cfg: &cfg, timer: &timer };
-    let secure = sock.is_tls();
+    let secure = sock.tls_version();
     loop {
         let res = match conn.poll(now_ms()) {
             Next::Request => {

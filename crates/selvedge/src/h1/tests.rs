@@ -183,7 +183,7 @@ impl Script {
                     let start = self.conn.start(
                         self.shutting_down,
                         &PeerAddr::Unix,
-                        false,
+                        None,
                         |l| {
                             lent = Some(l);
                             Body::empty()
@@ -332,7 +332,7 @@ fn pipelined_answers_go_out_in_one_batch() {
             Next::Request => {
                 let mut req = None;
                 assert!(matches!(
-                    s.conn.start(false, &PeerAddr::Unix, false, |_| Body::empty(), |r| req = Some(r)),
+                    s.conn.start(false, &PeerAddr::Unix, None, |_| Body::empty(), |r| req = Some(r)),
                     Start::App
                 ));
                 assert!(!s.conn.app_done(Returned::None, false));
@@ -366,7 +366,7 @@ fn a_batch_is_flushed_at_its_limit_before_more_is_parsed() {
         match s.conn.poll(0) {
             Next::Request => {
                 let mut req = None;
-                s.conn.start(false, &PeerAddr::Unix, false, |_| Body::empty(), |r| req = Some(r));
+                s.conn.start(false, &PeerAddr::Unix, None, |_| Body::empty(), |r| req = Some(r));
                 s.conn.app_done(Returned::None, false);
                 s.respond(big(&req.unwrap()).1);
                 answered += 1;
@@ -575,7 +575,7 @@ fn a_kept_body_or_a_panic_ends_the_connection() {
     assert_eq!(s.conn.poll(0), Next::Read { idle: true });
     assert!(s.feed());
     assert_eq!(s.conn.poll(1), Next::Request);
-    s.conn.start(false, &PeerAddr::Unix, false, |_| Body::empty(), |_| {});
+    s.conn.start(false, &PeerAddr::Unix, None, |_| Body::empty(), |_| {});
     assert!(!s.conn.app_done(Returned::None, true));
     s.respond(Response::error(StatusCode::INTERNAL_SERVER_ERROR));
     assert_eq!(s.conn.poll(0), Next::Close { linger: true });
@@ -613,7 +613,7 @@ fn large_bodies_are_sent_from_their_own_memory() {
     assert_eq!(s.conn.poll(0), Next::Read { idle: true });
     assert!(s.feed());
     assert_eq!(s.conn.poll(1), Next::Request);
-    s.conn.start(false, &PeerAddr::Unix, false, |_| Body::empty(), |_| {});
+    s.conn.start(false, &PeerAddr::Unix, None, |_| Body::empty(), |_| {});
     s.conn.app_done(Returned::None, false);
     let big = Bytes::from(vec![b'x'; super::conn::COPY_BODY_MAX + 1]);
     match s.conn.respond(Response::bytes(StatusCode::OK, big.clone()), false) {
@@ -660,7 +660,7 @@ fn deadlines_follow_the_phase() {
     conn.handle_read(2, 6_000);
     assert_eq!(conn.poll(6_000), Next::Request);
     // None while the app runs.
-    conn.start(false, &PeerAddr::Unix, false, |_| Body::empty(), |_| {});
+    conn.start(false, &PeerAddr::Unix, None, |_| Body::empty(), |_| {});
     assert_eq!(conn.deadline(), NO_DEADLINE);
     conn.app_done(Returned::None, false);
     assert!(matches!(conn.respond(Response::new(StatusCode::OK), false), Ok(Send::Buffered)));
@@ -685,7 +685,7 @@ fn a_drained_body_has_the_body_deadline() {
     s.conn.start(
         false,
         &PeerAddr::Unix,
-        false,
+        None,
         |l| {
             lent = Some(l);
             Body::empty()

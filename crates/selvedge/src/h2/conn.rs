@@ -282,7 +282,7 @@ async fn receiver<A: App>(
             arm(shared, &p, timer, cfg);
             p.is_done()
         };
-        spawn_streams(shared, app, cfg, peer, sock.is_tls(), &mut events);
+        spawn_streams(shared, app, cfg, peer, sock.tls_version(), &mut events);
         shared.wake.notify_one();
         if done || shared.closed.load(Ordering::SeqCst) {
             return;
@@ -429,7 +429,7 @@ fn spawn_streams<A: App>(
     app: &Arc<A>,
     cfg: &Arc<Settings>,
     peer: &PeerAddr,
-    secure: bool,
+    secure: Option<crate::request::TlsVersion>,
     events: &mut Vec<Event>,
 ) {
     if events.is_empty() {

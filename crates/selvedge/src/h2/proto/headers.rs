@@ -230,7 +230,7 @@ mod tests {
 
     /// The request the driver makes of a head.
     fn req(h: RequestHead) -> crate::Request {
-        crate::Request::new(h, http::Version::HTTP_2, crate::sys::PeerAddr::Unix, false, crate::Body::empty())
+        crate::Request::new(h, http::Version::HTTP_2, crate::sys::PeerAddr::Unix, None, crate::Body::empty())
     }
 
     const BASE: [(&str, &str); 3] = [(":method", "GET"), (":scheme", "http"), (":path", "/a/b?x=1")];
