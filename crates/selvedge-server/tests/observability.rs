@@ -185,6 +185,11 @@ fn metrics_count_a_known_mix_exactly() {
     assert_eq!(value(&m, "selvedge_connections_closed_total", &[("protocol", "h2")]), 4.0, "{text}");
     assert_eq!(value(&m, "selvedge_connections_open", &[("protocol", "h1")]), 1.0);
     assert_eq!(value(&m, "selvedge_connections_open", &[("protocol", "h2")]), 0.0);
+    // HTTP/2: one stream per h2 request, none open, none reset.
+    assert_eq!(value(&m, "selvedge_http2_streams_total", &[]), 4.0, "{text}");
+    assert_eq!(value(&m, "selvedge_http2_streams_open", &[]), 0.0, "{text}");
+    assert_eq!(value(&m, "selvedge_http2_resets_sent_total", &[]), 0.0, "{text}");
+    assert_eq!(value(&m, "selvedge_http2_resets_received_total", &[]), 0.0, "{text}");
     // The page was read once from disk and then from the cache.
     let lookups = value(&m, "selvedge_file_cache_hits_total", &[]) + value(&m, "selvedge_file_cache_misses_total", &[]);
     assert!(lookups >= 10.0, "{text}");
@@ -204,6 +209,21 @@ fn metrics_count_a_known_mix_exactly() {
     let (_, text) = get(admin, "/metrics");
     let m = parse_exposition(&dir, &text);
     assert_eq!(req_of(&m, "/", "2xx", "h1"), 5.0);
+    let goaways = |m: &[_], code| value(m, "selvedge_http2_goaways_sent_total", &[("code", code)]);
+    assert_eq!(goaways(&m, "PROTOCOL_ERROR"), 0.0);
+
+    // A stream that depends on itself: GOAWAY(PROTOCOL_ERROR), counted by its code.
+    let mut h2 = TcpStream::connect(plain).unwrap();
+    h2.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS
+    out.extend_from_slice(&[0, 0, 5, 2, 0, 0, 0, 0, 1, 0, 0, 0, 1, 15]); // PRIORITY 1 on 1
+    h2.write_all(&out).unwrap();
+    let _ = h2.read_to_end(&mut Vec::new());
+    let (_, text) = get(admin, "/metrics");
+    let m = parse_exposition(&dir, &text);
+    assert_eq!(goaways(&m, "PROTOCOL_ERROR"), 1.0, "{text}");
+    assert_eq!(value(&m, "selvedge_http2_streams_total", &[]), 4.0, "{text}");
 
     // The health endpoints are not requests of the site, nor in its access log.
     assert_eq!(get(admin, "/healthz"), (200, "ok\n".into()));

@@ -1,5 +1,6 @@
 //! The engine's counters, for embedders to export their own way ([`snapshot`]): connections
-//! accepted, open by protocol and parked, file cache hits, misses and evictions.
+//! accepted, open by protocol and parked, HTTP/2 streams and the RST_STREAM and GOAWAY
+//! frames sent and received by error code, file cache hits, misses and evictions.
 //!
 //! Counters are process-wide (every [`Server`](crate::Server) in the process adds to the
 //! same ones). Each thread counts into its own cache-line-aligned shard, with a relaxed
@@ -41,6 +42,29 @@ pub struct Stats {
     pub parked: u64,
     /// Times an idle connection was parked.
     pub parked_total: u64,
+    /// HTTP/2 streams opened by clients (every request, including those refused with 431).
+    pub h2_streams: u64,
+    /// HTTP/2 streams open now.
+    pub h2_streams_open: u64,
+    /// RST_STREAM frames sent, by error code (index: the code, RFC 9113 §7;
+    /// [`OTHER_CODE`]: any code above 13).
+    pub h2_resets_sent: [u64; CODES],
+    /// RST_STREAM frames received, by error code (as `h2_resets_sent`).
+    pub h2_resets_received: [u64; CODES],
+    /// GOAWAY frames sent, by error code (NO_ERROR: a graceful close; the others end the
+    /// connection for the peer's error or abuse, e.g. ENHANCE_YOUR_CALM).
+    pub h2_goaways_sent: [u64; CODES],
+}
+
+/// Slots of the per-code HTTP/2 counters: codes 0 to 13, then every other code.
+pub const CODES: usize = 15;
+/// The slot of codes above 13 in the per-code counters.
+pub const OTHER_CODE: usize = CODES - 1;
+
+/// The slot of error code `code` in the per-code counters.
+#[inline]
+fn code_slot(code: u32) -> usize {
+    (code as usize).min(OTHER_CODE)
 }
 
 /// What a shard counts.
@@ -60,14 +84,50 @@ pub(crate) enum Counter {
     Parked,
     /// Taken out of a parking lot (woken, or closed there).
     Unparked,
+    H2StreamOpened,
+    H2StreamClosed,
+    /// The first of `CODES` per-code counters each.
+    H2ResetSent,
+    H2ResetReceived = Counter::H2ResetSent as usize + CODES,
+    H2GoawaySent = Counter::H2ResetReceived as usize + CODES,
 }
 
-const COUNTERS: usize = Counter::Unparked as usize + 1;
+const COUNTERS: usize = Counter::H2GoawaySent as usize + CODES;
+
+/// Adds 1 to this thread's per-code counter `first` for `code`.
+#[inline]
+fn add_code(first: Counter, code: u32) {
+    add_at(first as usize + code_slot(code), 1);
+}
+
+/// An HTTP/2 RST_STREAM with `code` was sent.
+#[inline]
+pub(crate) fn h2_reset_sent(code: u32) {
+    add_code(Counter::H2ResetSent, code);
+}
+
+/// An HTTP/2 RST_STREAM with `code` was received.
+#[inline]
+pub(crate) fn h2_reset_received(code: u32) {
+    add_code(Counter::H2ResetReceived, code);
+}
+
+/// An HTTP/2 GOAWAY with `code` was sent.
+#[inline]
+pub(crate) fn h2_goaway_sent(code: u32) {
+    add_code(Counter::H2GoawaySent, code);
+}
 
 /// One thread's counters, on cache lines of their own.
 #[repr(align(64))]
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shard([AtomicU64; COUNTERS]);
+
+impl Default for Shard {
+    fn default() -> Self {
+        Shard(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
 
 static SHARDS: Mutex<Vec<Arc<Shard>>> = Mutex::new(Vec::new());
 
@@ -82,9 +142,14 @@ thread_local! {
 /// Adds `n` to this thread's `c`.
 #[inline]
 pub(crate) fn add(c: Counter, n: u64) {
+    add_at(c as usize, n);
+}
+
+#[inline]
+fn add_at(i: usize, n: u64) {
     // A thread being torn down no longer counts.
     let _ = SHARD.try_with(|s| {
-        let a = &s.0[c as usize];
+        let a = &s.0[i];
         a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     });
 }
@@ -126,6 +191,7 @@ pub fn snapshot() -> Stats {
         }
     }
     let c = |k: Counter| t[k as usize];
+    let codes = |first: Counter| -> [u64; CODES] { std::array::from_fn(|i| t[first as usize + i]) };
     Stats {
         accepted: c(Counter::Accepted),
         open_h1: c(Counter::OpenedH1).saturating_sub(c(Counter::ClosedH1) + c(Counter::HandedOffH1)),
@@ -138,6 +204,11 @@ pub fn snapshot() -> Stats {
         file_cache_entries: c(Counter::CacheInserted).saturating_sub(c(Counter::CacheEviction)),
         parked: c(Counter::Parked).saturating_sub(c(Counter::Unparked)),
         parked_total: c(Counter::Parked),
+        h2_streams: c(Counter::H2StreamOpened),
+        h2_streams_open: c(Counter::H2StreamOpened).saturating_sub(c(Counter::H2StreamClosed)),
+        h2_resets_sent: codes(Counter::H2ResetSent),
+        h2_resets_received: codes(Counter::H2ResetReceived),
+        h2_goaways_sent: codes(Counter::H2GoawaySent),
     }
 }
 
@@ -152,6 +223,9 @@ mod tests {
             .map(|_| {
                 std::thread::spawn(|| {
                     add(Counter::Accepted, 5);
+                    h2_reset_sent(8);
+                    h2_reset_received(99);
+                    h2_goaway_sent(11);
                     let c = OpenConn::new(true);
                     drop(c);
                     let _keep = std::mem::ManuallyDrop::new(OpenConn::new(false));
@@ -165,5 +239,8 @@ mod tests {
         assert!(after.accepted >= before.accepted + 20);
         assert!(after.closed_h2 >= before.closed_h2 + 4);
         assert!(after.open_h1 >= 4);
+        assert!(after.h2_resets_sent[8] >= before.h2_resets_sent[8] + 4);
+        assert!(after.h2_resets_received[OTHER_CODE] >= before.h2_resets_received[OTHER_CODE] + 4);
+        assert!(after.h2_goaways_sent[11] >= before.h2_goaways_sent[11] + 4);
     }
 }

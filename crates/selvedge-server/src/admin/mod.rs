@@ -103,7 +103,21 @@ pub fn engine_series() -> (Vec<EngineSeries>, FileCacheStats) {
         series("connections_open", "Connections open, by protocol", false, proto("h2"), s.open_h2),
         series("connections_closed", "Connections served to the end, by protocol", true, proto("h1"), s.closed_h1),
         series("connections_closed", "Connections served to the end, by protocol", true, proto("h2"), s.closed_h2),
+        series("http2_streams", "HTTP/2 streams opened by clients", true, vec![], s.h2_streams),
+        series("http2_streams_open", "HTTP/2 streams open", false, vec![], s.h2_streams_open),
     ];
+    let mut out = out;
+    // Per error code, the codes seen (series appear once non-zero).
+    let per_code: [(&'static str, &'static str, &[u64; selvedge::stats::CODES]); 3] = [
+        ("http2_resets_sent", "HTTP/2 RST_STREAM frames sent, by error code", &s.h2_resets_sent),
+        ("http2_resets_received", "HTTP/2 RST_STREAM frames received, by error code", &s.h2_resets_received),
+        ("http2_goaways_sent", "HTTP/2 GOAWAY frames sent, by error code", &s.h2_goaways_sent),
+    ];
+    for (name, help, counts) in per_code {
+        for (code, &n) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
+            out.push(series(name, help, true, vec![("code", code_name(code).to_string())], n));
+        }
+    }
     let fc = FileCacheStats {
         entries: s.file_cache_entries,
         hits: s.file_cache_hits,
@@ -111,6 +125,27 @@ pub fn engine_series() -> (Vec<EngineSeries>, FileCacheStats) {
         evictions: s.file_cache_evictions,
     };
     (out, fc)
+}
+
+/// An HTTP/2 error code's name (RFC 9113 §7), `OTHER` past the known ones.
+fn code_name(code: usize) -> &'static str {
+    const NAMES: [&str; selvedge::stats::OTHER_CODE] = [
+        "NO_ERROR",
+        "PROTOCOL_ERROR",
+        "INTERNAL_ERROR",
+        "FLOW_CONTROL_ERROR",
+        "SETTINGS_TIMEOUT",
+        "STREAM_CLOSED",
+        "FRAME_SIZE_ERROR",
+        "REFUSED_STREAM",
+        "CANCEL",
+        "COMPRESSION_ERROR",
+        "CONNECT_ERROR",
+        "ENHANCE_YOUR_CALM",
+        "INADEQUATE_SECURITY",
+        "HTTP_1_1_REQUIRED",
+    ];
+    NAMES.get(code).copied().unwrap_or("OTHER")
 }
 
 /// Everything `/metrics` adds to the registry's numbers.

@@ -291,6 +291,7 @@ impl Proto {
             return;
         }
         frame::GoAway { last_stream: self.last_id, reason, debug: Bytes::new() }.encode(&mut self.control);
+        crate::stats::h2_goaway_sent(reason.0);
         self.failed = Some(reason);
         for (_, s) in self.streams.iter_mut() {
             s.recv_error = Some(reason);
@@ -308,6 +309,7 @@ impl Proto {
         self.draining = true;
         frame::GoAway { last_stream: self.last_id, reason: Reason::NO_ERROR, debug: Bytes::new() }
             .encode(&mut self.control);
+        crate::stats::h2_goaway_sent(0);
     }
 
     /// Handles the next whole frame at the start of `buf`, if there is one (`Ok(true)`: a
@@ -459,6 +461,7 @@ impl Proto {
     /// Resets a stream with `reason` (a stream error, RFC 9113 §5.4.2).
     fn reset(&mut self, id: u32, reason: Reason) -> Result<(), Reason> {
         frame::RstStream { stream: id, reason }.encode(&mut self.control);
+        crate::stats::h2_reset_sent(reason.0);
         if let Some(mut s) = self.take_stream(id) {
             s.recv_error = Some(reason);
             s.wake_reader();
@@ -733,6 +736,7 @@ impl Proto {
         if id > self.last_id {
             return Err(Reason::PROTOCOL_ERROR);
         }
+        crate::stats::h2_reset_received(reason.0);
         if let Some(mut s) = self.take_stream(id) {
             s.recv_error = Some(reason);
             s.wake_reader();

@@ -202,6 +202,7 @@ impl Proto {
     pub(crate) fn reset_for(&mut self, id: u32, reason: Reason, cause: Cause) {
         if let Some(mut s) = self.take_stream(id) {
             frame::RstStream { stream: id, reason }.encode(&mut self.control);
+            crate::stats::h2_reset_sent(reason.0);
             s.wake_reader();
             s.wake_writer();
             self.forget(id, cause);
@@ -309,6 +310,7 @@ impl Proto {
             let _ = self.reset_quiet(id, Reason::INTERNAL_ERROR);
         } else {
             frame::RstStream { stream: id, reason: Reason::INTERNAL_ERROR }.encode(&mut self.control);
+            crate::stats::h2_reset_sent(Reason::INTERNAL_ERROR.0);
             if let Some(c) = self.closed.iter_mut().find(|(i, _)| *i == id) {
                 c.1 = Cause::Reset;
             }

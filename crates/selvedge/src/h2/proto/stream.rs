@@ -191,8 +191,18 @@ pub(crate) struct Stream {
     pub(crate) stall_since: Option<u64>,
 }
 
+/// A stream leaves the connection (closed, reset, or the connection ended): no longer open
+/// in the engine's counters.
+impl Drop for Stream {
+    #[inline]
+    fn drop(&mut self) {
+        crate::stats::add(crate::stats::Counter::H2StreamClosed, 1);
+    }
+}
+
 impl Stream {
     pub(crate) fn new(state: State, send_window: i64, recv_window: i64) -> Stream {
+        crate::stats::add(crate::stats::Counter::H2StreamOpened, 1);
         Stream {
             state,
             send_flow: FlowControl::new(send_window),
