@@ -117,7 +117,7 @@ async fn request<A: App>(resolver: RequestResolver<Conn, Bytes>, app: Arc<A>, cf
     let (mut send, recv) = stream.split();
     let stalled = Arc::new(AtomicBool::new(false));
     let body = BodyReader::start(recv, head.content_length, &cfg, stalled.clone());
-    let req = Request::new(head.req, Version::HTTP_3, peer, true, body);
+    let req = Request::new(head.req, Version::HTTP_3, peer, Some(crate::request::TlsVersion::Tls13), body);
     let mut fut = std::pin::pin!(app.handle(req));
     let res = or_500(poll_fn(|cx| poll_catching(fut.as_mut(), cx)).await, &cfg);
     if stalled.load(Ordering::Relaxed) {

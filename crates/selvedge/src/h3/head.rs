@@ -108,7 +108,13 @@ mod tests {
     fn head(b: http::request::Builder) -> Result<crate::Request, Malformed> {
         let (parts, ()) = b.body(()).unwrap().into_parts();
         let h = request(&parts)?;
-        Ok(crate::Request::new(h.req, http::Version::HTTP_3, crate::sys::PeerAddr::Unix, true, crate::Body::empty()))
+        Ok(crate::Request::new(
+            h.req,
+            http::Version::HTTP_3,
+            crate::sys::PeerAddr::Unix,
+            Some(crate::TlsVersion::Tls13),
+            crate::Body::empty(),
+        ))
     }
 
     #[test]
