@@ -1,6 +1,7 @@
 //! The request an app receives: method, target, headers as slices of the receive buffer,
 //! the peer's address, and a body to read as a stream.
 
+pub use crate::message::TlsVersion;
 use std::borrow::Cow;
 use std::fmt;
 
@@ -44,30 +45,6 @@ pub struct Request {
     /// The protocol an upgradable request asks for: HTTP/1.1 `Upgrade` (with `Connection:
     /// upgrade` and no body), or HTTP/2 extended CONNECT's `:protocol` (RFC 8441).
     pub(crate) upgrade: Option<Span>,
-}
-
-/// The TLS version of a request's connection (see [`Request::tls_version`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TlsVersion {
-    /// TLS 1.2.
-    Tls12,
-    /// TLS 1.3.
-    Tls13,
-    /// TLS of a version not known here (or not known at all: a request an app built).
-    Other,
-}
-
-impl TlsVersion {
-    /// The version's name as OpenSSL and nginx's `$ssl_protocol` write it: `TLSv1.2`,
-    /// `TLSv1.3`, `TLS` (other).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TlsVersion::Tls12 => "TLSv1.2",
-            TlsVersion::Tls13 => "TLSv1.3",
-            TlsVersion::Other => "TLS",
-        }
-    }
 }
 
 impl Default for Request {

@@ -307,8 +307,8 @@ impl Session {
     }
 
     /// The TLS version agreed in the handshake.
-    pub(crate) fn version(&self) -> crate::request::TlsVersion {
-        use crate::request::TlsVersion;
+    pub(crate) fn version(&self) -> crate::message::TlsVersion {
+        use crate::message::TlsVersion;
         match self.lock().protocol_version() {
             Some(rustls::ProtocolVersion::TLSv1_3) => TlsVersion::Tls13,
             Some(rustls::ProtocolVersion::TLSv1_2) => TlsVersion::Tls12,

@@ -28,7 +28,7 @@ pub(crate) enum Transport {
 
 impl Transport {
     /// The TLS version (after the handshake), `None` for cleartext.
-    pub(crate) fn tls_version(&self) -> Option<crate::request::TlsVersion> {
+    pub(crate) fn tls_version(&self) -> Option<crate::message::TlsVersion> {
         match self {
             Transport::Plain(_) => None,
             #[cfg(feature = "tls")]

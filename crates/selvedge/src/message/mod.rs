@@ -13,3 +13,27 @@ pub use chars::{LOWER_TOKEN, TCHAR, VALUE};
 pub use list::{accept_q, has_token, parse_q, tokens, trim_ows};
 pub use number::{decimal, parse_decimal, put_hex};
 pub use span::{HeaderSpan, Span};
+
+/// The TLS version of a request's connection (see [`Request::tls_version`](crate::Request::tls_version)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsVersion {
+    /// TLS 1.2.
+    Tls12,
+    /// TLS 1.3.
+    Tls13,
+    /// TLS of a version not known here (or not known at all: a request an app built).
+    Other,
+}
+
+impl TlsVersion {
+    /// The version's name as OpenSSL and nginx's `$ssl_protocol` write it: `TLSv1.2`,
+    /// `TLSv1.3`, `TLS` (other).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsVersion::Tls12 => "TLSv1.2",
+            TlsVersion::Tls13 => "TLSv1.3",
+            TlsVersion::Other => "TLS",
+        }
+    }
+}
