@@ -850,6 +850,7 @@ struct RawHttp2 {
     max_requests: Option<Count<1, { u32::MAX as u64 }>>,
     stream_buffer: Option<Size<1, { u32::MAX as u64 }>>,
     write_batch: Option<Size<1024, { u32::MAX as u64 }>>,
+    notsent_lowat: Option<Size<0, { u32::MAX as u64 }>>,
     handshake_timeout: Option<NonZeroDur>,
     enable_connect_protocol: Option<bool>,
     stream_stall_timeout: Option<NonZeroDur>,
@@ -872,6 +873,7 @@ impl RawHttp2 {
         set(self.max_control_frames.map(Count::get), &mut h.max_control_frames);
         set(self.max_empty_frames.map(Count::get), &mut h.max_empty_frames);
         set(self.max_requests.map(Count::get), &mut h.max_requests);
+        set(self.notsent_lowat.map(Size::get), &mut h.notsent_lowat);
         h.abuse_window = self.abuse_window.map_or(h.abuse_window, Dur::get);
         h.max_control_queue = self.max_control_queue.map_or(h.max_control_queue, Size::get_usize);
         h.stream_buffer = self.stream_buffer.map_or(h.stream_buffer, Size::get_usize);
@@ -1123,7 +1125,7 @@ mod tests {
             "[timeouts]\nheader = \"250ms\"\nidle = \"5m\"\nbody = 30\nsend = 1.5\ngraceful = 0\nlinger = \"1s\"\n\
              [limits]\nmax_body = \"10MiB\"\nmax_head = \"32KiB\"\nmax_target = \"4KB\"\nnotsent_lowat = \"256KiB\"\n\
              max_drain = \"1MiB\"\nmin_body_rate = \"1KiB\"\nbody_rate_grace = \"5s\"\n[file_cache]\nsweep = \"500ms\"\nmemory_max = \"64KiB\"\n\
-             [log]\nsize = \"1GiB\"\n[cache]\nmax_age = \"1d\"\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/tmp\"\n",
+             [log]\nsize = \"1GiB\"\n[cache]\nmax_age = \"1d\"\n[http2]\nnotsent_lowat = \"16KiB\"\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/tmp\"\n",
         )
         .unwrap();
         let s = &c.settings;
@@ -1136,6 +1138,7 @@ mod tests {
         assert_eq!(s.body.max_body, 10 << 20);
         assert_eq!((s.limits.max_head, s.limits.max_target), (32 << 10, 4000));
         assert_eq!(s.notsent_lowat, Some(256 << 10));
+        assert_eq!(s.h2.notsent_lowat, 16 << 10);
         assert_eq!((s.max_drain, s.min_body_rate), (1 << 20, 1024));
         assert_eq!(s.body_rate_grace, Duration::from_secs(5));
         assert_eq!((c.cache.sweep, c.cache.memory_max), (Duration::from_millis(500), 64 << 10));

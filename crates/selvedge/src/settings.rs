@@ -211,6 +211,12 @@ pub struct H2Settings {
     pub stream_buffer: usize,
     /// The sender's batch: frames are packed until about this many bytes: 64 KiB.
     pub write_batch: usize,
+    /// `TCP_NOTSENT_LOWAT` on an HTTP/2 connection's socket, set once when HTTP/2 is chosen
+    /// if it differs from the listener's `Settings::notsent_lowat`: 0, the kernel's default.
+    /// HTTP/2's sender packs its own batches and bounds what it queues, so the listener's low
+    /// mark (made for HTTP/1.1 `sendfile`) only costs it wake-ups: a 10 MB file over h2c
+    /// took about a fifth less CPU per MB without it.
+    pub notsent_lowat: u32,
     /// Time to receive the client preface and first SETTINGS: 10 s.
     pub handshake_timeout: Duration,
     /// SETTINGS_ENABLE_CONNECT_PROTOCOL (advertised when on): on. Lets clients open
@@ -245,6 +251,7 @@ impl Default for H2Settings {
             max_requests: u32::MAX,
             stream_buffer: 64 * 1024,
             write_batch: 64 * 1024,
+            notsent_lowat: 0,
             handshake_timeout: Duration::from_secs(10),
             enable_connect_protocol: true,
             stream_stall_timeout: Duration::from_secs(60),

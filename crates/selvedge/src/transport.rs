@@ -36,6 +36,15 @@ impl Transport {
         }
     }
 
+    /// The socket's descriptor (under the TLS session, if any), for socket options.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Transport::Plain(sock) => sock.fd(),
+            #[cfg(feature = "tls")]
+            Transport::Tls { sock, .. } => sock.fd(),
+        }
+    }
+
     /// Whether the TLS client chose HTTP/2 by ALPN.
     pub(crate) fn alpn_h2(&self) -> bool {
         match self {

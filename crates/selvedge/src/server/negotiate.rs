@@ -189,6 +189,14 @@ async fn serve_h2<A: App>(
     rbuf: BytesMut,
     upgraded: Option<crate::Request>,
 ) {
+    // The listener's low mark suits HTTP/1.1's `sendfile`; HTTP/2 packs its own batches.
+    // One call per HTTP/2 connection, none when the two agree (0 = the kernel's default).
+    let want = cfg.h2.notsent_lowat;
+    if want != cfg.notsent_lowat.unwrap_or(0) && matches!(peer, PeerAddr::Tcp(_)) {
+        if let Err(e) = crate::sys::set_notsent_lowat(&sock.fd(), want) {
+            tracing::debug!("TCP_NOTSENT_LOWAT not set on an HTTP/2 connection: {e}");
+        }
+    }
     Box::pin(crate::h2::conn::serve(sock, peer, app, cfg, timer, rbuf, upgraded)).await;
 }
 
