@@ -83,7 +83,9 @@ slow_seconds() {
 }
 
 TARGET=${CARGO_TARGET_DIR:-$REPO_DIR/target}/$PROFILE
-SELVEDGE_BIN=${SELVEDGE_BIN:-$TARGET/selvedge}
+# (lib.sh defaults SELVEDGE_BIN to the release build; the replay follows PROFILE unless the
+# caller named a binary.)
+SELVEDGE_BIN=${SELVEDGE_BIN_GIVEN:-$TARGET/selvedge}
 ATTACK_BIN=${ATTACK_BIN:-$TARGET/selvedge-attack}
 SELVEDGE_CMD="${SELVEDGE_BIN#"$REPO_DIR"/} --config <dir>/selvedge.toml"   # for the report's version line
 need slowhttptest
