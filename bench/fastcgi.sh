@@ -30,7 +30,6 @@ EXPECT_FILE=$SITE_DIR/index.html
 
 SERVERS=${SERVERS:-selvedge nginx}
 FPM_CPU=${FPM_CPU:-$CLIENT_CPU}
-SELVEDGE_BIN=${SELVEDGE_BIN:-${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/selvedge}
 need wrk
 FPM_BIN=${FPM_BIN:-$(find /usr/sbin -maxdepth 1 -name 'php-fpm*' 2>/dev/null | sort -V | tail -n 1)}
 [[ -n $FPM_BIN && -x $FPM_BIN ]] || FPM_BIN=$(command -v php-fpm || true)

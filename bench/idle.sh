@@ -18,7 +18,6 @@ SERVERS=${SERVERS:-"selvedge h2o nginx lighttpd"}
 PROTOS=${PROTOS:-"h1 h2c tls-h1 tls-h2"}
 WARM=${WARM:-1000}
 SETTLE=${SETTLE:-2}
-SELVEDGE_BIN=${SELVEDGE_BIN:-${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/selvedge}
 need python3 openssl
 
 # Every server and the client need a descriptor per connection (and some to spare).
@@ -58,31 +57,11 @@ srv_lighttpd() {
     sed -i -e "s/^server.max-fds = .*/server.max-fds = $(ulimit -n)/" \
         -e "s/^server.max-connections = .*/server.max-connections = $((CONNS + 500))/" "$1/lighttpd.conf"
 }
-# selvedge: the server binary (`selvedge serve` with a config file), one worker.
+# selvedge: the server binary with lib.sh's config (one worker, access log off), room for
+# every idle connection.
 srv_selvedge() {
-    local dir=$1 port=$2 proto=$3 tls=""
-    [[ -x $SELVEDGE_BIN ]] || { SRV_WHY="not executable: $SELVEDGE_BIN"; return 1; }
-    [[ $proto == h2tls ]] && tls="tls = { cert = \"$TLS_CERT\", key = \"$TLS_KEY\" }"
-    cat >"$dir/selvedge.toml" <<EOF
-[server]
-workers = 1
-[[listen]]
-host = "127.0.0.1"
-port = $port
-$tls
-[timeouts]
-idle = 300
-[limits]
-max_connections = $((CONNS + 1000))
-[log]
-access = "off"
-[[vhost]]
-[[vhost.route]]
-path = "/"
-root = "$SITE_DIR"
-EOF
-    SRV_CMD=("$SELVEDGE_BIN" --config "$dir/selvedge.toml")
-    SRV_LOG=$dir/stdout.log
+    SELVEDGE_WORKERS=1 SELVEDGE_EXTRA="[limits]
+max_connections = $((CONNS + 1000))" srv_selvedge_bin "$1" "$2" "$3"
 }
 
 # The server's listener for a client protocol: lib.sh's h1 (nginx: HTTP/1.1 only), h2

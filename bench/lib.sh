@@ -347,9 +347,6 @@ srv_selvedge-hello() {
 # The `selvedge` server binary ($SELVEDGE_BIN) serving $SITE_DIR from its file cache, one
 # worker, access log off (as the peers); a TLS listener with $TLS_CERT/$TLS_KEY for h2tls;
 # SELVEDGE_EXTRA: more TOML tables (`[http2]\nwrite_batch = "256KiB"`), for experiments.
-# SELVEDGE_BIN_GIVEN: what the caller set, before this default (the attack replay picks
-# its own build profile when none was given).
-SELVEDGE_BIN_GIVEN=${SELVEDGE_BIN:-}
 SELVEDGE_BIN=${SELVEDGE_BIN:-${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/selvedge}
 srv_selvedge_bin() {
     local dir=$1 port=$2 proto=${3:-h1} bin=${4:-$SELVEDGE_BIN} tls=""

@@ -18,7 +18,6 @@ CASES=${CASES:-small big}
 LOGGING=${LOGGING:-both}
 BIG_CONNS=${BIG_CONNS:-4}
 BIG_DURATION=${BIG_DURATION:-$DURATION}
-SELVEDGE_BIN=${SELVEDGE_BIN:-${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/selvedge}
 need wrk
 
 bench_init static

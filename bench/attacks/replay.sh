@@ -23,6 +23,9 @@ if [[ $(nproc) -lt 2 ]]; then
 fi
 
 ATTACKS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# lib.sh defaults SELVEDGE_BIN to the release build; the replay follows PROFILE unless the
+# caller named a binary.
+GIVEN_BIN=${SELVEDGE_BIN:-}
 # shellcheck source=bench/lib.sh
 source "$ATTACKS_DIR/../lib.sh"
 
@@ -83,9 +86,7 @@ slow_seconds() {
 }
 
 TARGET=${CARGO_TARGET_DIR:-$REPO_DIR/target}/$PROFILE
-# (lib.sh defaults SELVEDGE_BIN to the release build; the replay follows PROFILE unless the
-# caller named a binary.)
-SELVEDGE_BIN=${SELVEDGE_BIN_GIVEN:-$TARGET/selvedge}
+SELVEDGE_BIN=${GIVEN_BIN:-$TARGET/selvedge}
 ATTACK_BIN=${ATTACK_BIN:-$TARGET/selvedge-attack}
 SELVEDGE_CMD="${SELVEDGE_BIN#"$REPO_DIR"/} --config <dir>/selvedge.toml"   # for the report's version line
 need slowhttptest
