@@ -643,8 +643,7 @@ impl Conn {
             return Ok(Send::Switch(s, flag));
         }
         let cur = *cur;
-        let bodiless =
-            status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+        let bodiless = crate::message::bodiless(status);
         let conn = |keep: bool| match (keep, cur.minor) {
             (false, _) => ConnHeader::Close,
             (true, Minor::Zero) => ConnHeader::KeepAlive,

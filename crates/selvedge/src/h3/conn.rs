@@ -26,7 +26,7 @@ use std::time::Duration;
 use ::h3::error::Code;
 use ::h3::server::{RequestResolver, RequestStream};
 use bytes::{Buf, Bytes, BytesMut};
-use http::{header, HeaderValue, Method, StatusCode, Version};
+use http::{header, HeaderValue, Method, Version};
 
 use super::head::{self, connection_specific, Malformed};
 use crate::app::App;
@@ -157,7 +157,7 @@ async fn respond(mut send: SendHalf, res: Response, is_head: bool, cfg: &Setting
     if let (false, Some(s)) = (has_server, cfg.server_name) {
         h.insert(header::SERVER, HeaderValue::from_static(s));
     }
-    let bodiless = status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+    let bodiless = crate::message::bodiless(status);
     let len = match &body {
         ResponseBody::Empty => Some(0),
         ResponseBody::Bytes(b) => Some(b.len() as u64),

@@ -14,6 +14,13 @@ pub use list::{accept_q, has_token, parse_q, tokens, trim_ows};
 pub use number::{decimal, parse_decimal, put_hex};
 pub use span::{HeaderSpan, Span};
 
+/// Whether a response with this status never has a body (RFC 9110 §6.4.1): 1xx, 204, 304.
+#[inline]
+pub(crate) fn bodiless(status: http::StatusCode) -> bool {
+    use http::StatusCode;
+    status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED
+}
+
 /// The TLS version of a request's connection (see [`Request::tls_version`](crate::Request::tls_version)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -242,9 +242,7 @@ impl<A: App> App for CompressApp<A> {
 
 fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Response {
     let status = res.status;
-    if status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED
+    if crate::message::bodiless(status)
         || status == StatusCode::PARTIAL_CONTENT
         || res.header_value(&CONTENT_ENCODING).is_some()
     {
