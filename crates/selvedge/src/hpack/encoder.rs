@@ -18,10 +18,13 @@ pub enum Indexing {
     ///   §7.1.3). Such fields are not even looked up in the dynamic table,
     ///   so compressed sizes reveal nothing about them.
     /// * [`WithoutIndexing`](Indexing::WithoutIndexing) for fields whose
-    ///   values rarely repeat (`content-length`, `content-range`, `etag`,
-    ///   `last-modified`, `age`, `if-modified-since`, `if-none-match`) and
-    ///   for fields larger than 3/4 of the dynamic table, which would flush
-    ///   it.
+    ///   values rarely repeat (`content-range`, `age`, `if-modified-since`,
+    ///   `if-none-match`) and for fields larger than 3/4 of the dynamic
+    ///   table, which would flush it. A file's `content-length`, `etag` and
+    ///   `last-modified` are indexed: they repeat on every response for the
+    ///   same file on a connection (polling, benchmarks, the same asset
+    ///   asked again), where an index is one byte instead of ~25 Huffman
+    ///   bytes the peer must decode each time (h2o indexes them too).
     /// * [`Incremental`](Indexing::Incremental) otherwise.
     ///
     /// A field equal to a static- or dynamic-table entry is sent as an index
@@ -384,15 +387,9 @@ impl Encoder {
         match token {
             Some(Token::Authorization | Token::ProxyAuthorization | Token::SetCookie) => return Indexing::NeverIndexed,
             Some(Token::Cookie) if value.len() < 20 => return Indexing::NeverIndexed,
-            Some(
-                Token::ContentLength
-                | Token::ContentRange
-                | Token::Etag
-                | Token::LastModified
-                | Token::Age
-                | Token::IfModifiedSince
-                | Token::IfNoneMatch,
-            ) => return Indexing::WithoutIndexing,
+            Some(Token::ContentRange | Token::Age | Token::IfModifiedSince | Token::IfNoneMatch) => {
+                return Indexing::WithoutIndexing
+            }
             _ => {}
         }
         if name.len() + value.len() + ENTRY_OVERHEAD > self.table.max_size / 4 * 3 {
@@ -624,7 +621,7 @@ mod tests {
             ("cookie", "a-cookie-that-is-long-enough=1"),
             ("set-cookie", "id=1"),
             ("proxy-authorization", "Basic xyz"),
-            ("content-length", "123"),
+            ("age", "123"),
         ];
         for _ in 0..2 {
             let fields = decode(&mut d, &block(&mut e, &headers));
@@ -643,6 +640,29 @@ mod tests {
         assert_eq!(block_with(&mut e, &h), [0xbe]);
         let h = [("authorization", "y", Indexing::NeverIndexed)];
         assert_eq!(block_with(&mut e, &h)[0], 0x1f);
+    }
+
+    #[test]
+    fn a_files_validators_are_indexed() {
+        // The same file's response again on a connection: every field is one index byte.
+        let mut e = Encoder::new();
+        let mut d = Decoder::new(4096);
+        let head = [
+            (":status", "200"),
+            ("content-length", "612"),
+            ("last-modified", "Mon, 23 Nov 2026 23:33:05 GMT"),
+            ("etag", "\"264-18ead09fa4f9f03f\""),
+            ("content-type", "text/html"),
+        ];
+        let first = block(&mut e, &head);
+        assert_eq!(pairs(&decode(&mut d, &first)), head);
+        let again = block(&mut e, &head);
+        assert_eq!(again.len(), head.len());
+        assert_eq!(pairs(&decode(&mut d, &again)), head);
+        // A range's fields still are literals without indexing.
+        let before = e.table_len();
+        block(&mut e, &[("content-range", "bytes 0-9/612"), ("age", "3")]);
+        assert_eq!(e.table_len(), before);
     }
 
     #[test]
