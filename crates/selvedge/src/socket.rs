@@ -240,7 +240,9 @@ impl Socket {
                 first += 1;
                 continue;
             }
-            let mut slices = [IoSlice::new(&[]); 8];
+            // 16: an HTTP/2 batch of file frames is a header and a payload each, and its
+            // end (`h2::conn::sender`).
+            let mut slices = [IoSlice::new(&[]); 16];
             let k = (bufs.len() - first).min(slices.len());
             for (slot, b) in slices.iter_mut().zip(&bufs[first..first + k]) {
                 *slot = IoSlice::new(b);

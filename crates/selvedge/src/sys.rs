@@ -148,6 +148,22 @@ pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usiz
     cvt(unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) })
 }
 
+/// `pread(2)` of up to `len` bytes at `offset`, appended to `buf` (read into its spare
+/// capacity: nothing is zeroed first); returns the bytes read, 0 at the end of the file.
+///
+/// # Errors
+/// The kernel's error.
+pub fn pread_append(fd: BorrowedFd<'_>, buf: &mut Vec<u8>, len: usize, offset: u64) -> io::Result<usize> {
+    buf.reserve(len);
+    let spare = &mut buf.spare_capacity_mut()[..len];
+    // SAFETY: `spare` is writable memory of `len` bytes owned by `buf`; the kernel writes at
+    // most that many.
+    let n = cvt(unsafe { libc::pread(fd.as_raw_fd(), spare.as_mut_ptr().cast(), len, offset as libc::off_t) })?;
+    // SAFETY: the kernel initialised the first `n` bytes of the spare capacity.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
+
 /// `recv(2)` into `buf`; with `peek` (`MSG_PEEK`) the bytes stay queued for the next read
 /// (the PROXY protocol header is peeked, then exactly its bytes are taken).
 ///

@@ -330,6 +330,8 @@ async fn sender(
 ) -> Option<Reason> {
     let batch = cfg.h2.write_batch;
     let mut reads = Vec::new();
+    // File payloads of the batch, read outside the lock and sent between its pieces.
+    let mut fbuf = Vec::new();
     let mut date = [0u8; DATE_LEN];
     loop {
         let notified = shared.wake.notified();
@@ -343,13 +345,24 @@ async fn sender(
             }
             (p.is_done() && !p.has_output(), p.failed(), p.has_streams())
         };
-        read_files(shared, &mut wbuf, &mut reads);
         if !wbuf.is_empty() {
             shared.writing.store(true, Ordering::Relaxed);
             timer.tickle(cfg.send_timeout);
-            let r = sock.write_all(&wbuf).await;
+            let r = if reads.is_empty() {
+                sock.write_all(&wbuf).await
+            } else {
+                let (at, failed) = read_files(shared, &mut fbuf, &reads);
+                let mut pieces = pieces(&wbuf, &fbuf, &reads, &at, &failed);
+                sock.write_all_vectored(&mut pieces).await
+            };
             shared.writing.store(false, Ordering::Relaxed);
             wbuf.clear();
+            reads.clear();
+            // A bulk sender keeps its payload buffer; one that sent a little lets it go.
+            if fbuf.capacity() > 2 * batch {
+                fbuf = Vec::new();
+            }
+            fbuf.clear();
             if r.is_err() {
                 shared.closed.store(true, Ordering::SeqCst);
                 return None;
@@ -380,46 +393,58 @@ async fn sender(
     }
 }
 
-/// Reads the file bytes of the batch's DATA frames into the room `fill` left for them,
-/// outside the connection's lock. A stream whose read fails or comes up short (the file
-/// shrank) has its file frames taken out of the batch again; the `Proto` then gives their
-/// window back and resets the stream.
-fn read_files(shared: &Shared, out: &mut Vec<u8>, reads: &mut Vec<FileRead>) {
-    if reads.is_empty() {
-        return;
-    }
+/// Reads the file payloads of the batch's DATA frames into `fbuf` (one after another, in
+/// batch order), outside the connection's lock; returns where each payload starts in
+/// `fbuf`, and the streams whose read failed or came up short (the file shrank): their
+/// frames are left out of what is sent ([`pieces`]), and the `Proto` gives their window
+/// back and resets them.
+fn read_files(shared: &Shared, fbuf: &mut Vec<u8>, reads: &[FileRead]) -> (Vec<usize>, Vec<u32>) {
+    let mut at = Vec::with_capacity(reads.len());
     let mut failed: Vec<u32> = Vec::new();
-    for r in reads.iter() {
+    for r in reads {
+        let start = fbuf.len();
+        at.push(start);
         if failed.contains(&r.stream) {
             continue;
         }
-        let dst = &mut out[r.at..r.at + r.len];
-        let mut got = 0;
-        while got < r.len {
-            match crate::sys::pread(r.file.as_fd(), &mut dst[got..], r.offset + got as u64) {
+        while fbuf.len() - start < r.len {
+            let got = fbuf.len() - start;
+            match crate::sys::pread_append(r.file.as_fd(), fbuf, r.len - got, r.offset + got as u64) {
                 Ok(0) | Err(_) => break,
-                Ok(k) => got += k,
+                Ok(_) => {}
             }
         }
-        if got < r.len {
+        if fbuf.len() - start < r.len {
+            fbuf.truncate(start);
             failed.push(r.stream);
         }
     }
     if !failed.is_empty() {
-        let mut removed = vec![0u64; failed.len()];
-        // From the last frame back, so the earlier frames' positions stay right.
-        for r in reads.iter().rev() {
-            if let Some(i) = failed.iter().position(|&id| id == r.stream) {
-                out.drain(r.at - HEADER_LEN..r.at + r.len);
-                removed[i] += r.len as u64;
-            }
-        }
         let mut p = shared.lock();
-        for (id, n) in failed.into_iter().zip(removed) {
-            p.file_failed(id, n);
+        for &id in &failed {
+            let removed = reads.iter().filter(|r| r.stream == id).map(|r| r.len as u64).sum();
+            p.file_failed(id, removed);
         }
     }
-    reads.clear();
+    (at, failed)
+}
+
+/// The batch as slices for one vectored write: `out` with each file payload (from `fbuf`
+/// at `at`) in its place; the frames of `failed` streams (header and payload) left out.
+fn pieces<'a>(out: &'a [u8], fbuf: &'a [u8], reads: &[FileRead], at: &[usize], failed: &[u32]) -> Vec<&'a [u8]> {
+    let mut v = Vec::with_capacity(2 * reads.len() + 1);
+    let mut from = 0;
+    for (r, &f) in reads.iter().zip(at) {
+        if failed.contains(&r.stream) {
+            v.push(&out[from..r.at - HEADER_LEN]);
+        } else {
+            v.push(&out[from..r.at]);
+            v.push(&fbuf[f..f + r.len]);
+        }
+        from = r.at;
+    }
+    v.push(&out[from..]);
+    v
 }
 
 /// Starts the app for each new request (see [`start_app`]) and hands over the answers

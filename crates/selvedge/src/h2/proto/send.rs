@@ -3,10 +3,11 @@
 //! control frames first, then one frame per turn of the priority queue, so that streams
 //! interleave by precedence at frame granularity.
 //!
-//! A file's DATA frames are laid out in the batch with room for their payload and a
-//! [`FileRead`] each: the driver reads the file bytes into place after releasing the
-//! connection's lock, so a cold disk read stalls no other stream's work, and reports a
-//! failed read back ([`Proto::file_failed`]).
+//! A file's DATA frames go into the batch as their 9-byte headers and a [`FileRead`] each:
+//! the driver reads the file bytes into a buffer of its own after releasing the
+//! connection's lock, so a cold disk read stalls no other stream's work, sends them between
+//! the batch's pieces with one `writev` (no room zeroed and copied over in the batch), and
+//! reports a failed read back ([`Proto::file_failed`]).
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -23,8 +24,9 @@ use crate::message::decimal;
 use crate::response::{Response, ResponseBody};
 use crate::time::date::DATE_LEN;
 
-/// A DATA frame's payload to read from a file into the batch: `len` bytes of `file` from
-/// `offset`, into `at..at + len` (the frame's header is just before `at`).
+/// A DATA frame's payload to read from a file: `len` bytes of `file` from `offset`, sent
+/// at position `at` of the batch (the frame's header is just before `at`; the batch's
+/// bytes from `at` on follow the payload).
 #[derive(Debug)]
 pub(crate) struct FileRead {
     pub(crate) stream: u32,
@@ -278,7 +280,8 @@ impl Proto {
 
     /// Appends the next batch of frames to `out`, up to about `max` bytes: all queued
     /// control frames, then frames of ready streams in priority order, one frame per turn.
-    /// Response heads carry `date`; file payloads are left to the caller, as `reads`.
+    /// Response heads carry `date`; file payloads are left to the caller, as `reads` (in
+    /// batch order).
     pub(crate) fn fill(&mut self, out: &mut Vec<u8>, max: usize, date: &[u8; DATE_LEN], reads: &mut Vec<FileRead>) {
         out.extend_from_slice(&self.control);
         self.control.clear();
@@ -286,9 +289,13 @@ impl Proto {
             return;
         }
         let window = self.send_flow.window();
-        while out.len() < max {
+        // The batch's size counts the file payloads the driver adds.
+        let mut payload = 0;
+        while out.len() + payload < max {
             let Some(id) = self.queue.pop() else { break };
+            let before = reads.len();
             let sent = self.turn(id, out, date, reads);
+            payload += reads[before..].iter().map(|r| r.len).sum::<usize>();
             if let Some(sent) = sent {
                 self.queue.push(id, sent);
             }
@@ -426,8 +433,8 @@ impl Proto {
             OutBody::Empty => {}
             OutBody::Bytes(b) => out.extend_from_slice(&b.split_to(n)),
             OutBody::File { file, offset, remaining } => {
-                // Room for the payload, which the driver reads in outside the lock.
-                out.resize(start + HEADER_LEN + n, 0);
+                // The payload is the driver's to read (outside the lock) and to send from
+                // its own buffer between `out[..at]` and `out[at..]`.
                 reads.push(FileRead {
                     stream: id,
                     file: file.clone(),

@@ -110,13 +110,16 @@ impl Peer {
     }
 }
 
-/// `fill` as the driver calls it, with a fixed date, file payloads read in place.
+/// `fill` as the driver calls it, with a fixed date, file payloads read and put in their
+/// places (the driver sends them there).
 fn fill(p: &mut Proto, out: &mut Vec<u8>) {
     let mut reads = Vec::new();
     p.fill(out, 1 << 20, b"Sun, 06 Nov 1994 08:49:37 GMT", &mut reads);
-    for r in reads {
-        let n = std::os::unix::fs::FileExt::read_at(&*r.file, &mut out[r.at..r.at + r.len], r.offset).unwrap();
+    for r in reads.iter().rev() {
+        let mut payload = vec![0; r.len];
+        let n = std::os::unix::fs::FileExt::read_at(&*r.file, &mut payload, r.offset).unwrap();
         assert_eq!(n, r.len);
+        out.splice(r.at..r.at, payload);
     }
 }
 
