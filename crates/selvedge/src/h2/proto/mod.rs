@@ -36,7 +36,7 @@ use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 
-pub(crate) use self::stream::{Cause, OutBody, Send, State, Stream};
+pub(crate) use self::stream::{Cause, OutBody, Send, State, Stream, StreamOut};
 use super::frame::{self, Frame, Reason, Setting, MAX_WINDOW};
 use crate::hpack;
 use crate::request::RequestHead;

@@ -9,7 +9,6 @@
 //! the batch's pieces with one `writev` (no room zeroed and copied over in the batch), and
 //! reports a failed read back ([`Proto::file_failed`]).
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -18,7 +17,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, DATE, SERVER};
 use http::StatusCode;
 
-use super::{Cause, OutBody, Proto, Send, State};
+use super::{Cause, OutBody, Proto, Send, State, StreamOut};
 use crate::h2::frame::{self, Reason, HEADER_LEN};
 use crate::message::decimal;
 use crate::response::{Response, ResponseBody};
@@ -122,7 +121,7 @@ impl Proto {
                     OutBody::Empty
                 } else {
                     after = After::RunStream(st);
-                    OutBody::Stream { pieces: VecDeque::new(), queued: 0, done: false, waker: None, trailers: None }
+                    OutBody::Stream(Box::default())
                 }
             }
         };
@@ -143,11 +142,10 @@ impl Proto {
         let Some(s) = self.streams.get_mut(&id) else {
             return Poll::Ready(Err(self.failed.unwrap_or(Reason::CANCEL)));
         };
-        let (Send::Head { body: OutBody::Stream { pieces, queued, waker, .. }, .. }
-        | Send::Body(OutBody::Stream { pieces, queued, waker, .. })) = &mut s.send
-        else {
+        let (Send::Head { body: OutBody::Stream(st), .. } | Send::Body(OutBody::Stream(st))) = &mut s.send else {
             return Poll::Ready(Err(Reason::INTERNAL_ERROR));
         };
+        let StreamOut { pieces, queued, waker, .. } = &mut **st;
         if *queued >= limit {
             *waker = Some(cx.waker().clone());
             return Poll::Pending;
@@ -167,10 +165,8 @@ impl Proto {
             let _ = self.reset_quiet(id, Reason::INTERNAL_ERROR);
             return;
         }
-        if let Send::Head { body: OutBody::Stream { done, .. }, .. } | Send::Body(OutBody::Stream { done, .. }) =
-            &mut s.send
-        {
-            *done = true;
+        if let Send::Head { body: OutBody::Stream(st), .. } | Send::Body(OutBody::Stream(st)) = &mut s.send {
+            st.done = true;
         }
         self.schedule(id);
     }
@@ -178,10 +174,8 @@ impl Proto {
     /// The streaming app's trailer section for `id` (see `BodyWriter::trailers`).
     pub(crate) fn set_trailers(&mut self, id: u32, fields: Vec<(http::HeaderName, http::HeaderValue)>) {
         let Some(s) = self.streams.get_mut(&id) else { return };
-        if let Send::Head { body: OutBody::Stream { trailers, .. }, .. }
-        | Send::Body(OutBody::Stream { trailers, .. }) = &mut s.send
-        {
-            *trailers = Some(fields);
+        if let Send::Head { body: OutBody::Stream(st), .. } | Send::Body(OutBody::Stream(st)) = &mut s.send {
+            st.trailers = Some(fields);
         }
     }
 
@@ -397,8 +391,10 @@ impl Proto {
         let Send::Body(body) = &mut s.send else { return None };
         let ready = body.ready();
         if ready == 0 {
-            if let OutBody::Stream { done: true, trailers: Some(t), .. } = body {
-                let t = std::mem::take(t);
+            if let Some(t) = match body {
+                OutBody::Stream(st) if st.done => st.trailers.take(),
+                _ => None,
+            } {
                 s.send = Send::Done;
                 self.send_trailers(id, &t, out);
                 return self.sent_end(id);
@@ -445,7 +441,8 @@ impl Proto {
                 *offset += n as u64;
                 *remaining -= n as u64;
             }
-            OutBody::Stream { pieces, queued, waker, .. } => {
+            OutBody::Stream(st) => {
+                let StreamOut { pieces, queued, waker, .. } = &mut **st;
                 let mut left = n;
                 while left > 0 {
                     let Some(front) = pieces.front_mut() else { break };

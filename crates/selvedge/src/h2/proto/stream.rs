@@ -101,16 +101,20 @@ pub(crate) enum OutBody {
     Bytes(Bytes),
     /// A range of a file, read with `pread` into the send buffer.
     File { file: Arc<File>, offset: u64, remaining: u64 },
-    /// Pieces written by a streaming app, bounded by `queued` (the writer waits above the
-    /// limit).
-    /// `trailers`: the trailer section sent after the last piece.
-    Stream {
-        pieces: VecDeque<Bytes>,
-        queued: usize,
-        done: bool,
-        waker: Option<Waker>,
-        trailers: Option<Vec<(http::HeaderName, http::HeaderValue)>>,
-    },
+    /// Pieces written by a streaming app (boxed: bytes and files, the common answers, are
+    /// then moved around in a smaller stream state).
+    Stream(Box<StreamOut>),
+}
+
+/// A streaming app's queue: pieces bounded by `queued` (the writer waits above the limit);
+/// `trailers`: the trailer section sent after the last piece.
+#[derive(Debug, Default)]
+pub(crate) struct StreamOut {
+    pub(crate) pieces: VecDeque<Bytes>,
+    pub(crate) queued: usize,
+    pub(crate) done: bool,
+    pub(crate) waker: Option<Waker>,
+    pub(crate) trailers: Option<Vec<(http::HeaderName, http::HeaderValue)>>,
 }
 
 impl OutBody {
@@ -120,18 +124,18 @@ impl OutBody {
             OutBody::Empty => 0,
             OutBody::Bytes(b) => b.len() as u64,
             OutBody::File { remaining, .. } => *remaining,
-            OutBody::Stream { queued, .. } => *queued as u64,
+            OutBody::Stream(st) => st.queued as u64,
         }
     }
 
     /// Whether nothing more will come after what is ready.
     pub(crate) fn finished(&self) -> bool {
-        !matches!(self, OutBody::Stream { done: false, .. })
+        !matches!(self, OutBody::Stream(st) if !st.done)
     }
 
     /// Whether a trailer section follows the data.
     pub(crate) fn has_trailers(&self) -> bool {
-        matches!(self, OutBody::Stream { trailers: Some(_), .. })
+        matches!(self, OutBody::Stream(st) if st.trailers.is_some())
     }
 }
 
@@ -231,10 +235,8 @@ impl Stream {
     }
 
     pub(crate) fn wake_writer(&mut self) {
-        if let Send::Body(OutBody::Stream { waker, .. }) | Send::Head { body: OutBody::Stream { waker, .. }, .. } =
-            &mut self.send
-        {
-            if let Some(w) = waker.take() {
+        if let Send::Body(OutBody::Stream(st)) | Send::Head { body: OutBody::Stream(st), .. } = &mut self.send {
+            if let Some(w) = st.waker.take() {
                 w.wake();
             }
         }
