@@ -85,12 +85,31 @@ impl Precedence {
     }
 }
 
+/// A heap entry's order: urgency, then virtual time, then the tie-break (stream id for
+/// non-incremental streams, arrival order otherwise), packed into one integer so that the
+/// heap compares once instead of field by field: urgency in the top 3 bits, the virtual
+/// time in the next 61 (saturating; 2^61 is 2^53 bytes at the smallest weight), the
+/// tie-break in the low 64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Key {
-    urgency: u8,
-    vtime: u64,
-    /// Tie-break: stream id for non-incremental streams, arrival order otherwise.
-    seq: u64,
+struct Key(u128);
+
+const VTIME_MAX: u64 = (1 << 61) - 1;
+
+impl Key {
+    #[inline]
+    fn new(urgency: u8, vtime: u64, seq: u64) -> Key {
+        Key(u128::from(urgency & 7) << 125 | u128::from(vtime.min(VTIME_MAX)) << 64 | u128::from(seq))
+    }
+
+    #[inline]
+    fn urgency(self) -> usize {
+        (self.0 >> 125) as usize
+    }
+
+    #[inline]
+    fn vtime(self) -> u64 {
+        (self.0 >> 64) as u64 & VTIME_MAX
+    }
 }
 
 #[derive(Debug)]
@@ -195,13 +214,13 @@ impl Queue {
         let prec = t.prec;
         let lvl = self.level[prec.urgency as usize & 7];
         let start = t.finish.max(lvl);
-        t.finish = start + (sent as u64 * 256) / prec.weight.max(1) as u64;
+        t.finish = (start + (sent as u64 * 256) / prec.weight.max(1) as u64).min(VTIME_MAX);
         self.seq += 1;
         let key = if prec.incremental {
-            Key { urgency: prec.urgency, vtime: t.finish, seq: self.seq }
+            Key::new(prec.urgency, t.finish, self.seq)
         } else {
             // Sequential: in stream id order, ahead of the level's incremental streams.
-            Key { urgency: prec.urgency, vtime: lvl, seq: id as u64 }
+            Key::new(prec.urgency, lvl, u64::from(id))
         };
         let i = self.heap.len();
         t.pos = i;
@@ -215,8 +234,8 @@ impl Queue {
             return None;
         }
         let e = self.take(0);
-        let lvl = &mut self.level[e.key.urgency as usize & 7];
-        *lvl = (*lvl).max(e.key.vtime);
+        let lvl = &mut self.level[e.key.urgency()];
+        *lvl = (*lvl).max(e.key.vtime());
         Some(e.id)
     }
 
@@ -263,21 +282,24 @@ impl Queue {
     }
 
     fn down(&mut self, mut i: usize) {
+        // The entry sinks; each child that rises past it gets its position written, the
+        // entry itself once where it stops.
+        let n = self.heap.len();
+        let key = self.heap[i].key;
         loop {
-            let (l, r) = (2 * i + 1, 2 * i + 2);
-            let mut m = i;
-            if l < self.heap.len() && self.heap[l].key < self.heap[m].key {
-                m = l;
+            let l = 2 * i + 1;
+            if l >= n {
+                break;
             }
-            if r < self.heap.len() && self.heap[r].key < self.heap[m].key {
-                m = r;
+            let c = if l + 1 < n && self.heap[l + 1].key < self.heap[l].key { l + 1 } else { l };
+            if self.heap[c].key >= key {
+                break;
             }
-            if m == i {
-                return;
-            }
-            self.swap(i, m);
-            i = m;
+            self.heap.swap(i, c);
+            self.slots[self.heap[i].slot as usize].pos = i;
+            i = c;
         }
+        self.slots[self.heap[i].slot as usize].pos = i;
     }
 
     #[inline]
