@@ -61,18 +61,30 @@ pub(crate) enum Event {
     Cancel(u32),
 }
 
-/// An encoded response head that can be sent again verbatim: its fields (`key`, as
-/// `name\0value\0`... for all but the shared ones; `shared`, the shared set, kept alive so
-/// that its address is not reused while it is compared by address) and the encoder state
-/// it is valid in.
+/// An encoded response head that can be sent again verbatim: its fields (`fixed`: status,
+/// date, server and length, compared as values; `key`, the app's own fields as
+/// `name\0value\0`...; `shared`, the shared set, kept alive so that its address is not
+/// reused while it is compared by address) and the encoder state it is valid in.
 #[derive(Default)]
 struct HeadCache {
     state: Option<u64>,
     shared: Option<std::sync::Arc<crate::response::SharedFields>>,
+    fixed: HeadFixed,
     key: Vec<u8>,
     block: Vec<u8>,
     /// Scratch for the next head's key.
     key_next: Vec<u8>,
+}
+
+/// The fields every head has, as [`HeadCache`] compares them: no bytes to copy per head.
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+struct HeadFixed {
+    status: u16,
+    /// Our `Date` (absent when the app sets its own).
+    date: Option<[u8; crate::time::date::DATE_LEN]>,
+    /// Whether our `Server` goes out.
+    server: bool,
+    length: Option<u64>,
 }
 
 /// Decodes base64url without padding (RFC 4648 §5), as `HTTP2-Settings` is sent.

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, DATE, SERVER};
 use http::StatusCode;
 
-use super::{Cause, OutBody, Proto, Send, State, StreamOut};
+use super::{Cause, HeadFixed, OutBody, Proto, Send, State, StreamOut};
 use crate::h2::frame::{self, Reason, HEADER_LEN};
 use crate::message::decimal;
 use crate::response::{Response, ResponseBody};
@@ -329,25 +329,25 @@ impl Proto {
                 unreachable!()
             };
             let end = body.ready() == 0 && body.finished() && !body.has_trailers();
-            self.scratch.clear();
-            let status = status.as_str().as_bytes();
             // The app's own Date or Server replaces ours (as on HTTP/1.1).
             let own = shared.as_ref().map_or((false, false), |s| s.sets_date_server());
             let (own_date, own_server) = headers.iter().fold(own, |(d, s), (n, _)| (d || n == DATE, s || n == SERVER));
-            let server = self.server_name.filter(|_| !own_server).map(|n| (SERVER.as_str().as_bytes(), n.as_bytes()));
-            let date = (!own_date).then_some((DATE.as_str().as_bytes(), &date[..]));
-            let mut digits = [0u8; 20];
-            let length = length.map(|n| (CONTENT_LENGTH.as_str().as_bytes(), decimal(n, &mut digits)));
-            let shared_fields = shared.iter().flat_map(|s| s.fields().iter().filter_map(field));
+            let server_name = self.server_name.filter(|_| !own_server);
             let own_fields = headers.iter().filter_map(field);
-            let first = [(&b":status"[..], status)].into_iter().chain(date).chain(server).chain(length);
             // The seed's "header composer by memcpy", made safe for HPACK: a head equal to
             // the last one, encoded in an unchanged table state, is the same bytes. The
             // shared fields are compared by identity (a cached file's fields are one set
-            // for all its responses), the rest by value.
+            // for all its responses), status, date, server and length as values, the app's
+            // own fields by their bytes.
+            let fixed = HeadFixed {
+                status: status.as_u16(),
+                date: (!own_date).then_some(*date),
+                server: server_name.is_some(),
+                length,
+            };
             let cache = &mut self.head_cache;
             cache.key_next.clear();
-            for (n, v) in first.clone().chain(own_fields.clone()) {
+            for (n, v) in own_fields.clone() {
                 cache.key_next.extend_from_slice(n);
                 cache.key_next.push(0);
                 cache.key_next.extend_from_slice(v);
@@ -359,14 +359,28 @@ impl Proto {
                 _ => false,
             };
             let state = self.henc.state();
-            if state.is_some() && state == cache.state && same_shared && cache.key == cache.key_next {
+            if state.is_some()
+                && state == cache.state
+                && same_shared
+                && cache.fixed == fixed
+                && cache.key == cache.key_next
+            {
                 frame::Headers::encode(id, &cache.block, end, max_frame, out);
             } else {
+                self.scratch.clear();
+                let server = server_name.map(|n| (SERVER.as_str().as_bytes(), n.as_bytes()));
+                let date = fixed.date.as_ref().map(|d| (DATE.as_str().as_bytes(), &d[..]));
+                let mut digits = [0u8; 20];
+                let length = length.map(|n| (CONTENT_LENGTH.as_str().as_bytes(), decimal(n, &mut digits)));
+                let first =
+                    [(&b":status"[..], status.as_str().as_bytes())].into_iter().chain(date).chain(server).chain(length);
+                let shared_fields = shared.iter().flat_map(|s| s.fields().iter().filter_map(field));
                 self.henc.encode(first.chain(shared_fields).chain(own_fields), &mut self.scratch);
                 frame::Headers::encode(id, &self.scratch, end, max_frame, out);
                 let cache = &mut self.head_cache;
                 if state.is_some() && self.henc.state() == state {
                     std::mem::swap(&mut cache.key, &mut cache.key_next);
+                    cache.fixed = fixed;
                     cache.block.clear();
                     cache.block.extend_from_slice(&self.scratch);
                     cache.state = state;

@@ -947,3 +947,45 @@ fn streamed_body_ends_with_trailers() {
     assert_eq!(fields, [(b"grpc-status".to_vec(), b"0".to_vec())]);
     assert!(p.proto.streams.is_empty());
 }
+
+/// A cached head goes out again only while its date, length and status are the same: each
+/// of them changing gives a head with the new value.
+#[test]
+fn a_cached_head_follows_its_date_length_and_status() {
+    let mut p = Peer::new(H2Settings::default());
+    let (d1, d2) = (b"Sun, 06 Nov 1994 08:49:37 GMT", b"Sun, 06 Nov 1994 08:49:38 GMT");
+    let cases = [
+        (d1, StatusCode::OK, "hello"),
+        (d1, StatusCode::OK, "hello"),
+        (d1, StatusCode::OK, "hello"),
+        (d2, StatusCode::OK, "hello"),
+        (d2, StatusCode::OK, "hi"),
+        (d2, StatusCode::NOT_FOUND, "hi"),
+        (d2, StatusCode::NOT_FOUND, "hi"),
+    ];
+    let mut blocks = Vec::new();
+    for (i, (date, status, body)) in cases.into_iter().enumerate() {
+        let id = 1 + 2 * i as u32;
+        p.get(id);
+        p.proto.respond(id, Response::bytes(status, body));
+        let mut out = Vec::new();
+        p.proto.fill(&mut out, 1 << 20, date, &mut Vec::new());
+        let mut buf = BytesMut::from(&out[..]);
+        let mut head = None;
+        while let Some(f) = codec::decode_frame(&mut buf, frame::MAX_MAX_FRAME_SIZE).unwrap() {
+            if let Frame::Headers(h) = f {
+                head = Some(h);
+            }
+        }
+        let h = head.expect("a HEADERS frame");
+        let mut fields = Vec::new();
+        p.dec.decode(&h.fragment, |f| fields.push((f.name.as_bytes().to_vec(), f.value.as_bytes().to_vec()))).unwrap();
+        let value = |n: &str| fields.iter().find(|(a, _)| a == n.as_bytes()).map(|(_, v)| v.clone());
+        assert_eq!(value("date").as_deref(), Some(&date[..]), "{i}");
+        assert_eq!(value("content-length").as_deref(), Some(body.len().to_string().as_bytes()), "{i}");
+        assert_eq!(value(":status").as_deref(), Some(status.as_str().as_bytes()), "{i}");
+        blocks.push(h.fragment.to_vec());
+    }
+    assert_eq!(blocks[1], blocks[2], "the same head in the same table state: the cached bytes");
+    assert_eq!(blocks[5].len(), blocks[6].len());
+}
