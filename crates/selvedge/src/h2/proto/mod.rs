@@ -70,18 +70,21 @@ struct HeadCache {
     state: Option<u64>,
     shared: Option<std::sync::Arc<crate::response::SharedFields>>,
     fixed: HeadFixed,
+    /// Our `Date` in it (when `fixed.date`).
+    date: [u8; crate::time::date::DATE_LEN],
     key: Vec<u8>,
     block: Vec<u8>,
     /// Scratch for the next head's key.
     key_next: Vec<u8>,
 }
 
-/// The fields every head has, as [`HeadCache`] compares them: no bytes to copy per head.
+/// The fields every head has, as [`HeadCache`] compares them: a few integers (our `Date`
+/// is compared where it lies, not copied per head).
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
 struct HeadFixed {
     status: u16,
-    /// Our `Date` (absent when the app sets its own).
-    date: Option<[u8; crate::time::date::DATE_LEN]>,
+    /// Whether our `Date` goes out (the app may set its own).
+    date: bool,
     /// Whether our `Server` goes out.
     server: bool,
     length: Option<u64>,
