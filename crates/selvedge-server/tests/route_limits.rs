@@ -78,6 +78,25 @@ fn codes(p: Proto, srv: &Srv, path: &str, n: usize, source: &str) -> Vec<u16> {
     String::from_utf8_lossy(&out.stdout).lines().map(|l| l.parse().unwrap()).collect()
 }
 
+/// The status of an upload of `file` that the server refuses from its declared length.
+/// On h2 the refusal is followed by RST_STREAM(NO_ERROR) (RFC 9113 §8.1: the client keeps
+/// the response); curl 7.88 drops the response when that RST overtakes its upload, so
+/// h2 asks nghttp, which keeps it.
+fn refused_upload(p: Proto, srv: &Srv, path: &str, file: &std::path::Path) -> u16 {
+    if p == Proto::H1 {
+        return fetch(p, srv, path, &["--data-binary", &format!("@{}", file.display())]).status;
+    }
+    let out = Command::new("nghttp")
+        .args(["-v", "-d"])
+        .arg(file)
+        .arg(format!("http://{}{path}", srv.addr))
+        .output()
+        .expect("nghttp");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let status = text.lines().find_map(|l| l.split_once(":status: ").and_then(|(_, s)| s.trim().parse().ok()));
+    status.unwrap_or_else(|| panic!("no :status from nghttp: {text}"))
+}
+
 fn basic(user: &str, pass: &str) -> String {
     format!("Authorization: Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}")))
 }
@@ -344,8 +363,7 @@ fn max_body_per_route() {
     for p in BOTH {
         let r = fetch(p, &srv, "/small/echo.sh", &["--data-binary", &at(&small)]);
         assert_eq!((r.status, r.body.len()), (200, 1000), "{p:?}");
-        let r = fetch(p, &srv, "/small/echo.sh", &["--data-binary", &at(&big)]);
-        assert_eq!(r.status, 413, "{p:?}: a declared length over the limit");
+        assert_eq!(refused_upload(p, &srv, "/small/echo.sh", &big), 413, "{p:?}: a declared length over the limit");
         // Without a declared length (chunked on HTTP/1.1, no content-length on h2).
         let no_length = if p == Proto::H1 { "Transfer-Encoding: chunked" } else { "Content-Length:" };
         let r = fetch(
