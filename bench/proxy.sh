@@ -18,12 +18,17 @@
 # `proxy_ssl_verify on` with `proxy_ssl_trusted_certificate`), name localhost, and keep their
 # TLS connections as they keep plain ones.
 #
+# UPSTREAM_H2=1: the proxies speak HTTP/2 to the upstream (h2c prior knowledge; with
+# UPSTREAM_TLS=1, TLS with ALPN h2): selvedge `http2 = true`, nginx `grpc_pass` (its only
+# HTTP/2 upstream module; it carries any request, not only gRPC) with `grpc_set_header` for
+# the same fields and the same keep-alive pool. Clients still speak HTTP/1.1 to the proxy.
+#
 # UPSTREAMS=2 (or more) puts that many upstreams (same kind, each its own process and port)
 # behind each proxy: selvedge `upstreams = [...]` with the default round robin, nginx an
 # `upstream` block listing them all (its default round robin), both pools keep-alive.
 #
 # See bench/README.md. Env: SERVERS ("selvedge nginx") UPSTREAM (selvedge|nginx) UPSTREAMS (1)
-# UPSTREAM_TLS ROUNDS
+# UPSTREAM_TLS UPSTREAM_H2 ROUNDS
 # CONNS DURATION THREADS WARMUP SELVEDGE_BIN SELVEDGE_BUILD SERVER_CPU CLIENT_CPU
 # UPSTREAM_CPU KEEP_TMP.
 set -euo pipefail
@@ -36,6 +41,7 @@ UPSTREAM=${UPSTREAM:-selvedge}
 UPSTREAMS=${UPSTREAMS:-1}
 UPSTREAM_CPU=${UPSTREAM_CPU:-$CLIENT_CPU}
 UPSTREAM_TLS=${UPSTREAM_TLS:-0}
+UPSTREAM_H2=${UPSTREAM_H2:-0}
 need wrk
 
 bench_init proxy
@@ -90,8 +96,10 @@ for ((u = 0; u < UPSTREAMS; u++)); do
     UP_PORTS+=("$UP_PORT")
     UP_PIDS+=("$UP_PID")
 done
+[[ $UPSTREAM_H2 == 1 && $UPSTREAM != selvedge ]] && die "UPSTREAM_H2=1 needs UPSTREAM=selvedge"
 SELVEDGE_TLS=
 [[ $UPSTREAM_TLS == 1 ]] && SELVEDGE_TLS=", tls = { ca = \"$CA_DIR/ca.pem\", sni = \"localhost\" }"
+[[ $UPSTREAM_H2 == 1 ]] && SELVEDGE_TLS+=", http2 = true"
 if ((UPSTREAMS == 1)); then
     SELVEDGE_PROXY="proxy = { upstream = \"$UP_SCHEME://127.0.0.1:${UP_PORTS[0]}\"$SELVEDGE_TLS }"
 else
@@ -131,11 +139,23 @@ srv_nginx() {
     local dir=$1 port=$2 ssl=
     need nginx
     mkdir -p "$dir/tmp"
+    local pass=proxy
+    [[ $UPSTREAM_H2 == 1 ]] && pass=grpc
     [[ $UPSTREAM_TLS == 1 ]] && ssl="
-            proxy_ssl_verify on;
-            proxy_ssl_trusted_certificate $CA_DIR/ca.pem;
-            proxy_ssl_name localhost;
-            proxy_ssl_server_name on;"
+            ${pass}_ssl_verify on;
+            ${pass}_ssl_trusted_certificate $CA_DIR/ca.pem;
+            ${pass}_ssl_name localhost;
+            ${pass}_ssl_server_name on;"
+    local location="
+            proxy_pass $UP_SCHEME://backend;$ssl
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";"
+    if [[ $UPSTREAM_H2 == 1 ]]; then
+        local scheme=grpc
+        [[ $UPSTREAM_TLS == 1 ]] && scheme=grpcs
+        location="
+            grpc_pass $scheme://backend;$ssl"
+    fi
     cat >"$dir/nginx.conf" <<EOF
 daemon off;
 master_process off;
@@ -159,14 +179,12 @@ $NGINX_SERVERS        keepalive 64;
     server {
         listen 127.0.0.1:$port;
         location / {
-            proxy_pass $UP_SCHEME://backend;$ssl
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host \$http_host;
-            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-            proxy_set_header X-Forwarded-Proto \$scheme;
-            proxy_set_header X-Forwarded-Host \$http_host;
-            proxy_set_header Forwarded "for=\$remote_addr;host=\"\$http_host\";proto=\$scheme";
+            $location
+            ${pass}_set_header Host \$http_host;
+            ${pass}_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+            ${pass}_set_header X-Forwarded-Proto \$scheme;
+            ${pass}_set_header X-Forwarded-Host \$http_host;
+            ${pass}_set_header Forwarded "for=\$remote_addr;host=\"\$http_host\";proto=\$scheme";
         }
     }
 }
@@ -175,9 +193,9 @@ EOF
     SRV_CMD=(nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf")
 }
 
-log "proxy: servers: $SERVERS; wrk -t$THREADS -c$CONNS -d$DURATION (warm-up $WARMUP); $ROUNDS rounds; upstreams $UPSTREAMS × $UPSTREAM over $UP_SCHEME"
+log "proxy: servers: $SERVERS; wrk -t$THREADS -c$CONNS -d$DURATION (warm-up $WARMUP); $ROUNDS rounds; upstreams $UPSTREAMS × $UPSTREAM over $UP_SCHEME$([[ $UPSTREAM_H2 == 1 ]] && echo ' (HTTP/2)')"
 bench_run h1 load_wrk
 up_ticks=0
 for p in "${UP_PIDS[@]}"; do up_ticks=$((up_ticks + $(cpu_ticks "$p"))); done
 bench_report "selvedge reverse-proxy benchmark" proxy \
-    "wrk -t$THREADS -c$CONNS -d$DURATION over HTTP/1.1 keep-alive to the proxy (after a $WARMUP warm-up run); upstream: $UPSTREAMS × $UPSTREAM over $UP_SCHEME (one worker each, keep-alive; more than one: round robin) pinned to CPU $UPSTREAM_CPU with the client; upstream CPU not counted ($up_ticks ticks over the whole run)"
+    "wrk -t$THREADS -c$CONNS -d$DURATION over HTTP/1.1 keep-alive to the proxy (after a $WARMUP warm-up run); upstream: $UPSTREAMS × $UPSTREAM over $UP_SCHEME$([[ $UPSTREAM_H2 == 1 ]] && echo ' HTTP/2 (selvedge http2 = true, nginx grpc_pass)') (one worker each, keep-alive; more than one: round robin) pinned to CPU $UPSTREAM_CPU with the client; upstream CPU not counted ($up_ticks ticks over the whole run)"
