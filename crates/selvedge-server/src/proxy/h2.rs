@@ -34,7 +34,7 @@ use selvedge::{Body, Request, Response};
 use super::forward::{self, ComposeError, Framing};
 use super::{read_body, Fail, Route, SMALL_BODY};
 use crate::backend::conn::{Conn, Wait};
-use crate::backend::h2::{self as conns, Found, H2Conn, Piece, Stream};
+use crate::backend::h2::{self as conns, Found, H2Conn, Piece, RequestFields, Stream};
 use crate::upstream::Endpoint;
 
 /// How long an `https://` upstream that chose HTTP/1.1 in ALPN is served over HTTP/1.1
@@ -66,34 +66,32 @@ impl Fallback {
     }
 }
 
-/// Request head fields as HTTP/2 wants them.
-type H2Fields = Vec<(Vec<u8>, Vec<u8>)>;
-
 /// Turns an HTTP/1.1 head composed by `forward::compose` into HTTP/2 fields: the request
 /// line and `host` become pseudo-fields, names are lowercased, `transfer-encoding` goes.
-fn h2_fields(head: &[u8], https: bool, te_trailers: bool) -> H2Fields {
-    let mut lines = head.split(|&b| b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-    let first = lines.next().unwrap_or_default();
+fn h2_fields(head: &[u8], https: bool, te_trailers: bool) -> RequestFields {
+    let lines = || head.split(|&b| b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    fn field(line: &[u8]) -> Option<(&[u8], &[u8])> {
+        let colon = line.iter().position(|&b| b == b':')?;
+        Some((&line[..colon], line[colon + 1..].trim_ascii()))
+    }
+    let first = lines().next().unwrap_or_default();
     let mut parts = first.splitn(3, |&b| b == b' ');
     let method = parts.next().unwrap_or_default();
     let target = parts.next().unwrap_or_default();
-    let mut out: H2Fields = Vec::with_capacity(16);
-    out.push((b":method".to_vec(), method.to_vec()));
-    out.push((b":scheme".to_vec(), if https { b"https".to_vec() } else { b"http".to_vec() }));
-    out.push((b":authority".to_vec(), Vec::new()));
-    out.push((b":path".to_vec(), target.to_vec()));
-    for line in lines {
-        let Some(colon) = line.iter().position(|&b| b == b':') else { continue };
-        let name = line[..colon].to_ascii_lowercase();
-        let value = line[colon + 1..].trim_ascii();
-        match &name[..] {
-            b"host" => out[2].1 = value.to_vec(),
-            b"transfer-encoding" => {}
-            _ => out.push((name, value.to_vec())),
+    let host =
+        lines().skip(1).filter_map(field).find(|(n, _)| n.eq_ignore_ascii_case(b"host")).map_or(&b""[..], |f| f.1);
+    let mut out = RequestFields::with_capacity(head.len() + 48, 16);
+    out.push(b":method", method);
+    out.push(b":scheme", if https { b"https" } else { b"http" });
+    out.push(b":authority", host);
+    out.push(b":path", target);
+    for (name, value) in lines().skip(1).filter_map(field) {
+        if !name.eq_ignore_ascii_case(b"host") && !name.eq_ignore_ascii_case(b"transfer-encoding") {
+            out.push(name, value);
         }
     }
     if te_trailers {
-        out.push((b"te".to_vec(), b"trailers".to_vec()));
+        out.push(b"te", b"trailers");
     }
     out
 }
@@ -183,7 +181,7 @@ impl Route {
 
     /// A stream on a connection to `ep` (opening one if all are full); `Ok(None)`: this
     /// upstream is served over HTTP/1.1 now.
-    async fn stream(&self, ep: &Endpoint, fields: &H2Fields, end: bool) -> Result<Option<Stream>, Fail> {
+    async fn stream(&self, ep: &Endpoint, fields: &RequestFields, end: bool) -> Result<Option<Stream>, Fail> {
         let started = Instant::now();
         loop {
             match conns::acquire(ep.slot, self.cfg.pool_limits.max_connections, fields, end) {
@@ -407,7 +405,7 @@ mod tests {
     fn fields_from_a_composed_head() {
         let head = b"POST /svc/M?x=1 HTTP/1.1\r\nhost: a.example\r\nContent-Type: application/grpc\r\nx-forwarded-for: 1.2.3.4\r\ntransfer-encoding: chunked\r\n\r\n";
         let f = h2_fields(head, true, true);
-        let f: Vec<(&[u8], &[u8])> = f.iter().map(|(n, v)| (&n[..], &v[..])).collect();
+        let f: Vec<(&[u8], &[u8])> = f.iter().collect();
         assert_eq!(
             f,
             [

@@ -555,7 +555,10 @@ impl Client {
     /// in step), then a head, an interim head, or trailers.
     fn recv_block(&mut self, p: Partial) -> Result<(), Reason> {
         let mut status: Option<u16> = None;
-        let mut fields: Fields = Vec::new();
+        // Values are gathered in one buffer and shared by the fields (one allocation per
+        // block, not one per value).
+        let mut names: Vec<(HeaderName, usize, usize)> = Vec::new();
+        let mut values = BytesMut::with_capacity(p.block.len().saturating_mul(2).max(256));
         let mut bad = false;
         let mut seen_regular = false;
         let r = self.hdec.decode(&p.block, |f| {
@@ -586,11 +589,23 @@ impl Client {
                 bad = true;
                 return;
             }
-            match (HeaderName::from_bytes(name), HeaderValue::from_bytes(f.value.as_bytes())) {
-                (Ok(n), Ok(v)) => fields.push((n, v)),
-                _ => bad = true,
+            match HeaderName::from_bytes(name) {
+                Ok(n) => {
+                    let start = values.len();
+                    values.extend_from_slice(f.value.as_bytes());
+                    names.push((n, start, values.len()));
+                }
+                Err(_) => bad = true,
             }
         });
+        let values = values.freeze();
+        let mut fields: Fields = Vec::with_capacity(names.len());
+        for (n, start, end) in names {
+            match HeaderValue::from_maybe_shared(values.slice(start..end)) {
+                Ok(v) => fields.push((n, v)),
+                Err(_) => bad = true,
+            }
+        }
         match r {
             Ok(()) => {}
             Err(hpack::DecodeError::HeaderListTooLarge) => bad = true,
