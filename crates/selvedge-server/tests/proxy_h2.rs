@@ -2,7 +2,9 @@
 //! another `selvedge serve`, over h2c (prior knowledge) and over TLS (ALPN `h2`, with a
 //! test CA); the upstream's access log shows the protocol it was spoken to in, `ss` counts
 //! the upstream connections under 100 concurrent client streams (h2load), and a Python
-//! grpcio server behind the proxy answers a grpcio client in front of it.
+//! grpcio server behind the proxy answers a grpcio client in front of it; an upstream with
+//! a limit of 2 streams gets more connections, not refused requests; an `https://` upstream
+//! without `h2` in ALPN is served over HTTP/1.1.
 
 mod common;
 
@@ -135,6 +137,90 @@ fn h2_upstream_over_tls_with_alpn() {
     let px =
         proxy(&d, &format!("upstream = \"https://localhost:{port}\", http2 = true, tls = {{ ca = \"{oca}\" }}"), None);
     assert_eq!(px.get("/index.html").status, 502);
+}
+
+/// An upstream whose SETTINGS_MAX_CONCURRENT_STREAMS is 2: 40 concurrent client streams
+/// are spread over more connections (each opened only when the others are full), none
+/// refused, all answered.
+#[test]
+fn a_full_upstream_connection_opens_another() {
+    if !have("h2load") || !have("ss") {
+        eprintln!("skipped: h2load or ss missing");
+        return;
+    }
+    let d = TempDir::new("pxh2-more");
+    let site = site();
+    let cfg = d.write(
+        "up.toml",
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\nhost = \"127.0.0.1\"\nport = 0\n[http2]\nmax_concurrent_streams = 2\n\
+             [[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"{}\"\n",
+            site.path().display()
+        ),
+    );
+    let up = Srv::start(&["--config", cfg.to_str().unwrap()]);
+    let port = up.addr.port();
+    let px = proxy(&d, &format!("upstream = \"http://127.0.0.1:{port}\", http2 = true"), None);
+    let big = format!("http://{}/big.bin", px.addr);
+    let out = Command::new("h2load").args(["-n", "400", "-c", "4", "-m", "10", &big]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("400 succeeded, 0 failed"), "{text}");
+    assert!(text.contains("status codes: 400 2xx"), "{text}");
+    let conns = established_to(port);
+    eprintln!("upstream connections for 40 concurrent streams, 2 per connection: {conns}");
+    assert!(conns >= 2, "{conns} upstream connection(s): a full one did not lead to another");
+    assert!(conns <= 20, "{conns} upstream connections for 40 streams at 2 each");
+}
+
+/// An `https://` upstream that offers only `http/1.1` in ALPN (a Python TLS server): the
+/// proxy serves it over HTTP/1.1, says so once, and keeps to HTTP/1.1 for the next
+/// requests instead of asking again each time.
+#[test]
+fn an_upstream_without_h2_in_alpn_is_served_over_http1() {
+    let d = TempDir::new("pxh2-alpn");
+    let (pki, issuer) = Pki::ca(&d, "alpn");
+    let server = leaf(&d, &issuer, "server", &["localhost", "127.0.0.1"], false);
+    let script = d.write(
+        "h1.py",
+        r#"import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        body = ("h1 " + self.request_version + " " + self.path + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+ctx.set_alpn_protocols(["http/1.1"])
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#,
+    );
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .args([&server.cert, &server.key])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let _py = Kid(child);
+    let port: u16 = line.trim().parse().expect("the upstream's port");
+    let ca = pki.ca.to_str().unwrap();
+    let px =
+        proxy(&d, &format!("upstream = \"https://localhost:{port}\", http2 = true, tls = {{ ca = \"{ca}\" }}"), None);
+    for i in 0..3 {
+        let r = px.get(&format!("/n{i}"));
+        assert_eq!((r.status, r.text()), (200, format!("h1 HTTP/1.1 /n{i}\n")), "{:?}", px.stderr.lock().unwrap());
+    }
+    let said = px.stderr.lock().unwrap().iter().filter(|l| l.contains("no h2 in ALPN, using HTTP/1.1")).count();
+    assert_eq!(said, 1, "{:?}", px.stderr.lock().unwrap());
 }
 
 /// The Python gRPC server and client (`grpc_peer.py`) against the proxy, over h2c and

@@ -58,6 +58,8 @@ pub(crate) struct H2Conn {
     state: Mutex<State>,
     /// Wakes the driver: output is queued.
     wake: Notify,
+    /// Wakes [`H2Conn::settle`]: the upstream's SETTINGS arrived, or the connection ended.
+    settled: Notify,
 }
 
 /// What a stream's reader gets next.
@@ -81,9 +83,27 @@ impl H2Conn {
         let h = Arc::new(H2Conn {
             state: Mutex::new(State { client: Client::new(settings), slots: HashMap::new(), closed: false }),
             wake: Notify::new(),
+            settled: Notify::new(),
         });
         tokio::spawn(drive(h.clone(), t, idle));
         h
+    }
+
+    /// Waits (at most `limit`) until the upstream's first SETTINGS frame has arrived or
+    /// the connection ended, so the streams put on a new connection respect the
+    /// upstream's SETTINGS_MAX_CONCURRENT_STREAMS instead of an assumed 100 (a server
+    /// with a lower limit refuses the streams above it).
+    pub(crate) async fn settle(&self, limit: Duration) {
+        let notified = self.settled.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        {
+            let st = self.lock();
+            if st.closed || st.client.peer_settled() {
+                return;
+            }
+        }
+        let _ = tokio::time::timeout(limit, notified).await;
     }
 
     /// Whether a new stream fits now.
@@ -310,6 +330,7 @@ async fn drive(h: Arc<H2Conn>, t: super::conn::Tunnel, idle: Duration) {
     let mut rbuf = early;
     let mut wbuf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut idle_since = tokio::time::Instant::now();
+    let mut settled = false;
     loop {
         let notified = h.wake.notified();
         tokio::pin!(notified);
@@ -343,6 +364,10 @@ async fn drive(h: Arc<H2Conn>, t: super::conn::Tunnel, idle: Duration) {
                         let mut st = h.lock();
                         let _ = st.client.recv(&mut rbuf);
                         dispatch(&mut st);
+                        if !settled && st.client.peer_settled() {
+                            settled = true;
+                            h.settled.notify_waiters();
+                        }
                     }
                 }
             }
@@ -358,6 +383,7 @@ async fn drive(h: Arc<H2Conn>, t: super::conn::Tunnel, idle: Duration) {
     let _ = wr.shutdown().await;
     let mut st = h.lock();
     st.closed = true;
+    h.settled.notify_waiters();
     for s in st.slots.values_mut() {
         if s.reset.is_none() && s.trailers.is_none() && !s.data.back().is_some_and(|d| d.1) {
             s.reset.get_or_insert(Reason::CANCEL);

@@ -41,6 +41,10 @@ use crate::upstream::Endpoint;
 /// before it is asked for `h2` again.
 pub(super) const RETRY_H2: Duration = Duration::from_secs(60);
 
+/// How many times one request is opened again on the same member after the upstream
+/// refused its stream unprocessed (REFUSED_STREAM) before that counts as a failure.
+const MAX_REFUSALS: u32 = 4;
+
 /// Per upstream of a route: until when (process milliseconds) it is spoken to over
 /// HTTP/1.1 because ALPN chose that (0: HTTP/2).
 #[derive(Debug, Default)]
@@ -176,7 +180,10 @@ impl Route {
             conn_window: cfg.h2_stream_window.saturating_mul(16).max(cfg.h2_stream_window),
             ..ClientSettings::default()
         };
-        Ok(Some(H2Conn::start(conn, settings, cfg.pool_limits.keepalive)))
+        let c = H2Conn::start(conn, settings, cfg.pool_limits.keepalive);
+        // Streams go on it once the upstream's limits are known (one round trip).
+        c.settle(cfg.connect_timeout).await;
+        Ok(Some(c))
     }
 
     /// A stream on a connection to `ep` (opening one if all are full); `Ok(None)`: this
@@ -231,8 +238,16 @@ impl Route {
         let mut last = Fail::Connect;
         let sent = Instant::now();
         let mut body = Some(body);
+        // A stream the upstream refused unprocessed goes again to the same member.
+        let (mut again, mut refusals) = (None, 0);
         loop {
-            let Some(picked) = pool.pick(&mut attempts) else { return Ok(fail(last)) };
+            let picked = match again.take() {
+                Some(p) => p,
+                None => match pool.pick(&mut attempts) {
+                    Some(p) => p,
+                    None => return Ok(fail(last)),
+                },
+            };
             if self.fallback.h1(picked.ep.target) {
                 // Served over HTTP/1.1 by the caller (the body is still whole: nothing sent).
                 let b = match kept {
@@ -254,7 +269,9 @@ impl Route {
             let mut stream = match r {
                 Ok(Some(s)) => s,
                 Ok(None) => {
-                    drop(picked);
+                    // ALPN chose HTTP/1.1: the same member, over HTTP/1.1 (the check at the
+                    // top of the loop), not the next one (there may be none).
+                    again = Some(picked);
                     continue;
                 }
                 Err(f) => {
@@ -290,6 +307,16 @@ impl Route {
                     Err((Fail::Timeout, true))
                 }
             };
+            if matches!(got, Err((Fail::Closed, false))) && refusals < MAX_REFUSALS && (!has_body || kept.is_some()) {
+                // RST_STREAM(REFUSED_STREAM), or above a GOAWAY's last stream id: the upstream
+                // did not process it (RFC 9113 §8.7), typically a new connection's streams
+                // over a limit its SETTINGS had not announced yet. Not a failure of the
+                // member: opened again on it, on a connection with room now.
+                refusals += 1;
+                drop(upload);
+                again = Some(picked);
+                continue;
+            }
             crate::observe::upstream(&picked.ep.label, sent, got.is_err());
             let (status, fields, end) = match got {
                 Ok(h) => h,

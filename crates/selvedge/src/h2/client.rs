@@ -142,6 +142,8 @@ pub struct Client {
     streams: HashMap<u32, Stream>,
     next_id: u32,
     peer_max_streams: u32,
+    /// The peer's first SETTINGS frame has arrived (its limits are known).
+    peer_settled: bool,
     peer_initial_window: u32,
     peer_max_frame: u32,
     send_flow: FlowControl,
@@ -189,6 +191,7 @@ impl Client {
             streams: HashMap::new(),
             next_id: 1,
             peer_max_streams: 100,
+            peer_settled: false,
             peer_initial_window: DEFAULT_WINDOW,
             peer_max_frame: frame::DEFAULT_MAX_FRAME_SIZE,
             send_flow: FlowControl::new(i64::from(DEFAULT_WINDOW)),
@@ -203,6 +206,13 @@ impl Client {
     /// Streams open now.
     pub fn active(&self) -> usize {
         self.streams.len()
+    }
+
+    /// Whether the server's first SETTINGS frame has arrived: until then
+    /// [`Client::max_streams`] is an assumption (100), and a server with a lower limit
+    /// refuses the streams over it.
+    pub fn peer_settled(&self) -> bool {
+        self.peer_settled
     }
 
     /// The server's SETTINGS_MAX_CONCURRENT_STREAMS (100 until it says).
@@ -430,6 +440,7 @@ impl Client {
                 if s.ack {
                     return Ok(());
                 }
+                self.peer_settled = true;
                 for (id, v) in s.values {
                     match id {
                         Setting::HEADER_TABLE_SIZE => self.henc.update_max_size(v as usize),
@@ -752,9 +763,11 @@ mod tests {
     #[test]
     fn concurrency_limit_and_goaway_refuses_streams_above_last() {
         let mut c = Client::new(ClientSettings::default());
+        assert!(!c.peer_settled());
         let mut input = BytesMut::new();
         settings(&mut input, &[(Setting::MAX_CONCURRENT_STREAMS, 2)]);
         c.recv(&mut input).unwrap();
+        assert!(c.peer_settled());
         let (a, b) = (get(&mut c), get(&mut c));
         assert_eq!((a, b), (1, 3));
         assert!(!c.can_open());
