@@ -113,7 +113,7 @@ fn metrics_count_a_known_mix_exactly() {
         format!(
             "[server]\nworkers = 1\n[[listen]]\naddress = \"127.0.0.1:0\"\n\
              [[listen]]\naddress = \"127.0.0.1:0\"\ntls = {{ cert = \"{c}\", key = \"{k}\" }}\n\
-             [admin]\nlisten = \"127.0.0.1:0\"\n[timeouts]\nheader = \"1s\"\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\n[timeouts]\nheader = \"1s\"\ntls_handshake = \"1s\"\n\
              [log]\naccess = \"access.log\"\nformat = \"json\"\n\
              [[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"site\"\n\
              [[vhost.route]]\npath = \"/up\"\nproxy = {{ upstream = \"http://{}\", strip_prefix = true }}\n\
@@ -224,6 +224,37 @@ fn metrics_count_a_known_mix_exactly() {
     let m = parse_exposition(&dir, &text);
     assert_eq!(goaways(&m, "PROTOCOL_ERROR"), 1.0, "{text}");
     assert_eq!(value(&m, "selvedge_http2_streams_total", &[]), 4.0, "{text}");
+
+    // TLS handshakes: the 3 curls above with TLS 1.3; then one with TLS 1.2 and no request
+    // (Python's ssl), one that fails (plain HTTP to the TLS port), one the client closes at
+    // once, and one cut off by the 1 s `tls_handshake` timeout.
+    let py = format!(
+        "import socket, ssl\nc = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)\nc.check_hostname = False\n\
+         c.verify_mode = ssl.CERT_NONE\nc.maximum_version = ssl.TLSVersion.TLSv1_2\n\
+         s = c.wrap_socket(socket.create_connection(('127.0.0.1', {})))\nprint(s.version())\ns.close()\n",
+        tls.port()
+    );
+    let out = Command::new("python3").args(["-c", &py]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "TLSv1.2", "{}", String::from_utf8_lossy(&out.stderr));
+    let mut plain_to_tls = TcpStream::connect(tls).unwrap();
+    plain_to_tls.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    plain_to_tls.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let _ = plain_to_tls.read_to_end(&mut Vec::new());
+    drop(TcpStream::connect(tls).unwrap());
+    let mut silent = TcpStream::connect(tls).unwrap();
+    silent.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let t = Instant::now();
+    let _ = silent.read_to_end(&mut Vec::new());
+    assert!(t.elapsed() >= Duration::from_millis(900), "closed after {:?}", t.elapsed());
+    let tls_series = |m: &[_]| {
+        let hs = |v| value(m, "selvedge_tls_handshakes_total", &[("version", v)]);
+        let failed = |r| value(m, "selvedge_tls_handshake_failures_total", &[("reason", r)]);
+        [hs("TLSv1.3"), hs("TLSv1.2"), failed("error"), failed("closed"), failed("timeout")]
+    };
+    eventually(5, "the TLS handshakes counted", || {
+        let (_, text) = get(admin, "/metrics");
+        tls_series(&parse_exposition(&dir, &text)) == [3.0, 1.0, 1.0, 1.0, 1.0]
+    });
 
     // The health endpoints are not requests of the site, nor in its access log.
     assert_eq!(get(admin, "/healthz"), (200, "ok\n".into()));

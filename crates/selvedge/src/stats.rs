@@ -1,6 +1,7 @@
 //! The engine's counters, for embedders to export their own way ([`snapshot`]): connections
 //! accepted, open by protocol and parked, HTTP/2 streams and the RST_STREAM and GOAWAY
-//! frames sent and received by error code, file cache hits, misses and evictions.
+//! frames sent and received by error code, file cache hits, misses and evictions, TLS
+//! handshakes by version and failed ones by reason.
 //!
 //! Counters are process-wide (every [`Server`](crate::Server) in the process adds to the
 //! same ones). Each thread counts into its own cache-line-aligned shard, with a relaxed
@@ -54,6 +55,17 @@ pub struct Stats {
     /// GOAWAY frames sent, by error code (NO_ERROR: a graceful close; the others end the
     /// connection for the peer's error or abuse, e.g. ENHANCE_YOUR_CALM).
     pub h2_goaways_sent: [u64; CODES],
+    /// TLS handshakes completed with TLS 1.2.
+    pub tls_handshakes_tls12: u64,
+    /// TLS handshakes completed with TLS 1.3.
+    pub tls_handshakes_tls13: u64,
+    /// TLS handshakes that failed on an error: an alert, a bad record, no certificate for
+    /// the name, no protocol in common.
+    pub tls_handshake_errors: u64,
+    /// TLS handshakes the client closed before they completed.
+    pub tls_handshake_closed: u64,
+    /// TLS handshakes cut off by `tls_handshake_timeout` (or by shutdown).
+    pub tls_handshake_timeouts: u64,
 }
 
 /// Slots of the per-code HTTP/2 counters: codes 0 to 13, then every other code.
@@ -90,9 +102,14 @@ pub(crate) enum Counter {
     H2ResetSent,
     H2ResetReceived = Counter::H2ResetSent as usize + CODES,
     H2GoawaySent = Counter::H2ResetReceived as usize + CODES,
+    TlsDone12 = Counter::H2GoawaySent as usize + CODES,
+    TlsDone13,
+    TlsError,
+    TlsClosed,
+    TlsTimeout,
 }
 
-const COUNTERS: usize = Counter::H2GoawaySent as usize + CODES;
+const COUNTERS: usize = Counter::TlsTimeout as usize + 1;
 
 /// Adds 1 to this thread's per-code counter `first` for `code`.
 #[inline]
@@ -182,6 +199,41 @@ impl Drop for OpenConn {
     }
 }
 
+/// Counts one TLS handshake's outcome: a timeout (the connection's task dropped while
+/// it ran) unless [`TlsHandshake::done`] or [`TlsHandshake::failed`] says otherwise.
+#[derive(Debug)]
+pub(crate) struct TlsHandshake(bool);
+
+impl TlsHandshake {
+    #[inline]
+    pub(crate) fn start() -> TlsHandshake {
+        TlsHandshake(false)
+    }
+
+    /// Completed with TLS 1.3 (`tls13`) or 1.2.
+    #[inline]
+    pub(crate) fn done(mut self, tls13: bool) {
+        self.0 = true;
+        add(if tls13 { Counter::TlsDone13 } else { Counter::TlsDone12 }, 1);
+    }
+
+    /// Failed: the client closed (`closed`), or an error.
+    #[inline]
+    pub(crate) fn failed(mut self, closed: bool) {
+        self.0 = true;
+        add(if closed { Counter::TlsClosed } else { Counter::TlsError }, 1);
+    }
+}
+
+impl Drop for TlsHandshake {
+    #[inline]
+    fn drop(&mut self) {
+        if !self.0 {
+            add(Counter::TlsTimeout, 1);
+        }
+    }
+}
+
 /// The counters now.
 pub fn snapshot() -> Stats {
     let mut t = [0u64; COUNTERS];
@@ -209,6 +261,11 @@ pub fn snapshot() -> Stats {
         h2_resets_sent: codes(Counter::H2ResetSent),
         h2_resets_received: codes(Counter::H2ResetReceived),
         h2_goaways_sent: codes(Counter::H2GoawaySent),
+        tls_handshakes_tls12: c(Counter::TlsDone12),
+        tls_handshakes_tls13: c(Counter::TlsDone13),
+        tls_handshake_errors: c(Counter::TlsError),
+        tls_handshake_closed: c(Counter::TlsClosed),
+        tls_handshake_timeouts: c(Counter::TlsTimeout),
     }
 }
 
@@ -229,6 +286,9 @@ mod tests {
                     let c = OpenConn::new(true);
                     drop(c);
                     let _keep = std::mem::ManuallyDrop::new(OpenConn::new(false));
+                    TlsHandshake::start().done(true);
+                    TlsHandshake::start().failed(true);
+                    drop(TlsHandshake::start());
                 })
             })
             .collect();
@@ -242,5 +302,8 @@ mod tests {
         assert!(after.h2_resets_sent[8] >= before.h2_resets_sent[8] + 4);
         assert!(after.h2_resets_received[OTHER_CODE] >= before.h2_resets_received[OTHER_CODE] + 4);
         assert!(after.h2_goaways_sent[11] >= before.h2_goaways_sent[11] + 4);
+        assert!(after.tls_handshakes_tls13 >= before.tls_handshakes_tls13 + 4);
+        assert!(after.tls_handshake_closed >= before.tls_handshake_closed + 4);
+        assert!(after.tls_handshake_timeouts >= before.tls_handshake_timeouts + 4);
     }
 }

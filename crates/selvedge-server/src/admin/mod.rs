@@ -97,6 +97,8 @@ pub fn engine_series() -> (Vec<EngineSeries>, FileCacheStats) {
         value,
     };
     let proto = |p: &str| vec![("protocol", p.to_string())];
+    let ver = |v: &str| vec![("version", v.to_string())];
+    let why = |r: &str| vec![("reason", r.to_string())];
     let out = vec![
         series("connections_accepted", "Connections accepted", true, vec![], s.accepted),
         series("connections_open", "Connections open, by protocol", false, proto("h1"), s.open_h1),
@@ -105,6 +107,29 @@ pub fn engine_series() -> (Vec<EngineSeries>, FileCacheStats) {
         series("connections_closed", "Connections served to the end, by protocol", true, proto("h2"), s.closed_h2),
         series("http2_streams", "HTTP/2 streams opened by clients", true, vec![], s.h2_streams),
         series("http2_streams_open", "HTTP/2 streams open", false, vec![], s.h2_streams_open),
+        series("tls_handshakes", "TLS handshakes completed, by version", true, ver("TLSv1.2"), s.tls_handshakes_tls12),
+        series("tls_handshakes", "TLS handshakes completed, by version", true, ver("TLSv1.3"), s.tls_handshakes_tls13),
+        series(
+            "tls_handshake_failures",
+            "TLS handshakes that failed, by reason",
+            true,
+            why("error"),
+            s.tls_handshake_errors,
+        ),
+        series(
+            "tls_handshake_failures",
+            "TLS handshakes that failed, by reason",
+            true,
+            why("closed"),
+            s.tls_handshake_closed,
+        ),
+        series(
+            "tls_handshake_failures",
+            "TLS handshakes that failed, by reason",
+            true,
+            why("timeout"),
+            s.tls_handshake_timeouts,
+        ),
     ];
     let mut out = out;
     // Per error code, the codes seen (series appear once non-zero).

@@ -137,11 +137,14 @@ pub(crate) async fn serve_tls<A: App>(sock: crate::socket::Socket, config: Arc<r
         Err(e) => return cfg.exception(&Error::io(e)),
     };
     timer.set_deadline(now_ms(), cfg.tls_handshake_timeout);
+    let counted = crate::stats::TlsHandshake::start();
     if let Err(e) = session.handshake(&sock).await {
+        counted.failed(e.kind() == std::io::ErrorKind::UnexpectedEof);
         cfg.exception(&Error::io(e));
         sock.shutdown_write();
         return;
     }
+    counted.done(session.version() == crate::message::TlsVersion::Tls13);
     if session.alpn().as_deref() == Some(crate::tls::ACME_TLS_ALPN) {
         // A TLS-ALPN-01 validation: the handshake was the answer; no data follows (RFC 8737).
         session.close_notify(&sock);
