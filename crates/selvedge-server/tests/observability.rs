@@ -198,6 +198,16 @@ fn metrics_count_a_known_mix_exactly() {
     assert!(value(&m, "process_resident_memory_bytes", &[]) > 1e6);
     assert!(value(&m, "process_open_fds", &[]) >= 5.0);
     assert_eq!(value(&m, "selvedge_config_reloads_total", &[("result", "ok")]), 0.0);
+    // Upstream health: both members up (the dead one failed once; max_fails is 3), then two
+    // more failures mark the dead one down.
+    let up_of = |m: &[_], a: SocketAddr| value(m, "selvedge_upstream_up", &[("upstream", &format!("http://{a}"))]);
+    assert_eq!((up_of(&m, upstream.addr), up_of(&m, dead)), (1.0, 1.0), "{text}");
+    for _ in 0..2 {
+        assert_eq!(curl(&["--http1.1", &url(plain, "http", "/down/x")]), "502 1.1");
+    }
+    let (_, text) = get(admin, "/metrics");
+    let m2 = parse_exposition(&dir, &text);
+    assert_eq!((up_of(&m2, upstream.addr), up_of(&m2, dead)), (1.0, 0.0), "{text}");
 
     // A reload is counted; the counters go on where they were.
     srv.signal("HUP");
@@ -261,7 +271,7 @@ fn metrics_count_a_known_mix_exactly() {
     assert_eq!(get(admin, "/readyz"), (200, "ready\n".into()));
     srv.stop();
     let log = std::fs::read_to_string(dir.path().join("access.log")).unwrap();
-    assert_eq!(log.lines().count(), 13, "{log}");
+    assert_eq!(log.lines().count(), 15, "{log}");
     assert!(!log.contains("healthz") && !log.contains("metrics"));
     let lines: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let up = lines.iter().find(|l| l["path"] == "/up/index.html").unwrap();

@@ -200,6 +200,14 @@ impl Collector for Scrape {
             &proxied.iter().map(|s| (slot(s), &s.upstream)).collect::<Vec<_>>(),
         )?;
 
+        let states = crate::upstream::health_states();
+        gauge(
+            &mut e,
+            "selvedge_upstream_up",
+            "1 while a proxy upstream may take requests, 0 while passive marking or active checks hold it down",
+            &states.iter().map(|(name, up)| (vec![("upstream", name.as_str())], i64::from(*up))).collect::<Vec<_>>(),
+        )?;
+
         let ev = &registry().events;
         let v = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         gauge(

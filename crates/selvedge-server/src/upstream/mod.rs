@@ -339,6 +339,18 @@ fn health_of(slot: usize, name: &str) -> Arc<Health> {
     h
 }
 
+/// Every live member's name and whether it may take requests now (`false`: passive
+/// marking or active checks hold it down), for `/metrics`; by name, each once.
+pub fn health_states() -> Vec<(String, bool)> {
+    let now = now_ms();
+    let all = HEALTH.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out: Vec<(String, bool)> =
+        all.iter().filter_map(Weak::upgrade).map(|h| (h.name().to_string(), h.usable(now))).collect();
+    out.sort();
+    out.dedup_by(|a, b| a.0 == b.0);
+    out
+}
+
 /// What the workers and the maintenance thread share of a pool.
 #[derive(Debug)]
 struct Shared {
