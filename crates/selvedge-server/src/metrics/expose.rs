@@ -161,7 +161,7 @@ impl Collector for Scrape {
         histogram(
             &mut e,
             "selvedge_http_request_duration_seconds",
-            "Time from the request head to the response's last byte handed to the socket",
+            "Time from the request head to the response handed to the engine (streamed bodies continue after it)",
             &hist(|s| &s.duration),
         )?;
         histogram(
