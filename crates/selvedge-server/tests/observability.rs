@@ -183,6 +183,9 @@ fn metrics_count_a_known_mix_exactly() {
     assert_eq!(value(&m, "selvedge_connections_accepted_total", &[]), 14.0, "{text}");
     assert_eq!(value(&m, "selvedge_connections_closed_total", &[("protocol", "h1")]), 9.0, "{text}");
     assert_eq!(value(&m, "selvedge_connections_closed_total", &[("protocol", "h2")]), 4.0, "{text}");
+    // By reason: the curls closed theirs; the slow head was cut off by the header timeout.
+    let closed = |p, r| value(&m, "selvedge_connections_closed_total", &[("protocol", p), ("reason", r)]);
+    assert_eq!([closed("h1", "client"), closed("h1", "read_timeout"), closed("h2", "client")], [8.0, 1.0, 4.0]);
     assert_eq!(value(&m, "selvedge_connections_open", &[("protocol", "h1")]), 1.0);
     assert_eq!(value(&m, "selvedge_connections_open", &[("protocol", "h2")]), 0.0);
     // HTTP/2: one stream per h2 request, none open, none reset.
@@ -283,6 +286,140 @@ fn metrics_count_a_known_mix_exactly() {
     assert_eq!(tls.len(), 3, "{tls:?}");
     assert!(tls.iter().all(|(_, v)| *v == "TLSv1.3"), "{tls:?}");
     assert!(tls.iter().any(|(p, _)| *p == "h1") && tls.iter().any(|(p, _)| *p == "h2"), "{tls:?}");
+}
+
+/// Connections by state while they wait, then by the reason each closed: every reason the
+/// engine tells apart, over both protocols, with exact counts.
+#[test]
+fn connections_count_by_state_and_close_reason() {
+    let dir = TempDir::new("obs-conns");
+    dir.write("site/index.html", "<h1>hello</h1>\n");
+    // Larger than what the loopback's socket buffers take in: a client that does not read
+    // it leaves the server stuck writing.
+    let big = vec![b'x'; 64 << 20];
+    std::fs::write(dir.path().join("site/big.bin"), &big).unwrap();
+    let cfg = dir.write(
+        "selvedge.toml",
+        "[server]\nworkers = 1\n[[listen]]\naddress = \"127.0.0.1:0\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [timeouts]\nheader = \"1s\"\nidle = \"1s\"\nsend = \"1s\"\n\
+         [http2]\nmax_control_frames = 50\n\
+         [[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"site\"\n",
+    );
+    let srv = Srv::start(&["run", "-c", cfg.to_str().unwrap()]);
+    let (plain, admin) = (srv.addr, admin_addr(&srv));
+    let open = |what: &str| {
+        let s = TcpStream::connect(plain).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = what;
+        s
+    };
+    // Reads until the server closes; returns what came and how long it took.
+    let until_closed = |s: &mut TcpStream| {
+        let t = Instant::now();
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        (buf, t.elapsed())
+    };
+    let h2_preface = {
+        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        out.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS
+        out
+    };
+
+    // HTTP/1.1 that ends at once: the client closes (curl), `Connection: close` (the
+    // server), a head over the limit (431: limit), a malformed head (400: error).
+    assert_eq!(curl(&["--http1.1", &format!("http://{plain}/")]), "200 1.1");
+    let mut c = open("close");
+    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    assert!(until_closed(&mut c).0.starts_with(b"HTTP/1.1 200"));
+    let mut c = open("431");
+    c.write_all(format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(20_000)).as_bytes()).unwrap();
+    assert!(until_closed(&mut c).0.starts_with(b"HTTP/1.1 431"));
+    drop(c); // its lingering close ends here
+    let mut c = open("400");
+    c.write_all(b"GET / HTTP/1.1\r\nHost x\r\n\r\n").unwrap();
+    assert!(until_closed(&mut c).0.starts_with(b"HTTP/1.1 400"));
+    drop(c);
+    // HTTP/2 that ends at once: the client closes (curl), a connection error (a stream
+    // that depends on itself: PROTOCOL_ERROR), a PING flood (ENHANCE_YOUR_CALM).
+    assert_eq!(curl(&["--http2-prior-knowledge", &format!("http://{plain}/")]), "200 2");
+    let mut c = open("h2 error");
+    let mut out = h2_preface.clone();
+    out.extend_from_slice(&[0, 0, 5, 2, 0, 0, 0, 0, 1, 0, 0, 0, 1, 15]); // PRIORITY 1 on 1
+    c.write_all(&out).unwrap();
+    until_closed(&mut c);
+    drop(c);
+    let mut c = open("h2 flood");
+    let mut out = h2_preface.clone();
+    for _ in 0..200 {
+        out.extend_from_slice(&[0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        // PING
+    }
+    let _ = c.write_all(&out);
+    until_closed(&mut c);
+    drop(c);
+
+    // Four that wait: a head that never ends (reading), a keep-alive connection after its
+    // answer and an HTTP/2 connection without streams (idle), a download the client does
+    // not read (writing).
+    let mut slow = open("slow head");
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let mut kept = open("keep-alive");
+    kept.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut head = [0u8; 12];
+    kept.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let mut h2_idle = open("h2 idle");
+    h2_idle.write_all(&h2_preface).unwrap();
+    let mut stuck = open("stuck download");
+    stuck.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let (_, text) = get(admin, "/metrics");
+    let m = parse_exposition(&dir, &text);
+    let state = |p, s| value(&m, "selvedge_connections_state", &[("protocol", p), ("state", s)]);
+    // The scrape's own connection is writing too.
+    assert_eq!(
+        [state("h1", "reading"), state("h1", "writing"), state("h1", "idle")],
+        [1.0, 2.0, 1.0],
+        "h1 reading, writing, idle\n{text}"
+    );
+    assert_eq!([state("h2", "reading"), state("h2", "writing"), state("h2", "idle")], [0.0, 0.0, 1.0], "{text}");
+    assert_eq!(value(&m, "selvedge_connections_open", &[("protocol", "h1")]), 4.0, "{text}");
+
+    // Each is cut off by its timeout (1 s, plus a tick of the timeout manager).
+    for (what, c) in [("slow head", &mut slow), ("keep-alive", &mut kept), ("h2 idle", &mut h2_idle)] {
+        let (_, took) = until_closed(c);
+        assert!(took < Duration::from_secs(3), "{what}: closed after {took:?}");
+    }
+    drop(h2_idle); // the end of its lingering close (after GOAWAY)
+    let mut sunk = 0;
+    let t = Instant::now();
+    // The stuck client reads nothing until well after the send timeout, then drains.
+    std::thread::sleep(Duration::from_millis(2000));
+    let mut buf = vec![0u8; 1 << 20];
+    while let Ok(n) = stuck.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        sunk += n;
+    }
+    assert!(sunk < big.len(), "the whole file went out ({sunk} bytes in {:?})", t.elapsed());
+
+    let (_, text) = get(admin, "/metrics");
+    let m = parse_exposition(&dir, &text);
+    let closed = |p, r| value(&m, "selvedge_connections_closed_total", &[("protocol", p), ("reason", r)]);
+    let reasons = ["client", "server", "idle_timeout", "read_timeout", "write_timeout", "limit", "error", "abuse"];
+    let h1: Vec<f64> = reasons.iter().map(|r| closed("h1", r)).collect();
+    let h2: Vec<f64> = reasons.iter().map(|r| closed("h2", r)).collect();
+    // HTTP/1.1 `server`: the `Connection: close` request and the first scrape.
+    assert_eq!(h1, [1.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0], "h1 by {reasons:?}\n{text}");
+    assert_eq!(h2, [1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0], "h2 by {reasons:?}\n{text}");
+    // Only this scrape is open now, writing its answer.
+    assert_eq!(state("h1", "writing"), 2.0, "(the earlier scrape's figures)");
+    let now = |p, s| value(&m, "selvedge_connections_state", &[("protocol", p), ("state", s)]);
+    assert_eq!([now("h1", "reading"), now("h1", "writing"), now("h1", "idle")], [0.0, 1.0, 0.0], "{text}");
+    srv.stop();
 }
 
 fn req_of(m: &[(String, serde_json::Map<String, Value>, f64)], route: &str, status: &str, protocol: &str) -> f64 {

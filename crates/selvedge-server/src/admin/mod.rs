@@ -103,8 +103,6 @@ pub fn engine_series() -> (Vec<EngineSeries>, FileCacheStats) {
         series("connections_accepted", "Connections accepted", true, vec![], s.accepted),
         series("connections_open", "Connections open, by protocol", false, proto("h1"), s.open_h1),
         series("connections_open", "Connections open, by protocol", false, proto("h2"), s.open_h2),
-        series("connections_closed", "Connections served to the end, by protocol", true, proto("h1"), s.closed_h1),
-        series("connections_closed", "Connections served to the end, by protocol", true, proto("h2"), s.closed_h2),
         series("http2_streams", "HTTP/2 streams opened by clients", true, vec![], s.h2_streams),
         series("http2_streams_open", "HTTP/2 streams open", false, vec![], s.h2_streams_open),
         series("tls_handshakes", "TLS handshakes completed, by version", true, ver("TLSv1.2"), s.tls_handshakes_tls12),
@@ -132,6 +130,18 @@ pub fn engine_series() -> (Vec<EngineSeries>, FileCacheStats) {
         ),
     ];
     let mut out = out;
+    // Open connections by state, and closed ones by reason, for each protocol.
+    for (p, st, closes) in [("h1", s.states_h1, &s.closes_h1), ("h2", s.states_h2, &s.closes_h2)] {
+        for (state, n) in [("reading", st.reading), ("writing", st.writing), ("idle", st.idle)] {
+            let labels = vec![("protocol", p.to_string()), ("state", state.to_string())];
+            out.push(series("connections_state", "Connections open, by protocol and state", false, labels, n));
+        }
+        for r in selvedge::stats::CloseReason::ALL {
+            let labels = vec![("protocol", p.to_string()), ("reason", r.name().to_string())];
+            let help = "Connections closed, by protocol and reason";
+            out.push(series("connections_closed", help, true, labels, closes[r as usize]));
+        }
+    }
     // Per error code, the codes seen (series appear once non-zero).
     let per_code: [(&'static str, &'static str, &[u64; selvedge::stats::CODES]); 3] = [
         ("http2_resets_sent", "HTTP/2 RST_STREAM frames sent, by error code", &s.h2_resets_sent),

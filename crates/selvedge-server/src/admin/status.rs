@@ -181,7 +181,12 @@ pub fn json(info: &Info, history: &History) -> String {
         "listeners": info.listeners,
         "routes": routes,
         "unrouted_requests": unrouted,
-        "connections": { "open_h1": engine.open_h1, "open_h2": engine.open_h2, "accepted": engine.accepted },
+        "connections": {
+            "open_h1": engine.open_h1, "open_h2": engine.open_h2, "accepted": engine.accepted,
+            "reading": engine.states_h1.reading + engine.states_h2.reading,
+            "writing": engine.states_h1.writing + engine.states_h2.writing,
+            "idle": engine.states_h1.idle + engine.states_h2.idle,
+        },
         "file_cache": {
             "entries": engine.file_cache_entries, "hits": engine.file_cache_hits,
             "misses": engine.file_cache_misses, "evictions": engine.file_cache_evictions,

@@ -218,6 +218,9 @@ pub(crate) struct Conn {
     deadline: u64,
     /// The unread rest of the current request's body, to drain after its answer.
     unread: Option<(Box<Inbound>, u64)>,
+    /// The client closed (or broke its body, or a write to it failed): why the connection
+    /// closes, if it does.
+    peer_left: bool,
 }
 
 impl Conn {
@@ -238,6 +241,7 @@ impl Conn {
             cur: Current { minor: Minor::One, is_head: false, keep_alive: true, linger: false },
             switched: None,
             fresh: true,
+            peer_left: false,
             deadline,
             unread: None,
         }
@@ -302,6 +306,19 @@ impl Conn {
         self.rbuf.len()
     }
 
+    /// Whether a request head is being received (its first bytes are in).
+    #[inline]
+    pub(crate) fn reading_head(&self) -> bool {
+        matches!(self.reading, Reading::Head { since: Some(_) })
+    }
+
+    /// Whether the client left (closed, broke its body, or could not be written to): the
+    /// connection closes for that.
+    #[inline]
+    pub(crate) fn peer_left(&self) -> bool {
+        self.peer_left
+    }
+
     /// The head [`poll`](Self::poll) found, before [`start`](Self::start) takes it.
     pub(crate) fn pending_head(&self) -> Option<&Head> {
         self.head.as_ref()
@@ -318,6 +335,7 @@ impl Conn {
         match &mut self.reading {
             Reading::Head { since } => {
                 if n == 0 {
+                    self.peer_left = true;
                     self.reading = Reading::Closed { linger: false };
                 } else if since.is_none() {
                     *since = Some(now);
@@ -535,7 +553,10 @@ impl Conn {
     fn body_failed(&mut self, failed: Option<Failure>) {
         match failed {
             None => {}
-            Some(Failure::Broken) => self.reading = Reading::Closed { linger: false },
+            Some(Failure::Broken) => {
+                self.peer_left = true;
+                self.reading = Reading::Closed { linger: false };
+            }
             Some(Failure::Status(_)) => {
                 self.cur.keep_alive = false;
                 self.cur.linger = true;
@@ -712,7 +733,10 @@ impl Conn {
     /// unusable: only closing tells the client.
     pub(crate) fn stream_done(&mut self, framing: StreamFraming, outcome: Result<bool, ()>) {
         match outcome {
-            Err(()) => self.reading = Reading::Closed { linger: false },
+            Err(()) => {
+                self.peer_left = true;
+                self.reading = Reading::Closed { linger: false };
+            }
             Ok(true) => {
                 if framing == StreamFraming::Chunked {
                     self.wbuf.extend_from_slice(b"0\r\n\r\n");

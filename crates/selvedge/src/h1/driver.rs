@@ -19,7 +19,7 @@ use crate::dispatch::{self, AppSlot};
 use crate::request::Request;
 use crate::response::Response;
 use crate::settings::Settings;
-use crate::stats::OpenConn;
+use crate::stats::{CloseReason, OpenConn, Phase};
 use crate::sys::PeerAddr;
 use crate::time::timeout::{now_ms, Timer};
 use crate::transport::Transport;
@@ -74,7 +74,7 @@ pub(crate) async fn serve<A: App>(
     resumed: Option<OpenConn>,
 ) -> Ended {
     // Counts the connection as HTTP/1.x until it ends or turns into HTTP/2.
-    let open = resumed.unwrap_or_else(|| OpenConn::new(false));
+    let open = resumed.unwrap_or_else(|| OpenConn::new(false, &timer));
     let _live = crate::pool::Live::new();
     let mut conn = Conn::new(cfg.clone(), rbuf, now_ms());
     // Where the app's futures run (its box is reused while that is cheap: `AppSlot`).
@@ -91,6 +91,7 @@ pub(crate) async fn serve<A: App>(
                     Body::stream(Reader::new(lent, sock.clone(), timer.handle(), cfg.read_buffer, h))
                 };
                 let run = |req| slot.load(app.handle(req));
+                open.set_phase(Phase::App);
                 match conn.start(timer.shutting_down(), &peer, secure, lend, run) {
                     Start::App => {
                         timer.pause();
@@ -105,7 +106,7 @@ pub(crate) async fn serve<A: App>(
                             },
                         };
                         if conn.app_done(returned, panicked) {
-                            match io.drain(&mut conn, res).await {
+                            match io.drain(&mut conn, res, &open).await {
                                 Some(res) => res,
                                 None => return Ended::Closed,
                             }
@@ -120,10 +121,14 @@ pub(crate) async fn serve<A: App>(
                         open.hand_off();
                         return Ended::H2c(Box::new(H2c { sock, timer, rbuf: conn.into_rbuf(), request: *request }));
                     }
-                    Start::Reject(status, err) => dispatch::reject(&cfg, status, &err),
+                    Start::Reject(status, err) => {
+                        open.close_as(CloseReason::of_status(status.as_u16()));
+                        dispatch::reject(&cfg, status, &err)
+                    }
                 }
             }
             Next::Flush => {
+                open.set_phase(Phase::Send);
                 timer.set_at(conn.deadline());
                 // Usually the socket takes it all at once: no write future is made.
                 let buf = conn.write_buf();
@@ -139,7 +144,9 @@ pub(crate) async fn serve<A: App>(
                 continue;
             }
             Next::Read { idle: true } => {
+                open.set_phase(Phase::Idle);
                 if !timer.enter_idle() {
+                    open.close_as(CloseReason::Server);
                     return Ended::Closed;
                 }
                 timer.set_at(conn.deadline());
@@ -174,6 +181,9 @@ pub(crate) async fn serve<A: App>(
                 continue;
             }
             Next::Read { idle: false } => {
+                if conn.reading_head() {
+                    open.set_phase(Phase::Head);
+                }
                 if !io.read(&mut conn).await {
                     return Ended::Closed;
                 }
@@ -181,9 +191,12 @@ pub(crate) async fn serve<A: App>(
             }
             Next::Reject(e) => {
                 let (status, err) = head_error(e);
+                open.close_as(CloseReason::of_status(status.as_u16()));
                 dispatch::reject(&cfg, status, &err)
             }
             Next::Close { linger } => {
+                open.close_as(if conn.peer_left() { CloseReason::Client } else { CloseReason::Server });
+                open.set_phase(Phase::Send);
                 if io.flush(&mut conn).await.is_ok() && linger {
                     sock.linger(cfg.linger_timeout).await;
                 }
@@ -191,6 +204,7 @@ pub(crate) async fn serve<A: App>(
             }
             Next::Respond | Next::Fail(_) | Next::Done => return Ended::Closed,
         };
+        open.set_phase(Phase::Send);
         match conn.respond(res, timer.shutting_down()) {
             Ok(Send::Buffered) => {}
             Ok(send) => {
@@ -227,11 +241,12 @@ impl Io<'_> {
 
     /// Drains what the app left of its body (reading as the `Conn` asks), then returns the
     /// answer: `res`, or the body's error answer. `None`: the connection is over.
-    async fn drain(&self, conn: &mut Conn, res: Response) -> Option<Response> {
+    async fn drain(&self, conn: &mut Conn, res: Response, open: &OpenConn) -> Option<Response> {
         loop {
             match conn.poll(now_ms()) {
                 Next::Respond => return Some(res),
                 Next::Fail(status) => {
+                    open.close_as(CloseReason::of_status(status));
                     let (status, err) = body_error(status);
                     return Some(dispatch::reject(self.cfg, status, &err));
                 }
@@ -242,6 +257,7 @@ impl Io<'_> {
                 }
                 Next::Close { linger } => {
                     drop(res);
+                    open.close_as(if conn.peer_left() { CloseReason::Client } else { CloseReason::Server });
                     if self.flush(conn).await.is_ok() && linger {
                         self.sock.linger(self.cfg.linger_timeout).await;
                     }

@@ -42,6 +42,7 @@ use crate::dispatch::{or_500, poll_catching};
 use crate::error::{Error, Kind};
 use crate::response::{Response, StreamBody};
 use crate::settings::Settings;
+use crate::stats::{OpenConn, Phase};
 use crate::sys::PeerAddr;
 use crate::time::date::{self, DATE_LEN};
 use crate::time::timeout::{now_ms, Timer, TimerHandle};
@@ -105,7 +106,7 @@ pub(crate) async fn serve<A: App>(
     mut rbuf: BytesMut,
     upgraded: Option<Request>,
 ) {
-    let _open = crate::stats::OpenConn::new(true);
+    let open = crate::stats::OpenConn::new(true, &timer);
     let h2cfg = cfg.h2.clone();
     let mut proto = Proto::new(h2cfg.clone(), cfg.server_name);
     let ms = |d: std::time::Duration| d.as_millis() as u64;
@@ -158,6 +159,7 @@ pub(crate) async fn serve<A: App>(
                     p.fill(&mut out, 0, &[0; DATE_LEN], &mut Vec::new());
                 }
                 let _ = sock.write_all(&out).await;
+                open.close_as(crate::stats::CloseReason::Error);
                 cfg.exception(&Error::new(Kind::BadRequest, "invalid HTTP/2 connection preface"));
                 linger(&sock, &cfg).await;
                 return;
@@ -176,8 +178,8 @@ pub(crate) async fn serve<A: App>(
     let _ = rbuf.split_to(codec::PREFACE.len());
 
     let th = timer.handle();
-    let recv = receiver(&shared, &sock, &app, &cfg, &peer, &th, rbuf);
-    let send = sender(&shared, &sock, &cfg, &th, wbuf);
+    let recv = receiver(&shared, &sock, &app, &cfg, &peer, Watch { timer: &th, open: &open }, rbuf);
+    let send = sender(&shared, &sock, &cfg, &th, wbuf, &open);
     let reap = reaper(&shared);
     tokio::pin!(recv, send, reap);
     // The sender decides when the connection is over: if it finishes first (going away
@@ -193,12 +195,21 @@ pub(crate) async fn serve<A: App>(
         f = &mut send => f,
         () = &mut reap => None,
     };
+    if let Some(why) = shared.lock().close_reason() {
+        open.close_as(why);
+    }
     if let Some(reason) = failed {
         if reason != Reason::NO_ERROR {
             cfg.exception(&Error::new(Kind::BadRequest, "HTTP/2 connection error (GOAWAY sent)"));
         }
         linger(&sock, &cfg).await;
     }
+}
+
+/// What keeps watch on the connection: its timer, and its place in the engine's counts.
+struct Watch<'a> {
+    timer: &'a TimerHandle,
+    open: &'a OpenConn,
 }
 
 /// Sleeps until the earliest stream or header-block deadline, then acts on the expired
@@ -256,9 +267,10 @@ async fn receiver<A: App>(
     app: &Arc<A>,
     cfg: &Arc<Settings>,
     peer: &PeerAddr,
-    timer: &TimerHandle,
+    watch: Watch<'_>,
     mut rbuf: BytesMut,
 ) {
+    let Watch { timer, open } = watch;
     let mut events = Vec::new();
     let mut shutdown_seen = false;
     loop {
@@ -280,6 +292,7 @@ async fn receiver<A: App>(
                 shared.timers.notify_one();
             }
             arm(shared, &p, timer, cfg);
+            open.set_phase(if p.has_streams() { Phase::Send } else { Phase::Idle });
             p.is_done()
         };
         spawn_streams(shared, app, cfg, peer, sock.tls_version(), &mut events);
@@ -327,6 +340,7 @@ async fn sender(
     cfg: &Arc<Settings>,
     timer: &TimerHandle,
     mut wbuf: Vec<u8>,
+    open: &OpenConn,
 ) -> Option<Reason> {
     let batch = cfg.h2.write_batch;
     let mut reads = Vec::new();
@@ -345,6 +359,7 @@ async fn sender(
             }
             (p.is_done() && !p.has_output(), p.failed(), p.has_streams())
         };
+        open.set_phase(if streams { Phase::Send } else { Phase::Idle });
         if !wbuf.is_empty() {
             shared.writing.store(true, Ordering::Relaxed);
             timer.tickle(cfg.send_timeout);

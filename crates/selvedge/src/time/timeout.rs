@@ -211,6 +211,8 @@ impl Group {
 struct Slot {
     deadline: AtomicU64,
     phase: AtomicU8,
+    /// Set by the manager when it closes the connection for its passed deadline.
+    expired: AtomicBool,
     /// Taken on spawn, park and unpark, by the task once per task (its waker), and by the
     /// manager when it aborts, closes or wakes: never per request.
     owner: Mutex<Owner>,
@@ -253,6 +255,7 @@ impl Timer {
         let slot = Arc::new(Slot {
             deadline: AtomicU64::new(now_ms().saturating_add(timeout.as_millis() as u64)),
             phase: AtomicU8::new(PHASE_ACTIVE),
+            expired: AtomicBool::new(false),
             owner: Mutex::new(Owner::None),
             group: group.clone(),
         });
@@ -358,6 +361,19 @@ impl TimerHandle {
     /// should end after its current exchange.
     #[inline]
     pub fn shutting_down(&self) -> bool {
+        self.slot.group.is_draining()
+    }
+
+    /// Whether the manager closed the connection because its deadline passed.
+    #[inline]
+    pub fn expired(&self) -> bool {
+        self.slot.expired.load(Ordering::Relaxed)
+    }
+
+    /// Whether the connection's server is draining or shutting down (its connections end
+    /// for that, unless something else ended them first).
+    #[inline]
+    pub fn group_closing(&self) -> bool {
         self.slot.group.is_draining()
     }
 
@@ -477,6 +493,7 @@ fn sweep(slot: &Arc<Slot>, now: u64) -> bool {
     let phase = slot.phase.load(Ordering::SeqCst);
     if phase == PHASE_PARKED {
         if (expired || shutting_down) && claim(slot, PHASE_PARKED) {
+            slot.expired.store(expired, Ordering::Relaxed);
             let lot = match &*slot.owner() {
                 Owner::Parked { lot, key } => lot.upgrade().map(|l| (l, *key)),
                 _ => None,
@@ -491,6 +508,7 @@ fn sweep(slot: &Arc<Slot>, now: u64) -> bool {
     let claim_idle = shutting_down && idle_phase(phase) && claim(slot, phase);
     if expired || claim_idle {
         if let Owner::Task { abort, .. } = &*slot.owner() {
+            slot.expired.store(expired, Ordering::Relaxed);
             abort.abort();
             return false;
         }
@@ -530,6 +548,7 @@ mod tests {
             inbox.push(Arc::new(Slot {
                 deadline: AtomicU64::new(0),
                 phase: AtomicU8::new(PHASE_ACTIVE),
+                expired: AtomicBool::new(false),
                 owner: Mutex::new(Owner::None),
                 group: group.clone(),
             }));

@@ -157,6 +157,8 @@ pub(crate) struct Proto {
     failed: Option<Reason>,
     /// The client sent GOAWAY.
     peer_goaway: bool,
+    /// A timeout ended the connection (see `timers.rs`): why it closes.
+    pub(crate) timed_out: Option<crate::stats::CloseReason>,
     requests: u32,
     /// The client sent SETTINGS_NO_RFC7540_PRIORITIES = 1 (RFC 9218 §2.1): its RFC 7540
     /// signals (PRIORITY frames, HEADERS priority fields) are ignored.
@@ -205,6 +207,7 @@ impl Proto {
             draining: false,
             failed: None,
             peer_goaway: false,
+            timed_out: None,
             requests: 0,
             no_rfc7540: false,
             budget: Budget::new(&cfg),
@@ -285,6 +288,23 @@ impl Proto {
     /// The connection error we sent, if any.
     pub(crate) fn failed(&self) -> Option<Reason> {
         self.failed
+    }
+
+    /// Why the connection closes, as far as the protocol knows: a timeout, our GOAWAY's
+    /// code (NO_ERROR: the server's normal end; ENHANCE_YOUR_CALM: abuse; others: the
+    /// peer's error), a drain. `None`: the peer ended it (EOF, its GOAWAY).
+    pub(crate) fn close_reason(&self) -> Option<crate::stats::CloseReason> {
+        use crate::stats::CloseReason;
+        if let Some(t) = self.timed_out {
+            return Some(t);
+        }
+        match self.failed {
+            Some(Reason::NO_ERROR) => Some(CloseReason::Server),
+            Some(Reason::ENHANCE_YOUR_CALM) => Some(CloseReason::Abuse),
+            Some(_) => Some(CloseReason::Error),
+            None if self.draining => Some(CloseReason::Server),
+            None => None,
+        }
     }
 
     /// Whether streams are open.

@@ -28,6 +28,7 @@
 
 use super::{Cause, Proto};
 use crate::h2::frame::Reason;
+use crate::stats::CloseReason;
 use crate::time::rate::{BodyClock, BodyRule};
 
 /// The deadlines' lengths, in milliseconds (0: off), and the minimum body rate.
@@ -114,11 +115,13 @@ impl Proto {
         self.now = now;
         let t = self.timeouts;
         if self.block.as_ref().is_some_and(|b| t.header > 0 && now >= b.since + t.header) {
+            self.timed_out = Some(CloseReason::ReadTimeout);
             self.go_away(Reason::ENHANCE_YOUR_CALM);
             return;
         }
         if self.stuck_since.is_some_and(|x| t.send > 0 && now >= x + t.send) {
             if self.has_streams() && self.flow_blocked() {
+                self.timed_out = Some(CloseReason::WriteTimeout);
                 self.go_away(Reason::ENHANCE_YOUR_CALM);
                 return;
             }
@@ -126,6 +129,7 @@ impl Proto {
         }
         if self.active_at.is_some_and(|x| t.idle > 0 && now >= x + t.idle) {
             if self.streams.is_empty() {
+                self.timed_out = Some(CloseReason::IdleTimeout);
                 self.go_away(Reason::NO_ERROR);
                 return;
             }
