@@ -10,9 +10,88 @@ use std::task::{Context, Poll};
 
 use http::StatusCode;
 
+use crate::app::App;
 use crate::error::{Error, Kind};
+use crate::request::Request;
 use crate::response::Response;
 use crate::settings::Settings;
+
+/// Calls the app for `req` (`stream`: its HTTP/2 or HTTP/3 stream id). With the `tracing`
+/// feature the call runs in a `request` span (`method`, `path`, `version`, `stream`, and
+/// `status` once answered) inside its connection's span; without it this is
+/// `app.handle(req)`, the same future.
+#[inline]
+pub(crate) fn call<A: App>(app: &A, req: Request, stream: Option<u64>) -> impl Future<Output = Response> + Send + '_ {
+    #[cfg(not(feature = "tracing"))]
+    {
+        let _ = stream;
+        app.handle(req)
+    }
+    #[cfg(feature = "tracing")]
+    {
+        let span = tracing::info_span!(
+            "request",
+            method = %req.method(),
+            path = %req.path(),
+            version = ?req.version(),
+            stream,
+            status = tracing::field::Empty,
+        );
+        let fut = tracing::Instrument::instrument(app.handle(req), span.clone());
+        async move {
+            let res = fut.await;
+            span.record("status", res.status().as_u16());
+            res
+        }
+    }
+}
+
+/// The span a connection's task runs in (the `tracing` feature): `peer`, `tls`, `resumed`
+/// (a parked connection woken: its task, and so its span, is new), and `protocol` once
+/// chosen ([`record_protocol`]).
+#[cfg(feature = "tracing")]
+pub(crate) fn connection_span(peer: &crate::sys::PeerAddr, tls: bool, resumed: bool) -> tracing::Span {
+    tracing::info_span!("connection", peer = %peer, tls, resumed, protocol = tracing::field::Empty)
+}
+
+/// Runs `fut`, a connection's task, in its [`connection_span`] (with the `tracing`
+/// feature; without it, `fut` itself).
+#[inline]
+pub(crate) fn in_connection_span<F: Future>(
+    fut: F,
+    peer: &crate::sys::PeerAddr,
+    tls: bool,
+    resumed: bool,
+) -> impl Future<Output = F::Output> {
+    #[cfg(not(feature = "tracing"))]
+    {
+        let _ = (peer, tls, resumed);
+        fut
+    }
+    #[cfg(feature = "tracing")]
+    tracing::Instrument::instrument(fut, connection_span(peer, tls, resumed))
+}
+
+/// Runs `fut`, which becomes a task of its own, in the span current now (the `tracing`
+/// feature; without it, `fut` itself).
+#[cfg(feature = "http3")]
+#[inline]
+pub(crate) fn in_current_span<F: Future>(fut: F) -> impl Future<Output = F::Output> {
+    #[cfg(feature = "tracing")]
+    return tracing::Instrument::in_current_span(fut);
+    #[cfg(not(feature = "tracing"))]
+    fut
+}
+
+/// Records the protocol a connection speaks (`h1`, `h2`, `h3`) on its span (the `tracing`
+/// feature; nothing without it).
+#[inline]
+pub(crate) fn record_protocol(protocol: &'static str) {
+    #[cfg(feature = "tracing")]
+    tracing::Span::current().record("protocol", protocol);
+    #[cfg(not(feature = "tracing"))]
+    let _ = protocol;
+}
 
 /// Polls an app's future, turning a panic into `Ready(None)` (the future must not be
 /// polled again after that).

@@ -103,7 +103,8 @@
 //! ## Features
 //! `tls` (default: TLS listeners with rustls), `http3` (HTTP/3 over QUIC on TLS listeners
 //! that ask for it, [`Server::http3`]: `quinn`, `h3`, `h3-quinn`), `compress` (default: gzip and brotli
-//! responses), `tower` (tower services as apps), `unstable` (the protocol internals `h1`,
+//! responses), `tower` (tower services as apps), `tracing` (a span per connection and per
+//! request, see `docs/observability.md`), `unstable` (the protocol internals `h1`,
 //! `h2`, `hpack`, `message`, `sys` as public modules, for benches, fuzz targets and the
 //! selvedge server's proxy; no compatibility promise).
 

@@ -30,6 +30,16 @@ pub enum PeerAddr {
     Unix,
 }
 
+/// The address (`127.0.0.1:5000`, `[::1]:5000`), or `unix`.
+impl std::fmt::Display for PeerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerAddr::Tcp(a) => a.fmt(f),
+            PeerAddr::Unix => f.write_str("unix"),
+        }
+    }
+}
+
 /// `accept4(fd, SOCK_NONBLOCK | SOCK_CLOEXEC)`: one call returns a ready-to-use socket.
 ///
 /// # Errors

@@ -90,7 +90,7 @@ pub(crate) async fn serve<A: App>(
                     home = Some(h.clone());
                     Body::stream(Reader::new(lent, sock.clone(), timer.handle(), cfg.read_buffer, h))
                 };
-                let run = |req| slot.load(app.handle(req));
+                let run = |req| slot.load(dispatch::call(app, req, None));
                 open.set_phase(Phase::App);
                 match conn.start(timer.shutting_down(), &peer, secure, lend, run) {
                     Start::App => {

@@ -519,7 +519,7 @@ fn start_app<A: App>(
     // One allocation per request: the app's future, boxed so that it can move into a task
     // of its own if it is not ready at the first poll.
     let app = app.clone();
-    let mut fut = Box::pin(async move { app.handle(req).await });
+    let mut fut = Box::pin(async move { crate::dispatch::call(&*app, req, Some(u64::from(id))).await });
     match poll_catching(fut.as_mut(), &mut Context::from_waker(Waker::noop())) {
         Poll::Ready(res) => ready.push((id, res)),
         Poll::Pending => {

@@ -77,7 +77,8 @@ pub(crate) async fn serve<A: App>(conn: quinn::Connection, app: Arc<A>, cfg: Arc
         };
         match next {
             Ok(Some(resolver)) => {
-                tasks.spawn(request(resolver, app.clone(), cfg.clone(), peer.clone()));
+                let req = request(resolver, app.clone(), cfg.clone(), peer.clone());
+                tasks.spawn(crate::dispatch::in_current_span(req));
             }
             Ok(None) => break,
             Err(e) => {
@@ -114,11 +115,12 @@ async fn request<A: App>(resolver: RequestResolver<Conn, Bytes>, app: Arc<A>, cf
         }
     };
     let is_head = parts.method == Method::HEAD;
+    let stream_id = stream.id().into_inner();
     let (mut send, recv) = stream.split();
     let stalled = Arc::new(AtomicBool::new(false));
     let body = BodyReader::start(recv, head.content_length, &cfg, stalled.clone());
     let req = Request::new(head.req, Version::HTTP_3, peer, Some(crate::request::TlsVersion::Tls13), body);
-    let mut fut = std::pin::pin!(app.handle(req));
+    let mut fut = std::pin::pin!(crate::dispatch::call(&*app, req, Some(stream_id)));
     let res = or_500(poll_fn(|cx| poll_catching(fut.as_mut(), cx)).await, &cfg);
     if stalled.load(Ordering::Relaxed) {
         // The body fell behind its clock: the stream is reset, whatever the app answered

@@ -38,6 +38,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 use crate::app::App;
+use crate::dispatch;
 use crate::settings::{Settings, Workers};
 use crate::socket::Socket;
 use crate::sys;
@@ -83,6 +84,16 @@ struct ListenOpts {
     /// HTTP/3 on this TLS listener's port ([`Server::http3`]).
     #[cfg(feature = "http3")]
     quic: Quic,
+}
+
+impl ListenOpts {
+    /// Whether the listener speaks TLS.
+    fn is_tls(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        false
+    }
 }
 
 /// A listener's part in HTTP/3.
@@ -569,18 +580,40 @@ async fn accept_loop<A: App>(
                     };
                     let timer = Timer::register(&group, cfg.header_timeout);
                     let handle = timer.handle();
+                    // (Only the `tracing` feature's connection span reads this copy.)
+                    let span_peer = peer.clone();
                     let a = Accepted { lot: lot.clone(), peer, timer, ip };
                     let task = if opts.proxy_protocol {
                         // (`max_connections_per_ip` counts the socket's peer: the balancer.)
-                        tokio::spawn(proxied(sock, opts.clone(), a))
+                        tokio::spawn(dispatch::in_connection_span(
+                            proxied(sock, opts.clone(), a),
+                            &span_peer,
+                            opts.is_tls(),
+                            false,
+                        ))
                     } else {
                         #[cfg(feature = "tls")]
                         match &opts.tls {
-                            Some(tc) => tokio::spawn(negotiate::serve_tls(sock, tc.clone(), a)),
-                            None => tokio::spawn(negotiate::serve(Transport::Plain(sock), a)),
+                            Some(tc) => tokio::spawn(dispatch::in_connection_span(
+                                negotiate::serve_tls(sock, tc.clone(), a),
+                                &span_peer,
+                                true,
+                                false,
+                            )),
+                            None => tokio::spawn(dispatch::in_connection_span(
+                                negotiate::serve(Transport::Plain(sock), a),
+                                &span_peer,
+                                false,
+                                false,
+                            )),
                         }
                         #[cfg(not(feature = "tls"))]
-                        tokio::spawn(negotiate::serve(Transport::Plain(sock), a))
+                        tokio::spawn(dispatch::in_connection_span(
+                            negotiate::serve(Transport::Plain(sock), a),
+                            &span_peer,
+                            false,
+                            false,
+                        ))
                     };
                     handle.set_abort(task.abort_handle());
                     if group.is_full() {

@@ -100,6 +100,7 @@ pub(crate) async fn serve<A: App>(sock: Transport, a: Accepted<A>) {
 
 /// HTTP/1.1 until the connection ends, turns into HTTP/2 or parks.
 async fn http1<A: App>(sock: Arc<Transport>, rbuf: BytesMut, a: Accepted<A>, resumed: Option<OpenConn>) {
+    crate::dispatch::record_protocol("h1");
     let Accepted { lot, peer, timer, ip } = a;
     let (app, cfg) = (lot.app().clone(), lot.cfg().clone());
     match crate::h1::driver::serve(sock, rbuf, peer.clone(), &*app, cfg.clone(), timer, resumed).await {
@@ -120,10 +121,15 @@ async fn http1<A: App>(sock: Arc<Transport>, rbuf: BytesMut, a: Accepted<A>, res
 pub(crate) async fn resume<A: App>(lot: Arc<Lot<A>>, p: Parked) {
     let (sock, a, how) = p.into_parts(lot);
     let Ok(sock) = sock.wake() else { return };
-    match how {
-        Resume::Negotiate => Box::pin(serve(sock, a)).await,
-        Resume::H1(open) => http1(Arc::new(sock), BytesMut::new(), a, Some(open)).await,
-    }
+    let peer = a.peer.clone();
+    let tls = sock.tls_version().is_some();
+    let run = async move {
+        match how {
+            Resume::Negotiate => Box::pin(serve(sock, a)).await,
+            Resume::H1(open) => http1(Arc::new(sock), BytesMut::new(), a, Some(open)).await,
+        }
+    };
+    crate::dispatch::in_connection_span(run, &peer, tls, true).await;
 }
 
 /// A TLS connection: the handshake (on the connection's timer, within
@@ -192,6 +198,7 @@ async fn serve_h2<A: App>(
     rbuf: BytesMut,
     upgraded: Option<crate::Request>,
 ) {
+    crate::dispatch::record_protocol("h2");
     // The listener's low mark suits HTTP/1.1's `sendfile`; HTTP/2 packs its own batches.
     // One call per HTTP/2 connection, none when the two agree (0 = the kernel's default).
     let want = cfg.h2.notsent_lowat;

@@ -128,34 +128,41 @@ pub(super) async fn serve<A: App>(
         handshaking.fetch_add(1, Ordering::Relaxed);
         let count = Handshaking(handshaking.clone());
         let (app, cfg, group) = (app.clone(), cfg.clone(), group.clone());
-        let task = tokio::spawn(async move {
-            let early = cfg.h3.early_data;
-            let connecting = match incoming.accept() {
-                Ok(c) => c,
-                Err(_) => return,
-            };
-            // With early data on, a resuming client's 0-RTT requests are served before the
-            // handshake completes; otherwise requests wait for it.
-            let conn = if early {
-                match connecting.into_0rtt() {
-                    Ok((c, _)) => c,
-                    Err(connecting) => match connecting.await {
-                        Ok(c) => c,
-                        Err(_) => return,
-                    },
-                }
-            } else {
-                match connecting.await {
+        let peer = crate::sys::PeerAddr::Tcp(incoming.remote_address());
+        let task = tokio::spawn(crate::dispatch::in_connection_span(
+            async move {
+                crate::dispatch::record_protocol("h3");
+                let early = cfg.h3.early_data;
+                let connecting = match incoming.accept() {
                     Ok(c) => c,
                     Err(_) => return,
-                }
-            };
-            drop(count);
-            // QUIC's own idle timeout watches the connection from here.
-            timer.set_at(NO_DEADLINE);
-            crate::h3::conn::serve(conn, app, cfg, group).await;
-            drop(timer);
-        });
+                };
+                // With early data on, a resuming client's 0-RTT requests are served before the
+                // handshake completes; otherwise requests wait for it.
+                let conn = if early {
+                    match connecting.into_0rtt() {
+                        Ok((c, _)) => c,
+                        Err(connecting) => match connecting.await {
+                            Ok(c) => c,
+                            Err(_) => return,
+                        },
+                    }
+                } else {
+                    match connecting.await {
+                        Ok(c) => c,
+                        Err(_) => return,
+                    }
+                };
+                drop(count);
+                // QUIC's own idle timeout watches the connection from here.
+                timer.set_at(NO_DEADLINE);
+                crate::h3::conn::serve(conn, app, cfg, group).await;
+                drop(timer);
+            },
+            &peer,
+            true,
+            false,
+        ));
         handle.set_abort(task.abort_handle());
     }
     // Draining: refuse new connections; those open finish (GOAWAY) on their own.
