@@ -15,8 +15,6 @@ use selvedge::file::{CacheConfig, FileCache};
 use selvedge::http::{header, HeaderValue, StatusCode};
 use selvedge::{App, Request, Response};
 
-use std::time::Instant;
-
 use crate::access_log::{AccessLog, Outcome, Pending};
 use crate::cgi::Cgi;
 use crate::compression::Compression;
@@ -517,8 +515,7 @@ impl App for Front {
                             .map(|l| RequestId::for_request(&req, l.trust_request_id())),
                         upstream: None,
                     };
-                    obs.record(&at, &res, log.as_ref().zip(pending), &ex);
-                    First::Done(res)
+                    First::Done(obs.record(&at, res, log.as_ref().zip(pending), &ex))
                 }
                 Err(waiting) => First::Wait(Box::new(Observing {
                     obs,
@@ -567,14 +564,14 @@ async fn wait_observed(req: Request, o: Box<Observing>) -> Response {
     let ex = Exchange { request_id: Some(RequestId::for_request(&req, trust)), upstream: None };
     let (res, ex) = crate::observe::scope(ex, Site::handle_waiting(req, waiting)).await;
     let at = RouteAt { vhost: &vhost, route: &route, slot, proxy: false };
-    obs.record(&at, &res, log.as_ref().zip(pending), &ex);
-    res
+    obs.record(&at, res, log.as_ref().zip(pending), &ex)
 }
 
 /// The request's side of a sample, taken before the app consumes it.
 #[derive(Debug, Clone, Copy)]
 struct Observed {
-    start: Instant,
+    /// [`selvedge::sys::monotonic_ns`] when the app got the request.
+    start: u64,
     method: u8,
     protocol: u8,
     head: bool,
@@ -592,7 +589,7 @@ impl Observed {
             req.header("content-length").and_then(|v| std::str::from_utf8(v).ok()?.parse().ok()).unwrap_or(0)
         };
         Observed {
-            start: Instant::now(),
+            start: selvedge::sys::monotonic_ns(),
             method,
             protocol: crate::metrics::protocol(req.version()),
             head: method == 1,
@@ -600,14 +597,25 @@ impl Observed {
         }
     }
 
-    /// The sample and the log's outcome for `res`, answered now.
-    fn record<'a>(&self, at: &RouteAt<'a>, res: &Response, log: Option<(&AccessLog, Pending)>, ex: &'a Exchange) {
-        let ttfb = self.start.elapsed().as_micros() as u64;
-        // Until the engine reports the last byte, the duration ends with the response head
-        // for bodies in memory and files, which go out right after it.
-        let duration = ttfb;
-        if crate::metrics::enabled() {
-            let body_out = crate::access_log::format::body_size(self.head, res).unwrap_or(0);
+    /// The sample and the log's outcome for `res`, answered now. With metrics on, the
+    /// response carries the report of its end, which adds its duration to the last byte
+    /// ([`finished`]).
+    fn record<'a>(
+        &self,
+        at: &RouteAt<'a>,
+        res: Response,
+        log: Option<(&AccessLog, Pending)>,
+        ex: &'a Exchange,
+    ) -> Response {
+        let ttfb = selvedge::sys::monotonic_ns().saturating_sub(self.start) / 1000;
+        let metrics = crate::metrics::enabled();
+        // A body that continues after its head (a file, a stream) reports its end; one in
+        // memory goes out with its head, so its duration is the time to the head.
+        let deferred = metrics
+            && !self.head
+            && matches!(res.body(), selvedge::ResponseBody::File(_) | selvedge::ResponseBody::Stream(_));
+        if metrics {
+            let body_out = crate::access_log::format::body_size(self.head, &res).unwrap_or(0);
             crate::metrics::registry().record(
                 at.slot,
                 &crate::metrics::Sample {
@@ -617,23 +625,37 @@ impl Observed {
                     body_in: self.body_in,
                     body_out,
                     ttfb_us: ttfb,
-                    duration_us: duration,
+                    duration_us: (!deferred).then_some(ttfb),
                     upstream: ex.upstream.as_ref().map(|u| (u.time.as_micros() as u64, u.failed)),
                 },
             );
         }
         if let Some((log, p)) = log {
+            // The log line is written now: its duration is the time to the response head.
             let o = Outcome {
                 vhost: at.vhost,
                 route: at.route,
                 ttfb_us: ttfb,
-                duration_us: duration,
+                duration_us: ttfb,
                 upstream: ex.upstream.as_ref(),
                 request_id: ex.request_id.as_ref().map(RequestId::as_str),
             };
-            log.finish_with(p, res, &o);
+            log.finish_with(p, &res, &o);
+        }
+        if deferred {
+            res.on_finish(finished, [self.start, u64::from(at.slot)])
+        } else {
+            res
         }
     }
+}
+
+/// The engine's report that a response ended (`tag`: its start, in
+/// [`selvedge::sys::monotonic_ns`], and its route's slot): its duration to the last byte
+/// (or to where it was abandoned) goes into the route's histogram.
+fn finished(_complete: bool, tag: [u64; 2]) {
+    let us = selvedge::sys::monotonic_ns().saturating_sub(tag[0]) / 1000;
+    crate::metrics::registry().record_duration(tag[1] as u32, us);
 }
 
 #[cfg(test)]

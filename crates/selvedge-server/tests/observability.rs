@@ -422,6 +422,43 @@ fn connections_count_by_state_and_close_reason() {
     srv.stop();
 }
 
+/// The request duration runs to the response's last byte: a 48 MB download taken at
+/// 16 MB/s lasts seconds, over HTTP/1.1 and HTTP/2, while its head came at once.
+#[test]
+fn duration_runs_to_the_last_byte() {
+    let dir = TempDir::new("obs-last-byte");
+    std::fs::create_dir_all(dir.path().join("site")).unwrap();
+    std::fs::write(dir.path().join("site/big.bin"), vec![b'x'; 48 << 20]).unwrap();
+    let cfg = dir.write(
+        "selvedge.toml",
+        "[server]\nworkers = 1\n[[listen]]\naddress = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"site\"\n",
+    );
+    let srv = Srv::start(&["run", "-c", cfg.to_str().unwrap()]);
+    let admin = admin_addr(&srv);
+    let url = format!("http://{}/big.bin", srv.addr);
+    let mut last = (0.0, 0.0, 0.0);
+    for (i, proto) in ["--http1.1", "--http2-prior-knowledge"].into_iter().enumerate() {
+        let t = Instant::now();
+        assert_eq!(curl(&[proto, "--limit-rate", "16M", &url]).split(' ').next(), Some("200"));
+        let took = t.elapsed().as_secs_f64();
+        let (_, text) = get(admin, "/metrics");
+        let m = parse_exposition(&dir, &text);
+        let of = |name: &str| value(&m, name, &[("route", "/")]);
+        let (count, sum) =
+            (of("selvedge_http_request_duration_seconds_count"), of("selvedge_http_request_duration_seconds_sum"));
+        let ttfb = of("selvedge_http_time_to_first_byte_seconds_sum");
+        assert_eq!(count, (i + 1) as f64, "{proto}: one duration per request\n{text}");
+        let (d, f) = (sum - last.1, ttfb - last.2);
+        // The sockets' buffers take the last few MB: the server is done a little before
+        // the client.
+        assert!(d > 1.0 && d <= took + 0.1, "{proto}: duration {d:.3} s of a {took:.3} s download\n{text}");
+        assert!(f < 0.2, "{proto}: time to first byte {f:.3} s");
+        last = (count, sum, ttfb);
+    }
+    srv.stop();
+}
+
 fn req_of(m: &[(String, serde_json::Map<String, Value>, f64)], route: &str, status: &str, protocol: &str) -> f64 {
     value(
         m,

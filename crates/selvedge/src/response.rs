@@ -24,6 +24,29 @@ pub struct Response {
     pub(crate) shared: Option<Arc<SharedFields>>,
 }
 
+/// A response's report of its end ([`Response::on_finish`]): `f(complete, tag)`, run once
+/// by the driver that sends the body it rides on (a file's or a stream's, boxed there:
+/// responses without one are no larger).
+#[derive(Clone, Copy)]
+pub struct Finish {
+    f: fn(bool, [u64; 2]),
+    tag: [u64; 2],
+}
+
+impl Finish {
+    /// The response went out whole (`complete`), or was abandoned.
+    #[inline]
+    pub(crate) fn report(self, complete: bool) {
+        (self.f)(complete, self.tag);
+    }
+}
+
+impl fmt::Debug for Finish {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Finish").field("tag", &self.tag).finish_non_exhaustive()
+    }
+}
+
 /// A response taken apart ([`Response::into_parts`]).
 pub(crate) struct Parts {
     pub(crate) status: StatusCode,
@@ -141,12 +164,21 @@ pub struct FileBody {
     pub offset: u64,
     /// Number of bytes to send.
     pub len: u64,
+    /// The report of the response's end ([`Response::on_finish`]).
+    pub(crate) finish: Option<Box<Finish>>,
+}
+
+impl FileBody {
+    /// `len` bytes of `file` from `offset`.
+    pub fn new(file: Arc<File>, offset: u64, len: u64) -> FileBody {
+        FileBody { file, offset, len, finish: None }
+    }
 }
 
 type StreamFn = Box<dyn FnOnce(BodyWriter) -> Pin<Box<dyn Future<Output = io::Result<()>> + Send>> + Send>;
 
 /// A body the app writes while the response is being sent.
-pub struct StreamBody(pub(crate) StreamFn);
+pub struct StreamBody(pub(crate) StreamFn, pub(crate) Option<Box<Finish>>);
 
 impl fmt::Debug for StreamBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -245,7 +277,7 @@ impl Response {
 
     /// A response sending `len` bytes of an open file from `offset`.
     pub fn file_range(status: StatusCode, file: Arc<File>, offset: u64, len: u64) -> Response {
-        Response::of(status, ResponseBody::File(FileBody { file, offset, len }))
+        Response::of(status, ResponseBody::File(FileBody::new(file, offset, len)))
     }
 
     /// A streaming response: `f` receives a [`BodyWriter`] and writes the body. On HTTP/1.1
@@ -261,7 +293,7 @@ impl Response {
         Fut: Future<Output = io::Result<()>> + Send + 'static,
     {
         let f: StreamFn = Box::new(move |w| Box::pin(f(w)));
-        Response::of(status, ResponseBody::Stream(StreamBody(f)))
+        Response::of(status, ResponseBody::Stream(StreamBody(f, None)))
     }
 
     /// Accepts the protocol switch `req` asks for ([`Request::upgrade`]): on HTTP/1.1 a
@@ -284,6 +316,37 @@ impl Response {
         let body = req.take_body();
         let status = if req.version() == Version::HTTP_2 { StatusCode::OK } else { StatusCode::SWITCHING_PROTOCOLS };
         Response::stream(status, move |w| f(body, w))
+    }
+
+    /// Asks to be told when the response is over: `f(complete, tag)` runs once, on the
+    /// connection's thread. For a file or stream body, when its last byte has been handed
+    /// to the socket (HTTP/1.1, HTTP/3) or queued with END_STREAM (HTTP/2) (`complete`),
+    /// or when it is abandoned: a failed write, a stream that fails or stops short, a
+    /// reset stream, a closed connection (`!complete`). A body in memory (or none) goes
+    /// out with its head, whole, as the driver takes it: `f` runs at once, complete.
+    /// `tag` is the caller's (a start time and an index, say): the report allocates one
+    /// small box per file or stream. `f` may run inside the engine's per-connection locks:
+    /// keep it short, and call nothing of the engine from it. A later call replaces an
+    /// earlier; a response dropped before any driver took it reports nothing.
+    pub fn on_finish(mut self, f: fn(bool, [u64; 2]), tag: [u64; 2]) -> Response {
+        let finish = Some(Box::new(Finish { f, tag }));
+        match &mut self.body {
+            ResponseBody::File(b) => b.finish = finish,
+            ResponseBody::Stream(s) => s.1 = finish,
+            ResponseBody::Empty | ResponseBody::Bytes(_) => f(true, tag),
+        }
+        self
+    }
+
+    /// Takes the report of the response's end out of its body ([`Response::on_finish`]),
+    /// for the driver that sends it.
+    #[inline]
+    pub(crate) fn take_finish(&mut self) -> Option<Box<Finish>> {
+        match &mut self.body {
+            ResponseBody::File(b) => b.finish.take(),
+            ResponseBody::Stream(s) => s.1.take(),
+            ResponseBody::Empty | ResponseBody::Bytes(_) => None,
+        }
     }
 
     /// Adds a header (appends; duplicates are allowed). Invalid values are dropped.

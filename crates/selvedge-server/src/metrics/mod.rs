@@ -173,8 +173,9 @@ pub struct Sample {
     pub body_out: u64,
     /// Time to the response head, µs.
     pub ttfb_us: u64,
-    /// Time to the last byte, µs.
-    pub duration_us: u64,
+    /// Time to the last byte, µs; `None`: reported later, when the response ends
+    /// ([`Registry::record_duration`]).
+    pub duration_us: Option<u64>,
     /// The upstream's answer time in µs and whether it failed, on a proxied request.
     pub upstream: Option<(u64, bool)>,
 }
@@ -200,7 +201,9 @@ impl SlotCounters {
         let class = (s.status / 100).clamp(1, 5) as usize - 1;
         let cell = (s.method as usize * STATUSES.len() + class) * PROTOCOLS.len() + s.protocol as usize;
         bump(&self.requests[cell], 1);
-        self.duration.observe(s.duration_us);
+        if let Some(us) = s.duration_us {
+            self.duration.observe(us);
+        }
         self.ttfb.observe(s.ttfb_us);
         if s.body_in > 0 {
             bump(&self.body_in, s.body_in);
@@ -349,6 +352,19 @@ impl Registry {
     /// Adds `s` to `slot`'s counters of this thread.
     #[inline]
     pub fn record(&self, slot: u32, s: &Sample) {
+        self.with_slot(slot, |c| c.record(s));
+    }
+
+    /// Adds a request's duration (to its last byte, µs) to `slot`'s histogram of this
+    /// thread: what a [`Sample`] without one leaves for the response's end.
+    #[inline]
+    pub fn record_duration(&self, slot: u32, us: u64) {
+        self.with_slot(slot, |c| c.duration.observe(us));
+    }
+
+    /// Runs `f` on `slot`'s counters of this thread (made on first use).
+    #[inline]
+    fn with_slot(&self, slot: u32, f: impl FnOnce(&SlotCounters)) {
         LOCAL.with(|l| {
             let (owner, l) = &mut *l.borrow_mut();
             let me = self as *const Registry as usize;
@@ -359,14 +375,14 @@ impl Registry {
             }
             let i = slot as usize;
             if let Some(Some(c)) = l.get(i) {
-                c.record(s);
+                f(c);
                 return;
             }
             if l.len() <= i {
                 l.resize(i + 1, None);
             }
             let c = Arc::new(SlotCounters::default());
-            c.record(s);
+            f(&c);
             self.counters.lock().unwrap_or_else(|p| p.into_inner()).push((slot, c.clone()));
             l[i] = Some(c);
         });
@@ -412,7 +428,7 @@ mod tests {
             protocol: 0,
             body_out: 10,
             ttfb_us: 50,
-            duration_us: 300,
+            duration_us: Some(300),
             ..Default::default()
         };
         let r = Arc::new(r);

@@ -688,19 +688,25 @@ impl Conn {
                     Send::Bytes(b)
                 }
             }
-            ResponseBody::File(f) => {
+            ResponseBody::File(mut f) => {
                 let framing = if bodiless { Out::None } else { Out::Length(f.len) };
                 compose(&mut self.wbuf, status, shared, &headers, framing, conn(cur.keep_alive), server);
                 if cur.is_head || bodiless {
+                    if let Some(fin) = f.finish.take() {
+                        fin.report(true);
+                    }
                     Send::Buffered
                 } else {
                     Send::File(f)
                 }
             }
-            ResponseBody::Stream(s) => {
+            ResponseBody::Stream(mut s) => {
                 // A stream whose length the app declared goes out with that length.
                 let declared = declared_length(&headers);
                 if cur.is_head || bodiless {
+                    if let Some(fin) = s.1.take() {
+                        fin.report(true);
+                    }
                     let framing = match (bodiless, declared) {
                         (true, _) => Out::None,
                         (false, Some(n)) => Out::Length(n),

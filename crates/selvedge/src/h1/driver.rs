@@ -268,17 +268,33 @@ impl Io<'_> {
         }
     }
 
-    /// Sends what follows a response's head (the head is in the write buffer). `false`: the
+    /// Sends what follows a response's head (the head is in the write buffer), then reports
+    /// the response's end to `finish` (complete unless a streamed body stopped short or a
+    /// write failed). `false`: the connection is over.
+    async fn send(&self, conn: &mut Conn, mut send: Send) -> bool {
+        let finish = match &mut send {
+            Send::File(f) => f.finish.take(),
+            Send::Stream(s, _) => s.1.take(),
+            _ => None,
+        };
+        let whole = self.send_body(conn, send).await;
+        if let Some(f) = finish {
+            f.report(whole == Some(true));
+        }
+        whole.is_some()
+    }
+
+    /// [`send`](Self::send)'s work: whether the response went out whole, `None` when the
     /// connection is over.
-    async fn send(&self, conn: &mut Conn, send: Send) -> bool {
+    async fn send_body(&self, conn: &mut Conn, send: Send) -> Option<bool> {
         let send_timeout = self.cfg.send_timeout;
         match send {
-            Send::Buffered => true,
+            Send::Buffered => Some(true),
             Send::Bytes(b) => {
                 self.timer.tickle(send_timeout);
                 let r = self.sock.write_all_vectored(&mut [conn.write_buf(), &b]).await;
                 conn.handle_written();
-                r.is_ok()
+                r.ok().map(|()| true)
             }
             Send::File(f) => {
                 let timer = self.timer.handle();
@@ -288,11 +304,11 @@ impl Io<'_> {
                     .send_file(conn.write_buf(), f.file.as_fd(), f.offset, f.len, &|| timer.tickle(send_timeout))
                     .await;
                 conn.handle_written();
-                r.is_ok()
+                r.ok().map(|()| true)
             }
             Send::Stream(s, framing) => {
                 if self.flush(conn).await.is_err() {
-                    return false;
+                    return None;
                 }
                 let handle = self.timer.handle();
                 let (sink, left) = match framing {
@@ -305,17 +321,18 @@ impl Io<'_> {
                 };
                 let r = (s.0)(BodyWriter::new(sink)).await;
                 let complete = left.is_none_or(|l| l.load(Ordering::Acquire) == 0);
+                let whole = r.is_ok() && complete;
                 conn.stream_done(framing, r.map(|()| complete).map_err(|_| ()));
-                true
+                Some(whole)
             }
             Send::Switch(s, switched) => {
                 if self.flush(conn).await.is_err() {
-                    return false;
+                    return None;
                 }
                 switched.store(true, Ordering::Release);
                 let sink = Sink::new(self.sock.clone(), false, self.timer.handle(), send_timeout);
-                let _ = (s.0)(BodyWriter::new(sink)).await;
-                true
+                let r = (s.0)(BodyWriter::new(sink)).await;
+                Some(r.is_ok())
             }
         }
     }

@@ -548,7 +548,10 @@ fn hand_over(shared: &Arc<Shared>, cfg: &Settings, ready: Vec<(u32, Option<Respo
     }
     let streams = afters.into_iter().filter_map(|(id, a)| match a {
         After::RunStream(st) => Some((id, st)),
-        After::Discard(res) => {
+        After::Discard(mut res) => {
+            if let Some(f) = res.take_finish() {
+                f.report(false);
+            }
             drop(res); // outside the lock: it may own a request body
             None
         }
@@ -571,8 +574,14 @@ where
     let res = or_500(fut.await, &cfg);
     let after = shared.lock().respond(id, res);
     shared.wake.notify_one();
-    if let After::RunStream(st) = after {
-        write_stream_body(&shared, id, st).await;
+    match after {
+        After::RunStream(st) => write_stream_body(&shared, id, st).await,
+        After::Discard(mut res) => {
+            if let Some(f) = res.take_finish() {
+                f.report(false);
+            }
+        }
+        After::Done => {}
     }
     shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
 }

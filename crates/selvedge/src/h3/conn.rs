@@ -133,7 +133,16 @@ async fn request<A: App>(resolver: RequestResolver<Conn, Bytes>, app: Arc<A>, cf
 
 /// Sends `res` on the stream: the head (with `date`, `server` and `content-length` added
 /// as the other drivers add them), then the body, then FIN.
-async fn respond(mut send: SendHalf, res: Response, is_head: bool, cfg: &Settings) {
+async fn respond(send: SendHalf, mut res: Response, is_head: bool, cfg: &Settings) {
+    let finish = res.take_finish();
+    let whole = send_response(send, res, is_head, cfg).await;
+    if let Some(f) = finish {
+        f.report(whole);
+    }
+}
+
+/// Sends the response; whether it went out whole (its stream finished).
+async fn send_response(mut send: SendHalf, res: Response, is_head: bool, cfg: &Settings) -> bool {
     let (status, fields, body) = res.into_fields();
     let mut head = http::Response::new(());
     *head.status_mut() = status;
@@ -170,7 +179,7 @@ async fn respond(mut send: SendHalf, res: Response, is_head: bool, cfg: &Setting
         h.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
     }
     if timed(cfg, send.send_response(head)).await.is_err() {
-        return;
+        return false;
     }
     let sent = match body {
         _ if is_head || bodiless => Ok(()),
@@ -181,11 +190,12 @@ async fn respond(mut send: SendHalf, res: Response, is_head: bool, cfg: &Setting
         ResponseBody::Stream(st) => return send_stream(send, st, cfg).await,
     };
     match sent {
-        Ok(()) => {
-            let _ = timed(cfg, send.finish()).await;
+        Ok(()) => timed(cfg, send.finish()).await.is_ok(),
+        Err(Sent::Failed) => false,
+        Err(Sent::Stalled) => {
+            send.stop_stream(Code::H3_REQUEST_CANCELLED);
+            false
         }
-        Err(Sent::Failed) => {}
-        Err(Sent::Stalled) => send.stop_stream(Code::H3_REQUEST_CANCELLED),
     }
 }
 
@@ -234,15 +244,16 @@ async fn send_file(send: &mut SendHalf, f: &FileBody, cfg: &Settings) -> Result<
 /// A streaming body: the app writes through a [`BodyWriter`] whose pieces become DATA
 /// frames; the stream ends (FIN) when the app's future finishes well, and is reset with
 /// H3_INTERNAL_ERROR when it fails.
-async fn send_stream(send: SendHalf, st: StreamBody, cfg: &Settings) {
+async fn send_stream(send: SendHalf, st: StreamBody, cfg: &Settings) -> bool {
     let shared = Arc::new(tokio::sync::Mutex::new(send));
     let w = BodyWriter::new(StreamWriter { send: shared.clone(), timeout: cfg.send_timeout });
     let ok = (st.0)(w).await.is_ok();
     let mut send = shared.lock().await;
     if ok {
-        let _ = timed(cfg, send.finish()).await;
+        timed(cfg, send.finish()).await.is_ok()
     } else {
         send.stop_stream(Code::H3_INTERNAL_ERROR);
+        false
     }
 }
 

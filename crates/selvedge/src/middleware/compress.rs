@@ -269,42 +269,50 @@ fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Respon
                 Err(_) => return with_body(res, ResponseBody::Bytes(b)),
             }
         }
-        ResponseBody::File(f) if f.len >= cfg.min_size => {
+        ResponseBody::File(mut f) if f.len >= cfg.min_size => {
             let cfg = *cfg;
-            ResponseBody::Stream(StreamBody(Box::new(move |mut w: BodyWriter| {
-                Box::pin(async move {
-                    let mut enc = Encoder::new(coding, &cfg);
-                    let mut buf = vec![0u8; 64 * 1024];
-                    let (mut off, end) = (f.offset, f.offset + f.len);
-                    while off < end {
-                        let want = ((end - off) as usize).min(buf.len());
-                        let n = crate::sys::pread(std::os::fd::AsFd::as_fd(&*f.file), &mut buf[..want], off)?;
-                        if n == 0 {
-                            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sending"));
+            let finish = f.finish.take();
+            ResponseBody::Stream(StreamBody(
+                Box::new(move |mut w: BodyWriter| {
+                    Box::pin(async move {
+                        let mut enc = Encoder::new(coding, &cfg);
+                        let mut buf = vec![0u8; 64 * 1024];
+                        let (mut off, end) = (f.offset, f.offset + f.len);
+                        while off < end {
+                            let want = ((end - off) as usize).min(buf.len());
+                            let n = crate::sys::pread(std::os::fd::AsFd::as_fd(&*f.file), &mut buf[..want], off)?;
+                            if n == 0 {
+                                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sending"));
+                            }
+                            off += n as u64;
+                            let z = enc.push(&buf[..n], false)?;
+                            w.write(&z).await?;
                         }
-                        off += n as u64;
-                        let z = enc.push(&buf[..n], false)?;
-                        w.write(&z).await?;
-                    }
-                    w.write(&enc.finish()?).await
-                })
-            })))
+                        w.write(&enc.finish()?).await
+                    })
+                }),
+                finish,
+            ))
         }
-        ResponseBody::Stream(s) => {
+        ResponseBody::Stream(mut s) => {
             let cfg = *cfg;
-            ResponseBody::Stream(StreamBody(Box::new(move |w: BodyWriter| {
-                Box::pin(async move {
-                    let home = Arc::new(Mutex::new(None));
-                    let state = Box::new(Compressing { inner: w, enc: Encoder::new(coding, &cfg) });
-                    let cw = BodyWriter::new(CompressSink { state: Some(state), home: home.clone() });
-                    (s.0)(cw).await?;
-                    let state = home.lock().ok().and_then(|mut h| h.take());
-                    match state {
-                        Some(st) => st.finish().await,
-                        None => Err(io::Error::other("compressing writer was kept by the app")),
-                    }
-                })
-            })))
+            let finish = s.1.take();
+            ResponseBody::Stream(StreamBody(
+                Box::new(move |w: BodyWriter| {
+                    Box::pin(async move {
+                        let home = Arc::new(Mutex::new(None));
+                        let state = Box::new(Compressing { inner: w, enc: Encoder::new(coding, &cfg) });
+                        let cw = BodyWriter::new(CompressSink { state: Some(state), home: home.clone() });
+                        (s.0)(cw).await?;
+                        let state = home.lock().ok().and_then(|mut h| h.take());
+                        match state {
+                            Some(st) => st.finish().await,
+                            None => Err(io::Error::other("compressing writer was kept by the app")),
+                        }
+                    })
+                }),
+                finish,
+            ))
         }
         other => return with_body(res, other),
     };

@@ -124,13 +124,15 @@ impl Proto {
                 if !has_length {
                     length = Some(f.len);
                 }
+                s.finish = f.finish;
                 if bodiless {
                     OutBody::Empty
                 } else {
                     OutBody::File { file: f.file, offset: f.offset, remaining: f.len }
                 }
             }
-            ResponseBody::Stream(st) => {
+            ResponseBody::Stream(mut st) => {
+                s.finish = st.1.take();
                 if bodiless {
                     let mut res = Response::new(status);
                     res.body = ResponseBody::Stream(st);

@@ -193,6 +193,8 @@ pub(crate) struct Stream {
     pub(crate) drain_until: Option<u64>,
     /// Since when the response has been held back by this stream's window.
     pub(crate) stall_since: Option<u64>,
+    /// The response's end report: complete if END_STREAM went out before the stream left.
+    pub(crate) finish: Option<Box<crate::response::Finish>>,
 }
 
 /// A stream leaves the connection (closed, reset, or the connection ended): no longer open
@@ -201,6 +203,9 @@ impl Drop for Stream {
     #[inline]
     fn drop(&mut self) {
         crate::stats::add(crate::stats::Counter::H2StreamClosed, 1);
+        if let Some(f) = self.finish.take() {
+            f.report(matches!(self.send, Send::Done));
+        }
     }
 }
 
@@ -225,6 +230,7 @@ impl Stream {
             body_clock: None,
             drain_until: None,
             stall_since: None,
+            finish: None,
         }
     }
 
