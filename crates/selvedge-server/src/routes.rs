@@ -507,6 +507,8 @@ impl App for Front {
             let pending = log.as_ref().map(|l| l.begin(&req));
             let (at, now) = site.respond_now_at(&mut req);
             match now {
+                // Metrics alone: counted as the answer comes (no exchange, no log line).
+                Ok(res) if log.is_none() => First::Done(obs.count(&at, res, None, obs.ttfb_us())),
                 Ok(res) => {
                     let ex = Exchange {
                         request_id: log
@@ -597,9 +599,7 @@ impl Observed {
         }
     }
 
-    /// The sample and the log's outcome for `res`, answered now. With metrics on, the
-    /// response carries the report of its end, which adds its duration to the last byte
-    /// ([`finished`]).
+    /// The sample and the log's outcome for `res`, answered now.
     fn record<'a>(
         &self,
         at: &RouteAt<'a>,
@@ -607,41 +607,59 @@ impl Observed {
         log: Option<(&AccessLog, Pending)>,
         ex: &'a Exchange,
     ) -> Response {
-        let ttfb = selvedge::sys::monotonic_ns().saturating_sub(self.start) / 1000;
-        let metrics = crate::metrics::enabled();
-        // A body that continues after its head (a file, a stream) reports its end; one in
-        // memory goes out with its head, so its duration is the time to the head.
-        let deferred = metrics
-            && !self.head
-            && matches!(res.body(), selvedge::ResponseBody::File(_) | selvedge::ResponseBody::Stream(_));
-        if metrics {
-            let body_out = crate::access_log::format::body_size(self.head, &res).unwrap_or(0);
-            crate::metrics::registry().record(
-                at.slot,
-                &crate::metrics::Sample {
-                    method: self.method,
-                    status: res.status().as_u16(),
-                    protocol: self.protocol,
-                    body_in: self.body_in,
-                    body_out,
-                    ttfb_us: ttfb,
-                    duration_us: (!deferred).then_some(ttfb),
-                    upstream: ex.upstream.as_ref().map(|u| (u.time.as_micros() as u64, u.failed)),
-                },
-            );
+        let ttfb = self.ttfb_us();
+        let Some((log, p)) = log else {
+            return self.count(at, res, ex.upstream.as_ref(), ttfb);
+        };
+        // The log line is written now: its duration is the time to the response head.
+        let o = Outcome {
+            vhost: at.vhost,
+            route: at.route,
+            ttfb_us: ttfb,
+            duration_us: ttfb,
+            upstream: ex.upstream.as_ref(),
+            request_id: ex.request_id.as_ref().map(RequestId::as_str),
+        };
+        log.finish_with(p, &res, &o);
+        self.count(at, res, ex.upstream.as_ref(), ttfb)
+    }
+
+    /// Microseconds from the request to now.
+    #[inline]
+    fn ttfb_us(&self) -> u64 {
+        selvedge::sys::monotonic_ns().saturating_sub(self.start) / 1000
+    }
+
+    /// Counts `res` in the metrics (if they are on): the request, its time to first byte
+    /// (`ttfb`, µs), and its duration, now for a body in memory (it goes out with its head),
+    /// else when the engine reports the body's end ([`finished`]).
+    #[inline]
+    fn count(
+        &self,
+        at: &RouteAt<'_>,
+        res: Response,
+        upstream: Option<&crate::observe::Upstream>,
+        ttfb: u64,
+    ) -> Response {
+        if !crate::metrics::enabled() {
+            return res;
         }
-        if let Some((log, p)) = log {
-            // The log line is written now: its duration is the time to the response head.
-            let o = Outcome {
-                vhost: at.vhost,
-                route: at.route,
+        let deferred =
+            !self.head && matches!(res.body(), selvedge::ResponseBody::File(_) | selvedge::ResponseBody::Stream(_));
+        let body_out = crate::access_log::format::body_size(self.head, &res).unwrap_or(0);
+        crate::metrics::registry().record(
+            at.slot,
+            &crate::metrics::Sample {
+                method: self.method,
+                status: res.status().as_u16(),
+                protocol: self.protocol,
+                body_in: self.body_in,
+                body_out,
                 ttfb_us: ttfb,
-                duration_us: ttfb,
-                upstream: ex.upstream.as_ref(),
-                request_id: ex.request_id.as_ref().map(RequestId::as_str),
-            };
-            log.finish_with(p, &res, &o);
-        }
+                duration_us: (!deferred).then_some(ttfb),
+                upstream: upstream.map(|u| (u.time.as_micros() as u64, u.failed)),
+            },
+        );
         if deferred {
             res.on_finish(finished, [self.start, u64::from(at.slot)])
         } else {
