@@ -108,6 +108,14 @@ if [[ $MODE == short || ! -x $SELVEDGE_BIN || ! -x $ATTACK_BIN || ${BUILD:-0} ==
     (cd "$REPO_DIR" && cargo build "${flag[@]}" -p selvedge-server -p selvedge-attack) >&2 || die "cargo build failed"
 fi
 
+# Every server's binary is read into the page cache first, as a server that has run for a
+# while has it: a freshly built binary otherwise pays for reading its code from disk on
+# its first connections (major page faults, milliseconds), which is no part of how it
+# meets an attack.
+for b in "$SELVEDGE_BIN" "$(command -v nginx || true)" "$(command -v h2o || true)"; do
+    [[ -n $b && -r $b ]] && cat "$b" >/dev/null
+done
+
 # The site: the 612-byte page, and 1 MB for the slow reader.
 SITE_DIR=$WORK/site
 mkdir -p "$SITE_DIR"

@@ -71,6 +71,8 @@ pub struct Conn {
     stalled_at: Option<Duration>,
     blocked_since: Option<Instant>,
     write_error: Option<(End, Duration)>,
+    /// When the attack's first bytes went out (the first `send` after the preface).
+    attack_at: Option<Duration>,
 }
 
 impl Conn {
@@ -99,6 +101,7 @@ impl Conn {
             stalled_at: None,
             blocked_since: None,
             write_error: None,
+            attack_at: None,
         };
         let mut out = wire::PREFACE.to_vec();
         wire::settings(&mut out, &[(setting::ENABLE_PUSH, 0), (setting::INITIAL_WINDOW_SIZE, setup.initial_window)]);
@@ -106,6 +109,7 @@ impl Conn {
             wire::window_update(&mut out, 0, wire::MAX_WINDOW - 65_535);
         }
         c.send(&out, Instant::now() + Duration::from_secs(5))?;
+        c.attack_at = None; // the preface is not the attack
         if setup.read {
             c.reader = Some(std::thread::spawn(move || read_loop(rsock, w, shared)));
         } else {
@@ -138,6 +142,9 @@ impl Conn {
     /// a frame may be cut short, which no longer matters). Writes blocked for a second
     /// mark the connection as stalled (the server stopped reading).
     pub fn send(&mut self, buf: &[u8], deadline: Instant) -> io::Result<()> {
+        if self.attack_at.is_none() {
+            self.attack_at = Some(self.elapsed());
+        }
         let mut pos = 0;
         let w = self.w.clone();
         let mut w = w.lock().unwrap();
@@ -272,6 +279,7 @@ impl Conn {
             stream_cut: None,
             bytes_out: self.bytes_out,
             bytes_in: seen.bytes_in,
+            attack_at: self.attack_at.unwrap_or_default(),
         }
     }
 }

@@ -19,7 +19,9 @@ pub enum End {
     Open,
 }
 
-/// One attack connection's record. Times are from the connection's start.
+/// One attack connection's record. Times are from the connection's start; the cut-off
+/// time ([`Outcome::cut_at`]) counts from the attack's first bytes (`attack_at`), so that
+/// the connection's setup (connect, prefaces, SETTINGS) is not in it.
 #[derive(Debug, Clone)]
 pub struct Outcome {
     /// The first GOAWAY: its code and when it arrived.
@@ -48,6 +50,8 @@ pub struct Outcome {
     pub stream_cut: Option<(u32, Duration)>,
     pub bytes_out: u64,
     pub bytes_in: u64,
+    /// When the attack's first bytes went out (zero for attacks that send at once).
+    pub attack_at: Duration,
 }
 
 impl Default for Outcome {
@@ -68,6 +72,7 @@ impl Default for Outcome {
             stream_cut: None,
             bytes_out: 0,
             bytes_in: 0,
+            attack_at: Duration::ZERO,
         }
     }
 }
@@ -78,14 +83,16 @@ impl Outcome {
         self.goaway.is_some() || self.stream_cut.is_some() || self.end != End::Open
     }
 
-    /// When the server acted first: its GOAWAY, else the close.
+    /// When the server acted first, counted from the attack's first bytes: its GOAWAY,
+    /// else the close.
     pub fn cut_at(&self) -> Option<Duration> {
         let first = [self.goaway.map(|g| g.1), self.stream_cut.map(|r| r.1)].into_iter().flatten().min();
-        match (first, &self.end) {
+        let at = match (first, &self.end) {
             (Some(t), _) => Some(t),
             (None, End::Open) => None,
             (None, _) => Some(self.end_at),
-        }
+        };
+        at.map(|t| t.saturating_sub(self.attack_at))
     }
 
     /// Streams the server took: those it answered, or (for streams it never answers, like
