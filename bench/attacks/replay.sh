@@ -233,6 +233,9 @@ run_class() {
         taskset -c "$CLIENT_CPU" "$ATTACK_BIN" probe --addr "127.0.0.1:${ports[i]}" --proto "$proto" \
             --duration "$dur" --interval 0.2 --expect-len "$PAGE_LEN" >"${dirs[i]}/probe.out" 2>&1 </dev/null &
         jobs+=($!)
+        # Servers attacked at once (the slow classes) start 200 ms apart, so that their
+        # first answers do not queue behind each other on the shared core.
+        if [[ $i -lt $((${#names[@]} - 1)) ]]; then sleep 0.2; fi
     done
     _ATTACK_PIDS=("${jobs[@]}")
     for i in "${jobs[@]}"; do wait "$i" || true; done
