@@ -7,7 +7,10 @@
 //!   ([`AsyncFdReadyGuard::clear_ready`] only clears it if no new event arrived meanwhile):
 //!   the next read waits for epoll instead of making a `read` that fails with `EAGAIN`.
 //! - Writes are optimistic: the socket is usually writable, so `write`/`writev` is tried
-//!   first and readiness is only awaited after `EAGAIN`.
+//!   first and readiness is only awaited after `EAGAIN`. Until a write first goes short,
+//!   the socket is not even asked for readiness (a new socket's is unknown until its first
+//!   epoll event: asking would cost the connection's first answer a trip through the
+//!   reactor).
 //! - A file goes out as `send(header, MSG_MORE)` followed by `sendfile`, so header and the
 //!   first file bytes share a packet.
 //!
@@ -15,6 +18,7 @@
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 
 use bytes::BytesMut;
@@ -28,12 +32,15 @@ use crate::time::timeout::Timer;
 #[derive(Debug)]
 pub(crate) struct Socket {
     fd: AsyncFd<OwnedFd>,
+    /// No write has gone short or blocked yet: writes skip the readiness check. One writer
+    /// at a time (see [`read_ready`](Self::read_ready)), so `Relaxed` is enough.
+    eager: AtomicBool,
 }
 
 impl Socket {
     /// Registers an accepted socket with the current runtime's reactor.
     pub(crate) fn new(fd: OwnedFd) -> io::Result<Socket> {
-        Ok(Socket { fd: sys::register(fd, Interest::READABLE | Interest::WRITABLE)? })
+        Ok(Socket { fd: sys::register(fd, Interest::READABLE | Interest::WRITABLE)?, eager: AtomicBool::new(true) })
     }
 
     #[inline]
@@ -206,7 +213,28 @@ impl Socket {
     /// that took fewer bytes than offered means the send buffer is full (tokio's own
     /// streams rely on the same), so the next call waits for the kernel's wake-up instead
     /// of spending a system call on an `EAGAIN`.
+    ///
+    /// While the socket is `eager` (no write went short yet), `op` is tried first without
+    /// asking for readiness; the first short or blocked write ends that for good.
     async fn write_when_ready(&self, want: usize, mut op: impl FnMut() -> io::Result<usize>) -> io::Result<usize> {
+        if self.eager.load(Ordering::Relaxed) {
+            match op() {
+                Ok(n) if n == want => return Ok(n),
+                Ok(n) => {
+                    // Short: the send buffer is full. Clear a readiness already seen, as
+                    // below, so the next write waits for the kernel instead of an EAGAIN.
+                    self.eager.store(false, Ordering::Relaxed);
+                    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                    if let Poll::Ready(Ok(mut guard)) = self.fd.poll_write_ready(&mut cx) {
+                        guard.clear_ready();
+                    }
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.eager.store(false, Ordering::Relaxed),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
         loop {
             let mut guard = self.write_ready().await?;
             match op() {
@@ -292,5 +320,36 @@ impl Socket {
     /// Half-closes the write side (FIN), keeping the read side open.
     pub(crate) fn shutdown_write(&self) {
         sys::shutdown_write(self.fd());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use super::Socket;
+
+    /// A new socket's first write goes out in the first poll, before the reactor has
+    /// reported any readiness; once a write went short, writes wait for readiness again.
+    #[test]
+    fn first_write_does_not_wait_for_the_reactor() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+        let _enter = rt.enter();
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let sock = Socket::new(ours.into()).unwrap();
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(matches!(pin!(sock.write_all(b"first")).poll(&mut cx), Poll::Ready(Ok(()))));
+        let mut got = [0u8; 5];
+        theirs.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"first");
+        // Fill the send buffer: the write goes short, and the socket stops being eager.
+        let big = vec![0u8; 8 << 20];
+        assert!(pin!(sock.write_all(&big)).poll(&mut cx).is_pending());
+        assert!(!sock.eager.load(std::sync::atomic::Ordering::Relaxed));
     }
 }
