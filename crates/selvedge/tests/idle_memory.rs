@@ -56,6 +56,13 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
+/// The counts are the whole process's: the tests take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 struct Snapshot {
     live: isize,
     by_size: Vec<isize>,
@@ -98,6 +105,9 @@ fn budget(want: usize) -> usize {
 /// Heap bytes per idle connection allowed (see the measured figures in bench/RESULTS.md).
 const H1_BOUND: f64 = 600.0;
 const H2_BOUND: f64 = 16_000.0;
+/// Heap bytes per connection stalled in a long file download (a slow reader): 7,318
+/// measured, 10,572 when each kept its 4 KiB receive buffer.
+const SLOW_READ_BOUND: f64 = 8_500.0;
 
 const PAGE: &[u8] = include_bytes!("../../../bench/site/index.html");
 
@@ -172,6 +182,7 @@ fn measure<C>(name: &str, n: usize, rounds: usize, parks: bool, mut open: impl F
 
 #[test]
 fn idle_connections_hold_almost_no_heap() {
+    let _turn = one_at_a_time();
     let srv = start(settings(), page);
     let n = budget(5_000);
     let addr = srv.addr;
@@ -181,4 +192,41 @@ fn idle_connections_hold_almost_no_heap() {
     assert!(worst_h1 < H1_BOUND, "HTTP/1.1: {h1:?} heap bytes per idle connection");
     let worst_h2 = h2.iter().cloned().fold(0.0, f64::max);
     assert!(worst_h2 < H2_BOUND, "h2c: {h2:?} heap bytes per idle connection");
+}
+
+/// Connections whose client stops reading in the middle of a long file (slowhttptest -X)
+/// hold no receive buffer while the server waits to write: their heap is the task and its
+/// state, not a buffer per connection.
+#[test]
+fn slow_readers_of_a_long_file_hold_no_receive_buffer() {
+    let _turn = one_at_a_time();
+    let dir = std::env::temp_dir().join(format!("selvedge-slow-read-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("big.bin");
+    std::fs::write(&path, vec![7u8; 16 << 20]).unwrap();
+    let file = path.clone();
+    let srv = start(settings(), move |_req: selvedge::Request| {
+        let file = file.clone();
+        async move { selvedge::Response::file(selvedge::http::StatusCode::OK, &file).unwrap() }
+    });
+    let n = budget(300);
+    let addr = srv.addr;
+    let open = || {
+        let mut s = connect(addr);
+        s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
+        s
+    };
+    // Warm-up, as in `measure`.
+    drop((0..n).map(|_| open()).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_millis(500));
+    let before = snapshot();
+    let held: Vec<TcpStream> = (0..n).map(|_| open()).collect();
+    // Every download has filled both sockets' buffers and waits for the reader.
+    std::thread::sleep(Duration::from_millis(1000));
+    let stalled = snapshot();
+    let (bytes, sizes) = per_connection(&before, &stalled, n);
+    eprintln!("slow readers: {n} stalled downloads: {bytes:.0} heap bytes each; live allocations per connection by size: {sizes}");
+    drop(held);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(bytes < SLOW_READ_BOUND, "{bytes:.0} heap bytes per stalled download");
 }

@@ -296,6 +296,13 @@ impl Conn {
         crate::pool::put_write(std::mem::take(&mut self.wbuf));
     }
 
+    /// Gives the (empty) receive buffer back to the thread's pool while a long response
+    /// goes out; the next read takes one again ([`read_buf`](Self::read_buf) reserves).
+    pub(crate) fn release_read_buffer(&mut self) {
+        debug_assert!(self.rbuf.is_empty());
+        crate::pool::put_read(std::mem::take(&mut self.rbuf));
+    }
+
     /// Takes a write buffer again after [`release_buffers`](Self::release_buffers).
     pub(crate) fn reacquire_buffers(&mut self) {
         self.wbuf = crate::pool::take_write();

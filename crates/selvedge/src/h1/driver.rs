@@ -53,6 +53,10 @@ pub(crate) struct Idle {
     pub(crate) open: OpenConn,
 }
 
+/// A file at least this long is sent without the connection's receive buffer (when it
+/// need not keep it): it rarely fits the socket's send buffer at once.
+const LONG_SEND: u64 = 64 * 1024;
+
 /// The connection's I/O: what the driver's steps share.
 struct Io<'a> {
     sock: &'a Arc<Transport>,
@@ -297,6 +301,13 @@ impl Io<'_> {
                 r.ok().map(|()| true)
             }
             Send::File(f) => {
+                // A long file may hold the connection for long (a slow reader): it is sent
+                // without the receive buffer when nothing is buffered and the worker has
+                // more connections than its pool keeps buffers for, as an idle connection
+                // waits (the next read takes one from the pool).
+                if f.len >= LONG_SEND && conn.buffered() == 0 && !crate::pool::hold_while_idle() {
+                    conn.release_read_buffer();
+                }
                 let timer = self.timer.handle();
                 timer.tickle(send_timeout);
                 let r = self
