@@ -319,10 +319,20 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
         cfg.tls.iter().any(|t| matches!(&t.addr, Listen::Tcp(t) if t.port() == a.port()))
             || names.iter().zip(handle.local_addrs()).any(|(n, l)| n.starts_with("https") && *l == Listen::Tcp(*a))
     };
+    // A TLS listener with `quic = true` (or `--http3`) also serves HTTP/3 on its UDP port.
+    let quic = |k: usize| {
+        names
+            .get(k)
+            .and_then(|n| n.strip_prefix("https:"))
+            .and_then(|i| i.parse::<usize>().ok())
+            .is_some_and(|i| cfg.tls[i].quic)
+    };
     let mut urls: Vec<String> = handle
         .local_addrs()
         .iter()
-        .map(|l| match l {
+        .enumerate()
+        .map(|(k, l)| match l {
+            Listen::Tcp(a) if tls_urls(a) && quic(k) => format!("https://{a}/ (and HTTP/3 on UDP port {})", a.port()),
             Listen::Tcp(a) if tls_urls(a) => format!("https://{a}/"),
             Listen::Tcp(a) => format!("http://{a}/"),
             Listen::Unix(p) => format!("unix:{}", p.display()),

@@ -77,6 +77,7 @@ fn serve_http3_a_page_a_10mb_file_100_streams_and_alt_svc() {
         log.to_str().unwrap(),
     ]);
     let port = srv.addr.port();
+    assert!(srv.said(&format!("https://127.0.0.1:{port}/ (and HTTP/3 on UDP port {port})")), "{:?}", srv.stderr);
     let r = h3(port, &["get", "/", "/big.bin"]);
     let (page, file) = (&r["responses"][0], &r["responses"][1]);
     assert_eq!(page["status"], 200, "{r}");

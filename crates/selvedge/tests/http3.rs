@@ -39,6 +39,9 @@ async fn app(mut req: Request) -> Response {
             Ok(())
         }),
         "/panic" => panic!("the app fails"),
+        "/own-alt-svc" => {
+            Response::bytes(StatusCode::OK, "mine\n").header(http::header::ALT_SVC, "h3=\":9443\"; ma=60")
+        }
         _ => Response::bytes(StatusCode::OK, "hello over h3\n"),
     }
 }
@@ -206,4 +209,22 @@ fn a_silent_client_is_dropped_at_the_idle_timeout_and_a_drain_lets_requests_fini
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(h.live_connections(), 0);
+}
+
+/// The listener's `Alt-Svc` is added to every answer over TCP, unless the app set its own:
+/// then the app's is the only one.
+#[test]
+fn alt_svc_is_advertised_once_and_an_apps_own_is_kept() {
+    let h3 = start(|_| {});
+    let heads = |path: &str| {
+        let out = Command::new("curl")
+            .args(["-sk", "--http1.1", "-D", "-", "-o", "/dev/null"])
+            .arg(format!("https://127.0.0.1:{}{path}", h3.port))
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+        text.lines().filter(|l| l.starts_with("alt-svc:")).map(|l| l.trim().to_string()).collect::<Vec<_>>()
+    };
+    assert_eq!(heads("/"), vec![format!("alt-svc: h3=\":{}\"; ma=86400", h3.port)]);
+    assert_eq!(heads("/own-alt-svc"), vec!["alt-svc: h3=\":9443\"; ma=60".to_string()]);
 }

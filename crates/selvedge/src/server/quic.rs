@@ -37,8 +37,9 @@ pub(super) fn alt_svc(port: u16) -> HeaderValue {
     HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400")).unwrap_or(HeaderValue::from_static("clear"))
 }
 
-/// An app that adds `Alt-Svc` to every response of a listener that also serves HTTP/3.
-/// Only those listeners' connections run through it: others pay nothing.
+/// An app that adds `Alt-Svc` to every response of a listener that also serves HTTP/3,
+/// unless the app set its own (a configured header, or an upstream's): one field, the
+/// app's. Only those listeners' connections run through it: others pay nothing.
 pub(super) struct AltSvc<A> {
     pub(super) app: Arc<A>,
     pub(super) value: HeaderValue,
@@ -48,7 +49,13 @@ impl<A: App> App for AltSvc<A> {
     fn handle(&self, req: Request) -> impl Future<Output = Response> + Send {
         let fut = self.app.handle(req);
         let v = self.value.clone();
-        async move { fut.await.header(http::header::ALT_SVC, v) }
+        async move {
+            let res = fut.await;
+            if res.header_value(&http::header::ALT_SVC).is_some() {
+                return res;
+            }
+            res.header(http::header::ALT_SVC, v)
+        }
     }
 }
 
