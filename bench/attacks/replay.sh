@@ -8,7 +8,7 @@
 #   bench/attacks/replay.sh --short      # short: selvedge only, a few seconds per class, with
 #                                        # pass/fail bounds (CI; exit status 1 on a failure)
 #
-# Env: MODE (compare|short), SERVERS, CLASSES, FLOOD_S, SLOW_S, SLOW_CONNS, PROFILE
+# Env: MODE (compare|short), SERVERS, CLASSES, FLOOD_S, SLOW_S, SLOW_CONNS, SLOW_PROBES, PROFILE
 # (release|debug: which build of selvedge and the attack client), SELVEDGE_BIN, ATTACK_BIN,
 # SELVEDGE_EXTRA (TOML added to selvedge's config), BUILD (1: always build first), KEEP_TMP,
 # OUT_DIR, SERVER_CPU, CLIENT_CPU.
@@ -71,6 +71,7 @@ case $MODE in
         FLOOD_S=${FLOOD_S:-5}
         SLOW_S=${SLOW_S:-40}
         SLOW_CONNS=${SLOW_CONNS:-1000}
+        SLOW_PROBES=${SLOW_PROBES:-21}
         ;;
     *) die "MODE is compare or short, not $MODE" ;;
 esac
@@ -217,6 +218,29 @@ run_class() {
         names+=("$s") pids+=("$SRV_PID") ports+=("$SRV_PORT") dirs+=("$SRV_DIR")
     done
     [[ ${#names[@]} -gt 0 ]] || return 0
+    # The first answer to a slow POST is a matter of a fraction of a millisecond: the main
+    # run's one connection is a single sample, so (compare mode) each server first answers
+    # SLOW_PROBES short attacks of the class alone, one at a time, and their median is
+    # reported beside it.
+    local -a probed=()
+    if [[ $class == slow-post* && $MODE == compare ]]; then
+        # Interleaved (one probe per server in turn), after the servers settled, so that
+        # noise on the shared cores falls on all of them alike.
+        sleep 1
+        local -a vals=()
+        local k v
+        for k in $(seq 1 "$SLOW_PROBES"); do
+            for i in "${!names[@]}"; do
+                v=$(slow_probe "$class" "${ports[i]}")
+                [[ -n $v && $v != - ]] && vals[i]+="$v"$'\n'
+            done
+        done
+        for i in "${!names[@]}"; do
+            probed[i]=$(printf '%s' "${vals[i]:-}" | sort -g | awk '{ v[NR] = $1 } END {
+                if (NR == 0) { print "SLOWPROBE slow_n=0 first_ms_med=-"; exit }
+                printf "SLOWPROBE slow_n=%d first_ms_med=%s\n", NR, v[int((NR + 1) / 2)] }')
+        done
+    fi
     log "$class: ${names[*]} (${dur}s)"
     local -a cpu0=() rss0=()
     for i in "${!names[@]}"; do
@@ -250,6 +274,7 @@ run_class() {
             echo "META alive=$alive cpu_ns=$((cpu1 - cpu0[i])) wall_ms=$wall rss0_kb=${rss0[i]} hwm_kb=$hwm"
             grep -h '^RESULT' "${dirs[i]}/attack.out" || true
             grep -h '^PROBE' "${dirs[i]}/probe.out" || true
+            [[ -n ${probed[i]:-} ]] && echo "${probed[i]}"
             if [[ -f ${dirs[i]}/sht.csv ]]; then sht_summary "${dirs[i]}/sht.csv" "${dirs[i]}/attack.out"; fi
         } >"$f"
         if [[ $alive == no ]]; then log "${names[i]}: DIED during $class"; server_tail; fi
@@ -259,6 +284,17 @@ run_class() {
         fi
         server_stop "${pids[i]}"
     done
+}
+
+# slow_probe CLASS PORT: one short run of a slow-post class; prints when it was answered
+# (HTTP/1.1: the 405's first byte, from the connect; HTTP/2: the RST_STREAM, from the
+# attack's first bytes, as the table's cut-off time counts), or nothing. The reports carry
+# "SLOWPROBE slow_n=N first_ms_med=M", the median of SLOW_PROBES of them.
+slow_probe() {
+    local key=first_ms
+    [[ $1 == slow-post-h2 ]] && key=cut_ms
+    taskset -c "$CLIENT_CPU" "$ATTACK_BIN" "$1" --addr "127.0.0.1:$2" --duration 0.3 --interval 10 2>/dev/null |
+        grep -o "\b$key=[^ ]*" | head -n 1 | cut -d= -f2 || true
 }
 
 # slowhttptest's CSV (Seconds,Closed,Pending,Connected,Service Available) and its output
@@ -324,7 +360,15 @@ cutoff_cells() {
         *) what=$how ;;
     esac
     [[ $how == goaway:* || $how == rst:* ]] && [[ $close != open ]] && what="$what, then $(tr a-z A-Z <<<"$close")"
-    if [[ $class == slow-post* && $first != - ]]; then what="$first at $(fmt_ms "$fms"); $what"; fi
+    if [[ $class == slow-post* && $first != - ]]; then
+        local pmed
+        pmed=$(kv "$f" first_ms_med)
+        if [[ -n $pmed && $pmed != - ]]; then
+            what="$first at $(fmt_ms "$fms") (median of $(kv "$f" slow_n) new connections: $(awk -v m="$pmed" 'BEGIN { printf "%.2f ms", m }')); $what"
+        else
+            what="$first at $(fmt_ms "$fms"); $what"
+        fi
+    fi
     if [[ $cut == - ]]; then
         when="> $(kv "$f" wall_ms | awk '{ printf "%.0f s", $1 / 1000 }')"
     else

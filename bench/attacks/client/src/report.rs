@@ -130,7 +130,7 @@ impl Outcome {
 }
 
 fn ms(d: Duration) -> String {
-    format!("{:.1}", d.as_secs_f64() * 1e3)
+    format!("{:.2}", d.as_secs_f64() * 1e3)
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -169,7 +169,7 @@ pub fn summary(class: &str, unit: &str, all: &[Outcome]) -> String {
         }
     }
     let cuts: Vec<f64> = outcomes.iter().filter_map(|o| o.cut_at()).map(|d| d.as_secs_f64() * 1e3).collect();
-    let _ = write!(s, " cut_ms_med={}", median(cuts).map_or("-".into(), |v| format!("{v:.1}")));
+    let _ = write!(s, " cut_ms_med={}", median(cuts).map_or("-".into(), |v| format!("{v:.2}")));
     let sum = |f: fn(&Outcome) -> u64| outcomes.iter().map(f).sum::<u64>();
     let _ = write!(
         s,
