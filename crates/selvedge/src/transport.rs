@@ -203,12 +203,17 @@ impl Transport {
     /// under the answer (or the HTTP/2 GOAWAY) the peer has yet to read.
     pub(crate) async fn linger(&self, timeout: Duration) {
         self.shutdown_write();
-        let mut buf = BytesMut::with_capacity(4096);
+        // The buffer is taken from the thread's pool only when bytes arrive and goes back
+        // after each read: a lingering connection (thousands, under a flood of connections
+        // the server cuts off) waits without one.
         let drain = async {
             let mut total = 0usize;
             while total <= 1 << 20 {
+                let mut buf = BytesMut::new();
+                let r = self.read_when_ready(&mut buf, |b| *b = crate::pool::take_read(4096)).await;
                 buf.clear();
-                match self.read(&mut buf).await {
+                crate::pool::put_read(buf);
+                match r {
                     Ok(0) | Err(_) => return,
                     Ok(n) => total += n,
                 }

@@ -108,6 +108,9 @@ const H2_BOUND: f64 = 16_000.0;
 /// Heap bytes per connection stalled in a long file download (a slow reader): 7,318
 /// measured, 10,572 when each kept its 4 KiB receive buffer.
 const SLOW_READ_BOUND: f64 = 8_500.0;
+/// Heap bytes per HTTP/2 connection lingering after its GOAWAY: 13,757 measured, 17,842
+/// when the linger held a 4 KiB read buffer of its own.
+const LINGER_BOUND: f64 = 15_500.0;
 
 const PAGE: &[u8] = include_bytes!("../../../bench/site/index.html");
 
@@ -229,4 +232,33 @@ fn slow_readers_of_a_long_file_hold_no_receive_buffer() {
     drop(held);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(bytes < SLOW_READ_BOUND, "{bytes:.0} heap bytes per stalled download");
+}
+
+/// HTTP/2 connections the server ended with a GOAWAY and is lingering on (reading until
+/// the client closes, up to `linger_timeout`, so the client sees the GOAWAY) hold no read
+/// buffer while they wait: little more than an idle connection.
+#[test]
+fn lingering_http2_connections_hold_no_buffers() {
+    let _turn = one_at_a_time();
+    let mut cfg = settings();
+    cfg.linger_timeout = Duration::from_secs(30);
+    let srv = start(cfg, page);
+    let n = budget(1_000);
+    let addr = srv.addr;
+    let open = || {
+        let mut s = h2_conn(addr);
+        // DATA on stream 0: a connection error (PROTOCOL_ERROR), GOAWAY, then the linger.
+        s.write_all(&[0, 0, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        s
+    };
+    drop((0..n).map(|_| open()).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_millis(500));
+    let before = snapshot();
+    let held: Vec<TcpStream> = (0..n).map(|_| open()).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let lingering = snapshot();
+    let (bytes, sizes) = per_connection(&before, &lingering, n);
+    eprintln!("lingering: {n} HTTP/2 connections after their GOAWAY: {bytes:.0} heap bytes each; live allocations per connection by size: {sizes}");
+    drop(held);
+    assert!(bytes < LINGER_BOUND, "{bytes:.0} heap bytes per lingering HTTP/2 connection");
 }
