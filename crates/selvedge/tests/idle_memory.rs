@@ -183,6 +183,21 @@ fn measure<C>(name: &str, n: usize, rounds: usize, parks: bool, mut open: impl F
     out
 }
 
+/// Warms up with `n` connections from `open`, then opens `n` more, lets them settle for
+/// `settle` and returns the heap bytes each holds (printed with the breakdown as `what`).
+fn held_heap<C>(what: &str, n: usize, settle: Duration, mut open: impl FnMut() -> C) -> f64 {
+    // Warm-up, as in `measure`.
+    drop((0..n).map(|_| open()).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_millis(500));
+    let before = snapshot();
+    let held: Vec<C> = (0..n).map(|_| open()).collect();
+    std::thread::sleep(settle);
+    let (bytes, sizes) = per_connection(&before, &snapshot(), n);
+    eprintln!("{what}: {n} connections: {bytes:.0} heap bytes each; live allocations per connection by size: {sizes}");
+    drop(held);
+    bytes
+}
+
 #[test]
 fn idle_connections_hold_almost_no_heap() {
     let _turn = one_at_a_time();
@@ -219,17 +234,8 @@ fn slow_readers_of_a_long_file_hold_no_receive_buffer() {
         s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
         s
     };
-    // Warm-up, as in `measure`.
-    drop((0..n).map(|_| open()).collect::<Vec<_>>());
-    std::thread::sleep(Duration::from_millis(500));
-    let before = snapshot();
-    let held: Vec<TcpStream> = (0..n).map(|_| open()).collect();
-    // Every download has filled both sockets' buffers and waits for the reader.
-    std::thread::sleep(Duration::from_millis(1000));
-    let stalled = snapshot();
-    let (bytes, sizes) = per_connection(&before, &stalled, n);
-    eprintln!("slow readers: {n} stalled downloads: {bytes:.0} heap bytes each; live allocations per connection by size: {sizes}");
-    drop(held);
+    // One second: every download has filled both sockets' buffers and waits for the reader.
+    let bytes = held_heap("slow readers of a 16 MB file", n, Duration::from_millis(1000), open);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(bytes < SLOW_READ_BOUND, "{bytes:.0} heap bytes per stalled download");
 }
@@ -251,14 +257,6 @@ fn lingering_http2_connections_hold_no_buffers() {
         s.write_all(&[0, 0, 0, 0, 0, 0, 0, 0, 0]).unwrap();
         s
     };
-    drop((0..n).map(|_| open()).collect::<Vec<_>>());
-    std::thread::sleep(Duration::from_millis(500));
-    let before = snapshot();
-    let held: Vec<TcpStream> = (0..n).map(|_| open()).collect();
-    std::thread::sleep(Duration::from_millis(500));
-    let lingering = snapshot();
-    let (bytes, sizes) = per_connection(&before, &lingering, n);
-    eprintln!("lingering: {n} HTTP/2 connections after their GOAWAY: {bytes:.0} heap bytes each; live allocations per connection by size: {sizes}");
-    drop(held);
+    let bytes = held_heap("HTTP/2 lingering after GOAWAY", n, Duration::from_millis(500), open);
     assert!(bytes < LINGER_BOUND, "{bytes:.0} heap bytes per lingering HTTP/2 connection");
 }
