@@ -235,10 +235,11 @@ run_class() {
                 [[ -n $v && $v != - ]] && vals[i]+="$v"$'\n'
             done
         done
+        local cnt med
         for i in "${!names[@]}"; do
-            probed[i]=$(printf '%s' "${vals[i]:-}" | sort -g | awk '{ v[NR] = $1 } END {
-                if (NR == 0) { print "SLOWPROBE slow_n=0 first_ms_med=-"; exit }
-                printf "SLOWPROBE slow_n=%d first_ms_med=%s\n", NR, v[int((NR + 1) / 2)] }')
+            cnt=$(printf '%s' "${vals[i]:-}" | grep -c . || true)
+            med=$(printf '%s' "${vals[i]:-}" | median)
+            probed[i]="SLOWPROBE slow_n=$cnt first_ms_med=${med:--}"
         done
     fi
     log "$class: ${names[*]} (${dur}s)"
