@@ -385,11 +385,23 @@ impl TimerHandle {
 
 impl Drop for Timer {
     fn drop(&mut self) {
-        let g = &self.handle.slot.group;
+        let slot = &self.handle.slot;
+        let g = &slot.group;
         let prev = g.live.fetch_sub(1, Ordering::SeqCst);
         if prev >= g.max || g.is_shutting_down() {
             g.freed.notify_waiters();
         }
+        // The task's abort handle and waker go now: each keeps the task's memory (its
+        // whole future) allocated after the task ends, and the manager forgets the slot
+        // only on its next pass, up to a tick away (under a flood of short connections,
+        // hundreds of finished tasks). `try_lock`: the manager holds the lock only for a
+        // moment; if it has it now, the slot's owner goes with the slot on that pass.
+        let owner = match slot.owner.try_lock() {
+            Ok(mut o) => std::mem::take(&mut *o),
+            Err(std::sync::TryLockError::Poisoned(p)) => std::mem::take(&mut *p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Owner::None,
+        };
+        drop(owner);
         // The manager sees the Arc count fall to one and forgets the slot on its next pass.
     }
 }
@@ -575,6 +587,31 @@ mod tests {
         assert!(t.leave_idle());
         drop(t);
         assert_eq!(group.live(), 0);
+    }
+
+    /// A task's abort handle and waker keep its memory (its whole future, inline in a
+    /// release build) allocated after it ends; the timer lets go of both when the
+    /// connection drops it, not on the manager's next pass.
+    #[test]
+    fn a_dropped_timer_lets_go_of_its_task() {
+        start();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let group = Arc::new(Group::new(10));
+        let t = Timer::register(&group, Duration::from_secs(5));
+        let handle = t.handle();
+        rt.block_on(async {
+            let task = tokio::spawn(async {});
+            handle.set_abort(task.abort_handle());
+            std::future::poll_fn(|cx| {
+                assert!(!t.park_requested(cx));
+                std::task::Poll::Ready(())
+            })
+            .await;
+            task.await.unwrap();
+        });
+        assert!(matches!(&*handle.slot.owner(), Owner::Task { waker: Some(_), .. }));
+        drop(t);
+        assert!(matches!(&*handle.slot.owner(), Owner::None), "{:?}", handle.slot.owner());
     }
 
     #[test]
