@@ -156,7 +156,7 @@ srv_h2o() {
     sed -i '/http1-request-timeout/d; /http2-idle-timeout/d' "$1/h2o.conf"
 }
 
-# RSS of a process tree in kB: FIELD is VmRSS (now) or VmHWM (peak).
+# RSS of a process tree in kB: FIELD is VmRSS (now), VmHWM (peak) or RssAnon (private, now).
 rss_kb() {
     local total=0 p v
     for p in $(proc_tree "$1"); do
@@ -164,6 +164,35 @@ rss_kb() {
         total=$((total + ${v:-0}))
     done
     echo "$total"
+}
+
+# anon_sampler OUT TREE...: samples the private (anonymous) resident memory of each process
+# tree (TREE: its pids, comma-separated) every 50 ms until SIGTERM, then writes each tree's
+# peak in kB to OUT, a line each. VmHWM counts the binary's and libraries' mapped pages too
+# (shared, clean, the same before and after an attack); this is the memory a server
+# allocated for what it was sent.
+anon_sampler() {
+    exec python3 - "$@" <<'PY'
+import signal, sys, time
+out, trees = sys.argv[1], [[int(p) for p in t.split(",") if p] for t in sys.argv[2:]]
+peak, stop = [0] * len(trees), []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+def anon(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+while not stop:
+    for i, t in enumerate(trees):
+        peak[i] = max(peak[i], sum(anon(p) for p in t))
+    time.sleep(0.05)
+with open(out, "w") as f:
+    f.write("".join(f"{v}\n" for v in peak))
+PY
 }
 
 # The attacker's command line for CLASS against PORT, running DUR seconds, output in DIR.
@@ -243,11 +272,15 @@ run_class() {
         done
     fi
     log "$class: ${names[*]} (${dur}s)"
-    local -a cpu0=() rss0=()
+    local -a cpu0=() rss0=() anon0=() trees=()
     for i in "${!names[@]}"; do
         cpu0[i]=$(cpu_ns "${pids[i]}")
         rss0[i]=$(rss_kb "${pids[i]}" VmRSS)
+        anon0[i]=$(rss_kb "${pids[i]}" RssAnon)
+        trees[i]=$(proc_tree "${pids[i]}" | paste -sd,)
     done
+    taskset -c "$CLIENT_CPU" bash -c "$(declare -f anon_sampler); anon_sampler \"\$@\"" _ "$RES_DIR/anon.$class" "${trees[@]}" &
+    local sampler=$!
     local t0
     t0=$(date +%s%N)
     for i in "${!names[@]}"; do
@@ -266,13 +299,17 @@ run_class() {
     for i in "${jobs[@]}"; do wait "$i" || true; done
     _ATTACK_PIDS=()
     local wall=$(( ($(date +%s%N) - t0) / 1000000 ))
+    kill -TERM "$sampler" 2>/dev/null || true
+    wait "$sampler" || true
+    local -a anon_hwm=()
+    mapfile -t anon_hwm <"$RES_DIR/anon.$class" || true
     for i in "${!names[@]}"; do
         local alive=yes cpu1 hwm f=$RES_DIR/$class.${names[i]}
         kill -0 "${pids[i]}" 2>/dev/null || alive=no
         cpu1=$(cpu_ns "${pids[i]}")
         hwm=$(rss_kb "${pids[i]}" VmHWM)
         {
-            echo "META alive=$alive cpu_ns=$((cpu1 - cpu0[i])) wall_ms=$wall rss0_kb=${rss0[i]} hwm_kb=$hwm"
+            echo "META alive=$alive cpu_ns=$((cpu1 - cpu0[i])) wall_ms=$wall rss0_kb=${rss0[i]} hwm_kb=$hwm anon0_kb=${anon0[i]} anon_hwm_kb=${anon_hwm[i]:--}"
             grep -h '^RESULT' "${dirs[i]}/attack.out" || true
             grep -h '^PROBE' "${dirs[i]}/probe.out" || true
             [[ -n ${probed[i]:-} ]] && echo "${probed[i]}"
@@ -397,7 +434,7 @@ FAILED=0
     echo "- legitimate client: a GET of the page on a new connection every 200 ms (HTTP/2 for HTTP/2 classes); ok = 200 with the whole body"
     echo "- load average at start: $LOADAVG_START, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo
-    echo "| class | server | attacker cut off by | when (first conn.) | conns cut/made | streams taken | server CPU s | CPU % | µs / stream | peak RSS MB | legit ok | legit p50 / max ms |"
+    echo "| class | server | attacker cut off by | when (first conn.) | conns cut/made | streams taken | server CPU s | CPU % | µs / stream | peak RSS MB (private) | legit ok | legit p50 / max ms |"
     echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     for c in $CLASSES; do
         for s in $SERVERS; do
@@ -417,14 +454,15 @@ FAILED=0
             cpu_s=$(awk -v n="$cpu_ns" 'BEGIN { printf "%.2f", n / 1e9 }')
             pct=$(awk -v n="$cpu_ns" -v w="$wall" 'BEGIN { printf "%.0f", (w > 0 ? n / 1e4 / w : 0) }')
             if [[ $c == rapid-reset || $c == myr-* || $c == hpack-* ]] && [[ $taken -gt 0 ]]; then us=$(awk -v n="$cpu_ns" -v t="$taken" 'BEGIN { printf "%.1f", n / 1e3 / t }'); fi
-            rss=$(awk -v k="$(kv "$f" hwm_kb)" 'BEGIN { printf "%.1f", k / 1024 }')
+            rss=$(awk -v k="$(kv "$f" hwm_kb)" -v a="$(kv "$f" anon_hwm_kb)" \
+                'BEGIN { printf "%.1f", k / 1024; if (a != "" && a != "-") printf " (%.1f)", a / 1024 }')
             legit="$(kv "$f" ok)/$(kv "$f" probes)"
             lat="$(kv "$f" p50_ms) / $(kv "$f" max_ms)"
             echo "| $c | $s | $what | $when | $conns | $taken | $cpu_s | $pct | $us | $rss | $legit | $lat |"
         done
     done
     echo
-    echo "streams taken: streams the server accepted (answered, or covered by its GOAWAY's last stream id); µs / stream = server CPU over the run / streams taken. Raw lines per class and server:"
+    echo "streams taken: streams the server accepted (answered, or covered by its GOAWAY's last stream id); µs / stream = server CPU over the run / streams taken; peak RSS = VmHWM of the server's processes (its binary's and libraries' mapped pages included), private = the peak of their anonymous resident memory (RssAnon, sampled every 50 ms), what the server allocated. Raw lines per class and server:"
     echo
     echo '```'
     for c in $CLASSES; do
