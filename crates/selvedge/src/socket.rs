@@ -78,6 +78,30 @@ impl Socket {
         }
     }
 
+    /// One read without waiting, if the reactor says the socket may be readable: `Ok(None)`
+    /// when it says not (no system call) or the read would block (and the readiness it
+    /// reported is cleared, so that a wait that follows waits for the kernel's next event
+    /// instead of finding the stale one: [`try_read`](Self::try_read) reads past the
+    /// reactor and leaves it set).
+    pub(crate) fn try_read_ready(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let Poll::Ready(mut guard) = self.fd.poll_read_ready(&mut cx)? else { return Ok(None) };
+        let room = buf.capacity() - buf.len();
+        match sys::read_into(self.fd(), buf) {
+            Ok(n) => {
+                if n > 0 && n < room {
+                    guard.clear_ready();
+                }
+                Ok(Some(n))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
+                guard.clear_ready();
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Reads into the spare capacity of `buf` (which must have some). `Ok(0)` is end of
     /// stream.
     ///

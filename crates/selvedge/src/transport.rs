@@ -63,6 +63,19 @@ impl Transport {
         }
     }
 
+    /// One read without waiting, if the reactor says the socket may be readable (see
+    /// `Socket::try_read_ready`); `Ok(None)`: nothing now. Over TLS, what the session
+    /// holds decrypted, else `Ok(None)`.
+    pub(crate) fn try_read_ready(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+        match self {
+            Transport::Plain(s) => s.try_read_ready(buf),
+            #[cfg(feature = "tls")]
+            Transport::Tls { session, .. } if session.has_plaintext() => session.try_read(buf),
+            #[cfg(feature = "tls")]
+            Transport::Tls { .. } => Ok(None),
+        }
+    }
+
     /// Reads into the spare capacity of `buf` (which must have some). `Ok(0)` is end of
     /// stream.
     ///

@@ -303,6 +303,28 @@ impl Conn {
         crate::pool::put_read(std::mem::take(&mut self.rbuf));
     }
 
+    /// Moves the part of a head received so far out of the receive buffer into an
+    /// allocation of its own size and gives the buffer back to the thread's pool, while
+    /// the connection waits for the rest: a client that sends its head a little at a time
+    /// (slowloris) holds tens of bytes, not the buffer. The read that follows takes a
+    /// buffer again once the socket is readable ([`refill`](Self::refill)).
+    pub(crate) fn release_read_buffer_keeping_head(&mut self) {
+        let part = BytesMut::from(&self.rbuf[..]);
+        let mut buf = std::mem::replace(&mut self.rbuf, part);
+        buf.clear();
+        crate::pool::put_read(buf);
+    }
+
+    /// After [`release_read_buffer_keeping_head`](Self::release_read_buffer_keeping_head),
+    /// as the socket turns readable: `part` (the receive slot) goes into a buffer from the
+    /// thread's pool with room for a read.
+    pub(crate) fn refill(part: &mut BytesMut, min: usize) {
+        // (A pool buffer as it is, unless the part needs more room than `min`.)
+        let mut buf = crate::pool::take_read(min.max(part.len() + 512));
+        buf.extend_from_slice(part);
+        *part = buf;
+    }
+
     /// Takes a write buffer again after [`release_buffers`](Self::release_buffers).
     pub(crate) fn reacquire_buffers(&mut self) {
         self.wbuf = crate::pool::take_write();

@@ -233,7 +233,21 @@ impl Io<'_> {
     /// over (closed or failed).
     async fn read(&self, conn: &mut Conn) -> bool {
         self.timer.set_at(conn.deadline());
-        match self.sock.read(conn.read_buf()).await {
+        let r = if conn.reading_head() && !crate::pool::hold_while_idle() {
+            // The rest of a head: unless it is there already, wait for it without the
+            // receive buffer (as an idle connection waits), keeping only the bytes so far.
+            match self.sock.try_read_ready(conn.read_buf()) {
+                Ok(None) => {
+                    conn.release_read_buffer_keeping_head();
+                    let min = self.cfg.read_buffer;
+                    self.sock.read_when_ready(conn.recv_slot(), |part| Conn::refill(part, min)).await
+                }
+                r => r.map(|n| n.unwrap_or(0)),
+            }
+        } else {
+            self.sock.read(conn.read_buf()).await
+        };
+        match r {
             Ok(n) if n > 0 => {
                 conn.handle_read(n, now_ms());
                 self.timer.set_at(conn.deadline());
