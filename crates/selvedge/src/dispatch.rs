@@ -74,7 +74,6 @@ pub(crate) fn in_connection_span<F: Future>(
 
 /// Runs `fut`, which becomes a task of its own, in the span current now (the `tracing`
 /// feature; without it, `fut` itself).
-#[cfg(feature = "http3")]
 #[inline]
 pub(crate) fn in_current_span<F: Future>(fut: F) -> impl Future<Output = F::Output> {
     #[cfg(feature = "tracing")]

@@ -79,9 +79,9 @@ fn preface_shaped(buf: &[u8]) -> bool {
 /// Serves an accepted connection (after the TLS handshake, on TLS listeners).
 pub(crate) async fn serve<A: App>(sock: Transport, a: Accepted<A>) {
     let sock = Arc::new(sock);
-    let (app, cfg) = (a.lot.app().clone(), a.lot.cfg().clone());
+    let cfg = a.lot.cfg().clone();
     if sock.alpn_h2() {
-        return serve_h2(sock, a.peer, app, cfg, a.timer, BytesMut::new(), None).await;
+        return hand_to_h2(sock, a, BytesMut::new());
     }
     let rbuf = match first_bytes(&sock, &cfg, &a.timer).await {
         First::Bytes(b) => b,
@@ -89,7 +89,7 @@ pub(crate) async fn serve<A: App>(sock: Transport, a: Accepted<A>) {
         First::Closed => return,
     };
     match sniff(&rbuf) {
-        Sniff::Http2 => serve_h2(sock, a.peer, app, cfg, a.timer, rbuf, None).await,
+        Sniff::Http2 => hand_to_h2(sock, a, rbuf),
         Sniff::BrokenPreface => {
             cfg.exception(&Error::new(Kind::BadRequest, "invalid HTTP/2 connection preface"));
             sock.linger(cfg.linger_timeout).await;
@@ -188,8 +188,40 @@ pub(crate) async fn proxy_header(sock: &Socket, peer: PeerAddr) -> io::Result<Pe
     }
 }
 
-/// HTTP/2, boxed so that HTTP/1.1 connections do not carry its driver's state.
+/// HTTP/2 chosen from the first bytes (or by ALPN): the connection goes on in a task of its
+/// own, with its driver's state inline, and the task that chose ends. That task keeps room
+/// for HTTP/1.1's driver (its future is as large as the largest path): an idle HTTP/2
+/// connection would carry it too, besides its own boxed state. The timeout manager aborts
+/// the new task from now on; the per-address slot goes with it.
+fn hand_to_h2<A: App>(sock: Arc<Transport>, a: Accepted<A>, rbuf: BytesMut) {
+    let Accepted { lot, peer, timer, ip } = a;
+    let (app, cfg) = (lot.app().clone(), lot.cfg().clone());
+    drop(lot);
+    let handle = timer.handle();
+    let run = async move {
+        let _ip = ip;
+        h2_inline(sock, peer, app, cfg, timer, rbuf, None).await;
+    };
+    let task = tokio::spawn(crate::dispatch::in_current_span(run));
+    handle.set_abort(task.abort_handle());
+}
+
+/// HTTP/2 after an `Upgrade: h2c` on HTTP/1.1, boxed so that HTTP/1.1 connections do not
+/// carry its driver's state.
 async fn serve_h2<A: App>(
+    sock: Arc<Transport>,
+    peer: PeerAddr,
+    app: Arc<A>,
+    cfg: Arc<Settings>,
+    timer: Timer,
+    rbuf: BytesMut,
+    upgraded: Option<crate::Request>,
+) {
+    Box::pin(h2_inline(sock, peer, app, cfg, timer, rbuf, upgraded)).await;
+}
+
+/// HTTP/2 on a connection until it ends.
+async fn h2_inline<A: App>(
     sock: Arc<Transport>,
     peer: PeerAddr,
     app: Arc<A>,
@@ -207,7 +239,7 @@ async fn serve_h2<A: App>(
             tracing::debug!("TCP_NOTSENT_LOWAT not set on an HTTP/2 connection: {e}");
         }
     }
-    Box::pin(crate::h2::conn::serve(sock, peer, app, cfg, timer, rbuf, upgraded)).await;
+    crate::h2::conn::serve(sock, peer, app, cfg, timer, rbuf, upgraded).await;
 }
 
 /// How the wait for a connection's first bytes ended.
