@@ -154,6 +154,13 @@ fn h1_conn(addr: SocketAddr) -> TcpStream {
     s
 }
 
+/// A connection that has sent `bytes` and nothing more (yet).
+fn connect_sending(addr: SocketAddr, bytes: &[u8]) -> TcpStream {
+    let mut s = connect(addr);
+    s.write_all(bytes).unwrap();
+    s
+}
+
 /// An h2c connection after one GET, idle; only its socket is kept (the client's HPACK
 /// tables and buffers would count as this process's heap).
 fn h2_conn(addr: SocketAddr) -> TcpStream {
@@ -247,11 +254,7 @@ fn slow_readers_of_a_long_file_hold_no_receive_buffer() {
     });
     let n = budget(300);
     let addr = srv.addr;
-    let open = || {
-        let mut s = connect(addr);
-        s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
-        s
-    };
+    let open = || connect_sending(addr, b"GET /big.bin HTTP/1.1\r\nHost: h\r\n\r\n");
     // One second: every download has filled both sockets' buffers and waits for the reader.
     let bytes = held_heap("slow readers of a 16 MB file", n, Duration::from_millis(1000), open);
     let _ = std::fs::remove_dir_all(&dir);
@@ -299,8 +302,7 @@ fn ended_connections_leave_no_task_behind() {
     let srv = start(settings(), page);
     let addr = srv.addr;
     let once = || {
-        let mut s = connect(addr);
-        s.write_all(b"GET /index.html HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").unwrap();
+        let mut s = connect_sending(addr, b"GET /index.html HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
         let mut got = Vec::new();
         s.read_to_end(&mut got).unwrap();
         assert!(got.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&got));
@@ -336,11 +338,8 @@ fn partial_heads_hold_no_receive_buffer() {
     let srv = start(settings(), page);
     let n = budget(1_000);
     let addr = srv.addr;
-    let open = || {
-        let mut s = connect(addr);
-        s.write_all(b"GET /index.html HTTP/1.1\r\nHost: h\r\nX-Slow-1: aaaaaaaaaaaaaaaaaaaaaaaa\r\n").unwrap();
-        s
-    };
+    let open =
+        || connect_sending(addr, b"GET /index.html HTTP/1.1\r\nHost: h\r\nX-Slow-1: aaaaaaaaaaaaaaaaaaaaaaaa\r\n");
     let bytes = held_heap("partial heads", n, Duration::from_millis(500), open);
     assert!(bytes < SLOW_HEAD_BOUND, "{bytes:.0} heap bytes per connection sending its head slowly");
 }
@@ -356,13 +355,8 @@ fn partial_heads_are_answered_when_the_rest_comes() {
     });
     let n = budget(300);
     let addr = srv.addr;
-    let mut held: Vec<TcpStream> = (0..n)
-        .map(|_| {
-            let mut s = connect(addr);
-            s.write_all(b"GET /index.html HTTP/1.1\r\nHost: h\r\nX-Slow: abc").unwrap();
-            s
-        })
-        .collect();
+    let mut held: Vec<TcpStream> =
+        (0..n).map(|_| connect_sending(addr, b"GET /index.html HTTP/1.1\r\nHost: h\r\nX-Slow: abc")).collect();
     std::thread::sleep(Duration::from_millis(300));
     for (i, s) in held.iter_mut().enumerate() {
         s.write_all(format!("def{i}\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();

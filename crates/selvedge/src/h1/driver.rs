@@ -242,7 +242,8 @@ impl Io<'_> {
                     let min = self.cfg.read_buffer;
                     self.sock.read_when_ready(conn.recv_slot(), |part| Conn::refill(part, min)).await
                 }
-                r => r.map(|n| n.unwrap_or(0)),
+                Ok(Some(n)) => Ok(n),
+                Err(e) => Err(e),
             }
         } else {
             self.sock.read(conn.read_buf()).await

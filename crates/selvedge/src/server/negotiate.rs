@@ -107,7 +107,8 @@ async fn http1<A: App>(sock: Arc<Transport>, rbuf: BytesMut, a: Accepted<A>, res
         Ended::Closed => {}
         Ended::H2c(h) => {
             let H2c { sock, timer, rbuf, request } = *h;
-            serve_h2(sock, peer, app, cfg, timer, rbuf, Some(request)).await;
+            // Boxed, so that HTTP/1.1 connections do not carry HTTP/2's driver state.
+            Box::pin(serve_h2(sock, peer, app, cfg, timer, rbuf, Some(request))).await;
         }
         Ended::Park(idle) => {
             let a = Accepted { lot: lot.clone(), peer, timer: idle.timer, ip };
@@ -200,28 +201,14 @@ fn hand_to_h2<A: App>(sock: Arc<Transport>, a: Accepted<A>, rbuf: BytesMut) {
     let handle = timer.handle();
     let run = async move {
         let _ip = ip;
-        h2_inline(sock, peer, app, cfg, timer, rbuf, None).await;
+        serve_h2(sock, peer, app, cfg, timer, rbuf, None).await;
     };
     let task = tokio::spawn(crate::dispatch::in_current_span(run));
     handle.set_abort(task.abort_handle());
 }
 
-/// HTTP/2 after an `Upgrade: h2c` on HTTP/1.1, boxed so that HTTP/1.1 connections do not
-/// carry its driver's state.
+/// HTTP/2 on a connection until it ends (chosen by ALPN, the preface or `Upgrade: h2c`).
 async fn serve_h2<A: App>(
-    sock: Arc<Transport>,
-    peer: PeerAddr,
-    app: Arc<A>,
-    cfg: Arc<Settings>,
-    timer: Timer,
-    rbuf: BytesMut,
-    upgraded: Option<crate::Request>,
-) {
-    Box::pin(h2_inline(sock, peer, app, cfg, timer, rbuf, upgraded)).await;
-}
-
-/// HTTP/2 on a connection until it ends.
-async fn h2_inline<A: App>(
     sock: Arc<Transport>,
     peer: PeerAddr,
     app: Arc<A>,
