@@ -464,7 +464,9 @@ impl Conn {
             return Start::Reject(StatusCode::BAD_REQUEST, Error::new(Kind::BadRequest, "no request"));
         };
         let minor = h.minor;
-        let Ok(method) = Method::from_bytes(&self.rbuf[h.method.range()]) else {
+        let m = &self.rbuf[h.method.range()];
+        let method = if m == b"GET" { Ok(Method::GET) } else { Method::from_bytes(m) };
+        let Ok(method) = method else {
             self.closing(minor);
             return Start::Reject(
                 StatusCode::BAD_REQUEST,
