@@ -160,6 +160,23 @@ impl<F: Future<Output = Response>> AppSlot<F> {
         }
     }
 
+    /// Polls the loaded future once, with no waker (HTTP/2's first poll of a request):
+    /// `Ok` with its answer (`None`: it panicked, or none was loaded) keeps the box for the
+    /// next future; `Err` hands over a future that is not ready, in its box, to be run to
+    /// completion elsewhere (the slot boxes the next one anew).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn poll_once(&mut self) -> Result<Option<Response>, Pin<Box<Option<F>>>> {
+        let Some(b) = self.0.as_mut() else { return Ok(None) };
+        let Some(f) = b.as_mut().as_pin_mut() else { return Ok(None) };
+        match poll_catching(f, &mut Context::from_waker(std::task::Waker::noop())) {
+            Poll::Ready(r) => {
+                b.set(None);
+                Ok(r)
+            }
+            Poll::Pending => Err(self.0.take().expect("loaded above")),
+        }
+    }
+
     /// Runs the loaded future to completion; `None` if it panicked (the panic stays inside
     /// this request) or none was loaded. The future is dropped before this returns: it may
     /// own the request, whose buffers the connection needs back.

@@ -26,7 +26,7 @@ use std::future::{poll_fn, Future};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http::Version;
@@ -38,7 +38,7 @@ use super::frame::{Reason, HEADER_LEN};
 use super::proto::{After, Event, FileRead, Proto, Timeouts};
 use crate::app::App;
 use crate::body::{Body, BodySink, BodySource, BodyWriter, WriteFuture};
-use crate::dispatch::{or_500, poll_catching};
+use crate::dispatch::{or_500, poll_catching, AppSlot};
 use crate::error::{Error, Kind};
 use crate::response::{Response, StreamBody};
 use crate::settings::Settings;
@@ -143,7 +143,9 @@ pub(crate) async fn serve<A: App>(
     wbuf.clear();
     if let Some(req) = upgraded {
         let mut ready = Vec::new();
-        start_app(&shared, &app, &cfg, 1, req, &mut ready);
+        let mut slot = AppSlot::default();
+        slot.load(owned_call(app.clone(), req, 1));
+        start_app(&shared, &cfg, 1, &mut slot, &mut ready);
         hand_over(&shared, &cfg, ready);
     }
 
@@ -486,13 +488,18 @@ fn spawn_streams<A: App>(
     // Sized for the batch at once: grown one request at a time, it was reallocated (and
     // its answers copied) about a dozen times per batch of a hundred.
     let mut ready: Vec<(u32, Option<Response>)> = Vec::with_capacity(events.len());
+    // One box for the app futures of the whole batch: most answer at their first poll and
+    // leave it empty for the next (one allocation per batch, not per request). It goes
+    // with the batch: an idle connection keeps none.
+    let mut slot = AppSlot::default();
     for ev in events.drain(..) {
         match ev {
             Event::Request(id, head, has_body) => {
                 let body =
                     if has_body { Body::stream(BodyReader { shared: shared.clone(), id }) } else { Body::empty() };
                 let req = Request::new(head, Version::HTTP_2, peer.clone(), secure, body);
-                start_app(shared, app, cfg, id, req, &mut ready);
+                slot.load(owned_call(app.clone(), req, id));
+                start_app(shared, cfg, id, &mut slot, &mut ready);
             }
             Event::Cancel(id) => {
                 if let Some(t) = shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&id) {
@@ -504,26 +511,26 @@ fn spawn_streams<A: App>(
     hand_over(shared, cfg, ready);
 }
 
-/// Runs the app for `req` on stream `id`. The call is first polled once right here: most
-/// answer at once (bytes or a file), and those answers go to `ready`, to be handed over
-/// together under one lock, with no task spawned. An app that is not ready gets its own
-/// task (Warp's worker), as does a streaming body.
-fn start_app<A: App>(
+/// Runs the app's call loaded in `slot` for stream `id`. The call is first polled once
+/// right here: most answer at once (bytes or a file), and those answers go to `ready`, to be
+/// handed over together under one lock, with no task spawned. An app that is not ready gets
+/// its own task (Warp's worker), in the box it was loaded in, as does a streaming body.
+fn start_app<F>(
     shared: &Arc<Shared>,
-    app: &Arc<A>,
     cfg: &Arc<Settings>,
     id: u32,
-    req: Request,
+    slot: &mut AppSlot<F>,
     ready: &mut Vec<(u32, Option<Response>)>,
-) {
-    // One allocation per request: the app's future, boxed so that it can move into a task
-    // of its own if it is not ready at the first poll.
-    let app = app.clone();
-    let mut fut = Box::pin(async move { crate::dispatch::call(&*app, req, Some(u64::from(id))).await });
-    match poll_catching(fut.as_mut(), &mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(res) => ready.push((id, res)),
-        Poll::Pending => {
-            let fut = poll_fn(move |cx| poll_catching(fut.as_mut(), cx));
+) where
+    F: Future<Output = Response> + Send + 'static,
+{
+    match slot.poll_once() {
+        Ok(res) => ready.push((id, res)),
+        Err(mut fut) => {
+            let fut = poll_fn(move |cx| match fut.as_mut().as_pin_mut() {
+                Some(f) => poll_catching(f, cx),
+                None => Poll::Ready(None),
+            });
             let task = tokio::spawn(stream_task(shared.clone(), id, cfg.clone(), fut));
             let mut tasks = shared.tasks.lock().unwrap_or_else(|e| e.into_inner());
             if !task.is_finished() {
@@ -531,6 +538,12 @@ fn start_app<A: App>(
             }
         }
     }
+}
+
+/// The app's call for a request of stream `id`, owning what it needs (it may go on in a
+/// task of its own).
+async fn owned_call<A: App>(app: Arc<A>, req: Request, id: u32) -> Response {
+    crate::dispatch::call(&*app, req, Some(u64::from(id))).await
 }
 
 /// Hands the answers that were ready at once to the `Proto`, under one lock, and starts a
