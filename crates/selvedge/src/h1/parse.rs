@@ -18,7 +18,7 @@
 
 use std::fmt;
 
-use crate::message::{class, parse_decimal, trim_ows, HeaderSpan, Span, TCHAR, VALUE};
+use crate::message::{class, parse_decimal, swar, trim_ows, HeaderSpan, Span, TCHAR, VALUE};
 
 /// Limits the parser enforces.
 #[derive(Debug, Clone, Copy)]
@@ -202,21 +202,6 @@ fn all_host(s: &[u8]) -> bool {
     ok
 }
 
-/// The first `b` in `s`, eight bytes at a time.
-#[inline]
-fn find_byte(s: &[u8], b: u8) -> Option<usize> {
-    let mut words = s.chunks_exact(8);
-    let mut at = 0;
-    for w in &mut words {
-        let hit = swar::eq(u64::from_le_bytes(w.try_into().expect("8 bytes")), b);
-        if hit != 0 {
-            return Some(at + swar::first(hit));
-        }
-        at += 8;
-    }
-    words.remainder().iter().position(|&x| x == b).map(|k| at + k)
-}
-
 /// Headers the parser recognises while scanning (Warp's indexed headers).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Known {
@@ -246,40 +231,6 @@ fn known(name: &[u8]) -> Known {
 }
 
 type Result<T> = std::result::Result<T, ParseError>;
-
-/// Byte-class tests on eight bytes at once (a `u64` read little-endian, so the lowest set
-/// flag is the first byte in the input). Each test sets the high bit of the flagged bytes;
-/// flags above the first true one may be false (borrows and carries move upwards), so only
-/// the first flag is ever used.
-mod swar {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-
-    /// Bytes below `n` (`n` at most 0x80).
-    #[inline]
-    pub(super) fn lt(x: u64, n: u8) -> u64 {
-        x.wrapping_sub(LO * u64::from(n)) & !x & HI
-    }
-
-    /// Bytes at or above 0x7f.
-    #[inline]
-    pub(super) fn ge_7f(x: u64) -> u64 {
-        (x.wrapping_add(LO) | x) & HI
-    }
-
-    /// Bytes equal to `b`.
-    #[inline]
-    pub(super) fn eq(x: u64, b: u8) -> u64 {
-        let y = x ^ (LO * u64::from(b));
-        y.wrapping_sub(LO) & !y & HI
-    }
-
-    /// Index of the first flagged byte (`flags` is not zero).
-    #[inline]
-    pub(super) fn first(flags: u64) -> usize {
-        (flags.trailing_zeros() / 8) as usize
-    }
-}
 
 /// A cursor over the input; `None` from a method means "ran out of bytes".
 struct Cursor<'a> {
@@ -614,7 +565,7 @@ type Target = (TargetForm, Span, Option<Span>, Option<Span>);
 fn split_target(method: &[u8], t: &[u8], base: usize) -> Result<Target> {
     let span = |s: usize, e: usize| Span::new(base + s, base + e);
     let path_query = |from: usize| -> (Span, Option<Span>) {
-        match find_byte(&t[from..], b'?') {
+        match swar::find(&t[from..], b'?') {
             Some(q) => (span(from, from + q), Some(span(from + q + 1, t.len()))),
             None => (span(from, t.len()), None),
         }
@@ -748,24 +699,6 @@ mod tests {
         assert_eq!(s(r, h.headers[1].name), "Accept");
         assert_eq!(s(r, h.headers[1].value), "*/*");
         assert_eq!(h.framing, Framing::None);
-    }
-
-    /// The word-at-a-time search finds the first `?` wherever it is, or none.
-    #[test]
-    fn find_byte_matches_position() {
-        let base = b"/abcdefghijklmnopqrstuvwxyz0123456789";
-        for len in 0..base.len() {
-            let hay = &base[..len];
-            assert_eq!(find_byte(hay, b'?'), None);
-            for at in 0..len {
-                let mut v = hay.to_vec();
-                v[at] = b'?';
-                if at + 1 < len {
-                    v[len - 1] = b'?';
-                }
-                assert_eq!(find_byte(&v, b'?'), v.iter().position(|&b| b == b'?'), "{v:?}");
-            }
-        }
     }
 
     /// The GET shortcut and the case-folded `Host` test agree with the general path: every

@@ -7,6 +7,7 @@ mod chars;
 mod list;
 mod number;
 mod span;
+pub(crate) mod swar;
 
 pub(crate) use chars::class;
 pub use chars::{LOWER_TOKEN, TCHAR, VALUE};

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use http::Method;
 
 use crate::hpack::{self, DecodeError, Token};
-use crate::message::{parse_decimal, HeaderSpan, Span, LOWER_TOKEN};
+use crate::message::{parse_decimal, swar, HeaderSpan, Span, LOWER_TOKEN};
 use crate::request::RequestHead;
 
 /// Bytes of decoded fields the arena allocates at a time.
@@ -45,9 +45,7 @@ fn token_char(b: u8) -> bool {
 }
 
 fn valid_value(v: &[u8]) -> bool {
-    !v.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n')
-        && !matches!(v.first(), Some(b' ' | b'\t'))
-        && !matches!(v.last(), Some(b' ' | b'\t'))
+    !swar::has_nul_cr_lf(v) && !matches!(v.first(), Some(b' ' | b'\t')) && !matches!(v.last(), Some(b' ' | b'\t'))
 }
 
 /// Whether the field may not appear in HTTP/2 (§8.2.2).
@@ -157,7 +155,8 @@ pub(crate) fn request(
         return Err(HeaderError::Malformed);
     }
     let Some(m) = method else { return Err(HeaderError::Malformed) };
-    let method = Method::from_bytes(&buf[m.range()]).map_err(|_| HeaderError::Malformed)?;
+    let m = &buf[m.range()];
+    let method = if m == b"GET" { Method::GET } else { Method::from_bytes(m).map_err(|_| HeaderError::Malformed)? };
     let authority = authority.or(host);
     if protocol.is_some() && (method != Method::CONNECT || scheme.is_none() || path.is_none() || authority.is_none()) {
         return Err(HeaderError::Malformed);
@@ -173,7 +172,7 @@ pub(crate) fn request(
         if pb.is_empty() || !(pb[0] == b'/' || (pb == b"*" && method == Method::OPTIONS)) {
             return Err(HeaderError::Malformed);
         }
-        match pb.iter().position(|&b| b == b'?') {
+        match swar::find(pb, b'?') {
             Some(i) => (
                 p,
                 Span { start: p.start, len: i as u32 },
