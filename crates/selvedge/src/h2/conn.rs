@@ -97,17 +97,44 @@ impl Drop for TaskGuard {
 /// Serves an HTTP/2 connection. `rbuf` holds what was already read (the preface or a
 /// prefix of it); `upgraded` is the request of an `Upgrade: h2c`, to be answered on
 /// stream 1 (the 101 has been sent).
+///
+/// Its future is what an idle connection costs, so each phase's state lives only in that
+/// phase: the `Proto` is built by a plain function (a local moved into the shared state
+/// would keep its room in the future), the handshake and the exchange are futures of their
+/// own, and the lingering close comes after the exchange's futures are gone.
 pub(crate) async fn serve<A: App>(
     sock: Arc<Transport>,
     peer: PeerAddr,
     app: Arc<A>,
     cfg: Arc<Settings>,
     timer: Timer,
-    mut rbuf: BytesMut,
-    upgraded: Option<Request>,
+    rbuf: BytesMut,
+    upgraded: Option<Box<Request>>,
 ) {
     let open = crate::stats::OpenConn::new(true, &timer);
-    let h2cfg = cfg.h2.clone();
+    let (shared, wbuf) = start(&cfg, upgraded.as_deref());
+    let _guard = TaskGuard(shared.clone());
+    timer.set_deadline(now_ms(), cfg.h2.handshake_timeout);
+    let Some((rbuf, wbuf)) = handshake(&shared, &sock, &app, &cfg, &open, wbuf, rbuf, upgraded).await else {
+        return;
+    };
+    let th = timer.handle();
+    let failed = exchange(&shared, &sock, &app, &cfg, &peer, Watch { timer: &th, open: &open }, rbuf, wbuf).await;
+    if let Some(why) = shared.lock().close_reason() {
+        open.close_as(why);
+    }
+    if let Some(reason) = failed {
+        if reason != Reason::NO_ERROR {
+            cfg.exception(&Error::new(Kind::BadRequest, "HTTP/2 connection error (GOAWAY sent)"));
+        }
+        linger(&sock, &cfg).await;
+    }
+}
+
+/// The connection's shared state, and the write buffer with our SETTINGS in it (the
+/// server preface, sent before the client's arrives).
+fn start(cfg: &Settings, upgraded: Option<&Request>) -> (Arc<Shared>, Vec<u8>) {
+    let h2cfg = &cfg.h2;
     let mut proto = Proto::new(h2cfg.clone(), cfg.server_name);
     let ms = |d: std::time::Duration| d.as_millis() as u64;
     proto.set_timeouts(Timeouts {
@@ -120,7 +147,7 @@ pub(crate) async fn serve<A: App>(
         idle: ms(cfg.idle_timeout),
         max_drain: cfg.max_drain,
     });
-    if let Some(req) = &upgraded {
+    if let Some(req) = upgraded {
         proto.upgrade_stream(req.header("http2-settings"), req.method() == http::Method::HEAD);
     }
     let shared = Arc::new(Shared {
@@ -132,24 +159,36 @@ pub(crate) async fn serve<A: App>(
         tasks: Mutex::new(HashMap::new()),
         timers: Notify::new(),
     });
-    let _guard = TaskGuard(shared.clone());
-    timer.set_deadline(now_ms(), h2cfg.handshake_timeout);
-    // Our SETTINGS go out at once (the server preface), before the client's arrives.
     let mut wbuf = Vec::with_capacity(h2cfg.write_batch + 16 * 1024);
     shared.lock().fill(&mut wbuf, 0, &[0; DATE_LEN], &mut Vec::new());
+    (shared, wbuf)
+}
+
+/// Sends our SETTINGS, starts the app on an upgraded request, and waits for the client's
+/// preface: what is left of the receive buffer after it, and the (empty) write buffer.
+/// `None`: the connection is over (a wrong preface is answered with GOAWAY first).
+#[allow(clippy::too_many_arguments)]
+async fn handshake<A: App>(
+    shared: &Arc<Shared>,
+    sock: &Transport,
+    app: &Arc<A>,
+    cfg: &Arc<Settings>,
+    open: &OpenConn,
+    mut wbuf: Vec<u8>,
+    mut rbuf: BytesMut,
+    upgraded: Option<Box<Request>>,
+) -> Option<(BytesMut, Vec<u8>)> {
     if sock.write_all(&wbuf).await.is_err() {
-        return;
+        return None;
     }
     wbuf.clear();
     if let Some(req) = upgraded {
         let mut ready = Vec::new();
         let mut slot = AppSlot::default();
-        slot.load(owned_call(app.clone(), req, 1));
-        start_app(&shared, &cfg, 1, &mut slot, &mut ready);
-        hand_over(&shared, &cfg, ready);
+        slot.load(owned_call(app.clone(), *req, 1));
+        start_app(shared, cfg, 1, &mut slot, &mut ready);
+        hand_over(shared, cfg, ready);
     }
-
-    // The client preface.
     loop {
         match codec::preface(&rbuf) {
             PrefaceMatch::Full => break,
@@ -163,26 +202,42 @@ pub(crate) async fn serve<A: App>(
                 let _ = sock.write_all(&out).await;
                 open.close_as(crate::stats::CloseReason::Error);
                 cfg.exception(&Error::new(Kind::BadRequest, "invalid HTTP/2 connection preface"));
-                linger(&sock, &cfg).await;
-                return;
+                linger(sock, cfg).await;
+                return None;
             }
             PrefaceMatch::Partial => {
                 if rbuf.capacity() - rbuf.len() < 1024 {
                     rbuf.reserve(16 * 1024);
                 }
                 match sock.read(&mut rbuf).await {
-                    Ok(0) | Err(_) => return,
+                    Ok(0) | Err(_) => return None,
                     Ok(_) => {}
                 }
             }
         }
     }
     let _ = rbuf.split_to(codec::PREFACE.len());
+    Some((rbuf, wbuf))
+}
 
-    let th = timer.handle();
-    let recv = receiver(&shared, &sock, &app, &cfg, &peer, Watch { timer: &th, open: &open }, rbuf);
-    let send = sender(&shared, &sock, &cfg, &th, wbuf, &open);
-    let reap = reaper(&shared);
+/// The exchange: the receiver, the sender and the reaper until the connection is over.
+/// Returns the connection error the sender sent (`NO_ERROR` for a graceful end) when the
+/// connection should close with a linger, `None` when the peer is gone.
+#[allow(clippy::too_many_arguments)]
+async fn exchange<A: App>(
+    shared: &Arc<Shared>,
+    sock: &Transport,
+    app: &Arc<A>,
+    cfg: &Arc<Settings>,
+    peer: &PeerAddr,
+    watch: Watch<'_>,
+    rbuf: BytesMut,
+    wbuf: Vec<u8>,
+) -> Option<Reason> {
+    let (th, open) = (watch.timer, watch.open);
+    let recv = receiver(shared, sock, app, cfg, peer, Watch { timer: th, open }, rbuf);
+    let send = sender(shared, sock, cfg, th, wbuf, open);
+    let reap = reaper(shared);
     tokio::pin!(recv, send, reap);
     // The sender decides when the connection is over: if it finishes first (going away
     // and the last stream is answered) the receiver is dropped mid-read (cancel safe);
@@ -191,20 +246,11 @@ pub(crate) async fn serve<A: App>(
     // receiver queued responses, while their streams are still in the cache (an unbiased
     // select polls them in random order, and half the time the sender's turn would come a
     // whole scheduler round later).
-    let failed = tokio::select! {
+    tokio::select! {
         biased;
         () = &mut recv => send.await,
         f = &mut send => f,
         () = &mut reap => None,
-    };
-    if let Some(why) = shared.lock().close_reason() {
-        open.close_as(why);
-    }
-    if let Some(reason) = failed {
-        if reason != Reason::NO_ERROR {
-            cfg.exception(&Error::new(Kind::BadRequest, "HTTP/2 connection error (GOAWAY sent)"));
-        }
-        linger(&sock, &cfg).await;
     }
 }
 

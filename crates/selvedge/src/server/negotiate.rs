@@ -108,7 +108,7 @@ async fn http1<A: App>(sock: Arc<Transport>, rbuf: BytesMut, a: Accepted<A>, res
         Ended::H2c(h) => {
             let H2c { sock, timer, rbuf, request } = *h;
             // Boxed, so that HTTP/1.1 connections do not carry HTTP/2's driver state.
-            Box::pin(serve_h2(sock, peer, app, cfg, timer, rbuf, Some(request))).await;
+            Box::pin(serve_h2(sock, peer, app, cfg, timer, rbuf, Some(Box::new(request)))).await;
         }
         Ended::Park(idle) => {
             let a = Accepted { lot: lot.clone(), peer, timer: idle.timer, ip };
@@ -215,7 +215,7 @@ async fn serve_h2<A: App>(
     cfg: Arc<Settings>,
     timer: Timer,
     rbuf: BytesMut,
-    upgraded: Option<crate::Request>,
+    upgraded: Option<Box<crate::Request>>,
 ) {
     crate::dispatch::record_protocol("h2");
     // The listener's low mark suits HTTP/1.1's `sendfile`; HTTP/2 packs its own batches.
