@@ -464,9 +464,7 @@ impl Conn {
             return Start::Reject(StatusCode::BAD_REQUEST, Error::new(Kind::BadRequest, "no request"));
         };
         let minor = h.minor;
-        let m = &self.rbuf[h.method.range()];
-        let method = if m == b"GET" { Ok(Method::GET) } else { Method::from_bytes(m) };
-        let Ok(method) = method else {
+        let Ok(method) = crate::message::method(&self.rbuf[h.method.range()]) else {
             self.closing(minor);
             return Start::Reject(
                 StatusCode::BAD_REQUEST,

@@ -260,7 +260,7 @@ impl Cursor<'_> {
     #[inline]
     fn scan_target(&mut self) -> Option<u8> {
         while let Some(w) = self.buf.get(self.pos..self.pos + 8) {
-            let x = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            let x = swar::word(w);
             let stop = swar::lt(x, 0x21) | swar::ge_7f(x) | swar::eq(x, b'#');
             if stop != 0 {
                 self.pos += swar::first(stop);
@@ -275,7 +275,7 @@ impl Cursor<'_> {
     #[inline]
     fn scan_value(&mut self) -> Option<u8> {
         while let Some(w) = self.buf.get(self.pos..self.pos + 8) {
-            let x = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            let x = swar::word(w);
             // Controls (HTAB among them) and DEL: HTAB is allowed, so step over it.
             let stop = swar::lt(x, 0x20) | swar::eq(x, 0x7f);
             if stop == 0 {
@@ -383,7 +383,7 @@ fn parse_inner(buf: &[u8], limits: &Limits, headers: &mut Vec<HeaderSpan>) -> Re
         return Ok(Status::Partial);
     };
     // One word compared for the two versions served (a slice pattern compares bytewise).
-    let word = u64::from_le_bytes(v.try_into().expect("8 bytes"));
+    let word = swar::word(v);
     let minor = match v {
         _ if word == u64::from_le_bytes(*b"HTTP/1.1") => Minor::One,
         _ if word == u64::from_le_bytes(*b"HTTP/1.0") => Minor::Zero,

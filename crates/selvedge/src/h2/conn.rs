@@ -115,11 +115,12 @@ pub(crate) async fn serve<A: App>(
     let (shared, wbuf) = start(&cfg, upgraded.as_deref());
     let _guard = TaskGuard(shared.clone());
     timer.set_deadline(now_ms(), cfg.h2.handshake_timeout);
-    let Some((rbuf, wbuf)) = handshake(&shared, &sock, &app, &cfg, &open, wbuf, rbuf, upgraded).await else {
+    let parts = Parts { shared: &shared, sock: &sock, app: &app, cfg: &cfg };
+    let Some((rbuf, wbuf)) = handshake(&parts, &open, wbuf, rbuf, upgraded).await else {
         return;
     };
     let th = timer.handle();
-    let failed = exchange(&shared, &sock, &app, &cfg, &peer, Watch { timer: &th, open: &open }, rbuf, wbuf).await;
+    let failed = exchange(&parts, &peer, Watch { timer: &th, open: &open }, rbuf, wbuf).await;
     if let Some(why) = shared.lock().close_reason() {
         open.close_as(why);
     }
@@ -164,20 +165,25 @@ fn start(cfg: &Settings, upgraded: Option<&Request>) -> (Arc<Shared>, Vec<u8>) {
     (shared, wbuf)
 }
 
+/// What the phases of a connection share.
+struct Parts<'a, A> {
+    shared: &'a Arc<Shared>,
+    sock: &'a Transport,
+    app: &'a Arc<A>,
+    cfg: &'a Arc<Settings>,
+}
+
 /// Sends our SETTINGS, starts the app on an upgraded request, and waits for the client's
 /// preface: what is left of the receive buffer after it, and the (empty) write buffer.
 /// `None`: the connection is over (a wrong preface is answered with GOAWAY first).
-#[allow(clippy::too_many_arguments)]
 async fn handshake<A: App>(
-    shared: &Arc<Shared>,
-    sock: &Transport,
-    app: &Arc<A>,
-    cfg: &Arc<Settings>,
+    parts: &Parts<'_, A>,
     open: &OpenConn,
     mut wbuf: Vec<u8>,
     mut rbuf: BytesMut,
     upgraded: Option<Box<Request>>,
 ) -> Option<(BytesMut, Vec<u8>)> {
+    let Parts { shared, sock, app, cfg } = *parts;
     if sock.write_all(&wbuf).await.is_err() {
         return None;
     }
@@ -223,20 +229,16 @@ async fn handshake<A: App>(
 /// The exchange: the receiver, the sender and the reaper until the connection is over.
 /// Returns the connection error the sender sent (`NO_ERROR` for a graceful end) when the
 /// connection should close with a linger, `None` when the peer is gone.
-#[allow(clippy::too_many_arguments)]
 async fn exchange<A: App>(
-    shared: &Arc<Shared>,
-    sock: &Transport,
-    app: &Arc<A>,
-    cfg: &Arc<Settings>,
+    parts: &Parts<'_, A>,
     peer: &PeerAddr,
     watch: Watch<'_>,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
 ) -> Option<Reason> {
-    let (th, open) = (watch.timer, watch.open);
-    let recv = receiver(shared, sock, app, cfg, peer, Watch { timer: th, open }, rbuf);
-    let send = sender(shared, sock, cfg, th, wbuf, open);
+    let Parts { shared, sock, app, cfg } = *parts;
+    let send = sender(shared, sock, cfg, watch.timer, wbuf, watch.open);
+    let recv = receiver(shared, sock, app, cfg, peer, watch, rbuf);
     let reap = reaper(shared);
     tokio::pin!(recv, send, reap);
     // The sender decides when the connection is over: if it finishes first (going away
@@ -255,6 +257,7 @@ async fn exchange<A: App>(
 }
 
 /// What keeps watch on the connection: its timer, and its place in the engine's counts.
+#[derive(Clone, Copy)]
 struct Watch<'a> {
     timer: &'a TimerHandle,
     open: &'a OpenConn,

@@ -33,7 +33,7 @@ pub(crate) fn first(flags: u64) -> usize {
 
 /// The word at the start of `w` (eight bytes).
 #[inline]
-fn word(w: &[u8]) -> u64 {
+pub(crate) fn word(w: &[u8]) -> u64 {
     u64::from_le_bytes(w.try_into().expect("8 bytes"))
 }
 

@@ -155,8 +155,7 @@ pub(crate) fn request(
         return Err(HeaderError::Malformed);
     }
     let Some(m) = method else { return Err(HeaderError::Malformed) };
-    let m = &buf[m.range()];
-    let method = if m == b"GET" { Method::GET } else { Method::from_bytes(m).map_err(|_| HeaderError::Malformed)? };
+    let method = crate::message::method(&buf[m.range()]).map_err(|_| HeaderError::Malformed)?;
     let authority = authority.or(host);
     if protocol.is_some() && (method != Method::CONNECT || scheme.is_none() || path.is_none() || authority.is_none()) {
         return Err(HeaderError::Malformed);
