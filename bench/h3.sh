@@ -6,7 +6,8 @@
 # the big file. See bench/README.md ("HTTP/3").
 #
 # Load: h2load for HTTP/2 (Debian's h2load is built without HTTP/3: `--npn-list=h3` fails),
-# and for HTTP/3 the engine's example `h3_load` (quinn + the h3 client; release build):
+# and for HTTP/3 the engine's example `h3_load` (quinn + the engine's HTTP/3 framing and QPACK,
+# one pre-encoded request head; release build):
 # LOAD_CONNS connections, each keeping LOAD_STREAMS requests in flight. h2load runs with the same
 # shape (-c$LOAD_CONNS -m$LOAD_STREAMS), so both protocols see the same concurrency. No Debian
 # package serves HTTP/3 on this machine (nginx 1.22 has no `quic`, h2o and lighttpd are

@@ -1,6 +1,9 @@
-//! An HTTP/3 load generator for `bench/h3.sh` (on quinn and the `h3` client): `N` GETs of
-//! one URL path over `CONNS` QUIC connections, each keeping `STREAMS` requests in flight;
-//! checks every status is 200 and prints requests, seconds, requests/s and body bytes.
+//! An HTTP/3 load generator for `bench/h3.sh`, on quinn and the engine's own HTTP/3
+//! framing and QPACK (`selvedge::h3`, an unstable module): `N` GETs of one URL path over
+//! `CONNS` QUIC connections, each keeping `STREAMS` requests in flight; checks every
+//! status is 200 and prints requests, seconds, requests/s and body bytes. Like h2load, it
+//! does as little per request as it can (one pre-encoded request head, responses read whole
+//! and their frames walked), so that the server, not the client, is what is measured.
 //! The server's certificate is not verified (the benchmark's is self-signed); its
 //! signatures are.
 //!
@@ -11,10 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Buf;
+use bytes::{Buf, Bytes, BytesMut};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
+use selvedge::h3::{frame, qpack};
 
 /// Accepts any certificate, checks the handshake's signatures.
 #[derive(Debug)]
@@ -57,34 +61,86 @@ impl ServerCertVerifier for AnyCert {
 
 type Err = Box<dyn std::error::Error + Send + Sync>;
 
+/// Reads a response: its status, from the HEADERS frame, and its body length, counted
+/// from the DATA frames' heads as their payloads stream past (not kept).
+async fn response(recv: &mut quinn::RecvStream) -> Result<(u16, u64), Err> {
+    let (mut status, mut len) = (0u16, 0u64);
+    let mut pending = BytesMut::new();
+    // DATA payload still to come, counted and dropped as it arrives.
+    let mut data_left = 0u64;
+    while let Some(chunk) = recv.read_chunk(usize::MAX, true).await? {
+        let mut b: &[u8] = &chunk.bytes;
+        if data_left > 0 {
+            let k = data_left.min(b.len() as u64);
+            data_left -= k;
+            len += k;
+            b = &b[k as usize..];
+        }
+        pending.extend_from_slice(b);
+        while data_left == 0 {
+            let Some(h) = frame::head(&pending) else { break };
+            if h.kind == frame::DATA {
+                pending.advance(h.size);
+                let k = h.len.min(pending.len() as u64);
+                pending.advance(k as usize);
+                len += k;
+                data_left = h.len - k;
+                continue;
+            }
+            let end = h.size + usize::try_from(h.len)?;
+            if pending.len() < end {
+                break;
+            }
+            if h.kind == frame::HEADERS && status == 0 {
+                qpack::Section { block: &pending[h.size..end], max_size: 64 * 1024 }
+                    .decode_each(|f| {
+                        if &*f.name == b":status" {
+                            status = std::str::from_utf8(&f.value).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+                        }
+                    })
+                    .map_err(|e| format!("QPACK: {e:?}"))?;
+            }
+            pending.advance(end);
+        }
+    }
+    if !pending.is_empty() || data_left > 0 {
+        return Err("truncated frame".into());
+    }
+    Ok((status, len))
+}
+
 async fn connection(
     ep: quinn::Endpoint,
     addr: SocketAddr,
-    path: Arc<str>,
+    head: Bytes,
     n: u64,
     streams: u64,
     bytes: Arc<AtomicU64>,
 ) -> Result<(), Err> {
     let conn = ep.connect(addr, "localhost")?.await?;
-    let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn)).await?;
-    let drive = tokio::spawn(async move { driver.wait_idle().await });
+    let mut control = conn.open_uni().await?;
+    control.write_all(&frame::control_preface(64 * 1024)).await?;
+    // The server's control stream: read and dropped.
+    let c = conn.clone();
+    let drain = tokio::spawn(async move {
+        while let Ok(mut s) = c.accept_uni().await {
+            tokio::spawn(async move { while let Ok(Some(_)) = s.read_chunk(usize::MAX, true).await {} });
+        }
+    });
     let next = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for _ in 0..streams {
-        let (mut send, next, path, bytes) = (send.clone(), next.clone(), path.clone(), bytes.clone());
-        let uri = format!("https://localhost:{}{path}", addr.port());
+        let (conn, next, head, bytes) = (conn.clone(), next.clone(), head.clone(), bytes.clone());
         workers.push(tokio::spawn(async move {
             while next.fetch_add(1, Ordering::Relaxed) < n {
-                let req = http::Request::get(&uri).body(())?;
-                let mut stream = send.send_request(req).await?;
-                stream.finish().await?;
-                let res = stream.recv_response().await?;
-                if res.status() != 200 {
-                    return Err(format!("status {}", res.status()).into());
+                let (mut send, mut recv) = conn.open_bi().await?;
+                send.write_chunk(head.clone()).await?;
+                send.finish()?;
+                let (status, len) = response(&mut recv).await?;
+                if status != 200 {
+                    return Err(format!("status {status}").into());
                 }
-                while let Some(b) = stream.recv_data().await? {
-                    bytes.fetch_add(b.remaining() as u64, Ordering::Relaxed);
-                }
+                bytes.fetch_add(len, Ordering::Relaxed);
             }
             Ok::<(), Err>(())
         }));
@@ -92,8 +148,9 @@ async fn connection(
     for w in workers {
         w.await??;
     }
-    drop(send);
-    drive.abort();
+    drop(control);
+    drain.abort();
+    conn.close(quinn::VarInt::from_u32(frame::code::NO_ERROR), b"");
     Ok(())
 }
 
@@ -115,13 +172,28 @@ async fn main() -> Result<(), Err> {
     let qc = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
     let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
     ep.set_default_client_config(quinn::ClientConfig::new(Arc::new(qc)));
+    // One request head for all: GET https://localhost:PORT/PATH.
+    let authority = format!("localhost:{}", addr.port());
+    let mut block = BytesMut::new();
+    qpack::encode_request(
+        [
+            (&b":method"[..], &b"GET"[..]),
+            (b":scheme", b"https"),
+            (b":authority", authority.as_bytes()),
+            (b":path", path.as_bytes()),
+        ],
+        &mut block,
+    );
+    let mut head = BytesMut::new();
+    frame::put_head(&mut head, frame::HEADERS, block.len() as u64);
+    head.extend_from_slice(&block);
+    let head = head.freeze();
     let bytes = Arc::new(AtomicU64::new(0));
-    let path: Arc<str> = path.as_str().into();
     let t0 = Instant::now();
     let per = n / conns;
     let mut tasks = Vec::new();
     for _ in 0..conns {
-        tasks.push(tokio::spawn(connection(ep.clone(), addr, path.clone(), per, streams, bytes.clone())));
+        tasks.push(tokio::spawn(connection(ep.clone(), addr, head.clone(), per, streams, bytes.clone())));
     }
     for t in tasks {
         t.await??;
@@ -134,5 +206,6 @@ async fn main() -> Result<(), Err> {
         bytes.load(Ordering::Relaxed)
     );
     ep.close(0u32.into(), b"");
+    ep.wait_idle().await;
     Ok(())
 }

@@ -94,18 +94,19 @@
 //! 4. `body`, `request`, `response`, `app`: the app interface.
 //! 5. `middleware`, `file`, `tower`: what apps are built from.
 //! 6. `settings`, `dispatch`: limits and hooks; running an app for one request.
-//! 7. `h1::write`, `h1::inbound`, `h1::conn`, `h2::proto`, `h3::head`: the sans-IO protocol
-//!    state machines (and HTTP/3's request heads).
+//! 7. `h1::write`, `h1::inbound`, `h1::conn`, `h2::proto`, `head`, `h3::frame`, `h3::qpack`:
+//!    the sans-IO protocol state machines, the request heads HTTP/2 and HTTP/3 decode, HTTP/3's
+//!    frames and QPACK.
 //! 8. `h1`, `h1::reader`, `h1::sink`, `h1::driver`, `h2`, `h2::conn`, `h3`, `h3::conn`: the
 //!    protocol drivers.
 //! 9. `server`, `fuzzing`: listeners, workers, negotiation; the fuzz targets' entry points.
 //!
 //! ## Features
 //! `tls` (default: TLS listeners with rustls), `http3` (HTTP/3 over QUIC on TLS listeners
-//! that ask for it, [`Server::http3`]: `quinn`, `h3`, `h3-quinn`), `compress` (default: gzip and brotli
+//! that ask for it, [`Server::http3`]: QUIC from `quinn`, HTTP/3 and QPACK ours), `compress` (default: gzip and brotli
 //! responses), `tower` (tower services as apps), `tracing` (a span per connection and per
 //! request, see `docs/observability.md`), `unstable` (the protocol internals `h1`,
-//! `h2`, `hpack`, `message`, `sys` as public modules, for benches, fuzz targets and the
+//! `h2`, `h3` (with `http3`), `hpack`, `message`, `sys` as public modules, for benches, fuzz targets and the
 //! selvedge server's proxy; no compatibility promise).
 
 #![warn(missing_docs)]
@@ -115,6 +116,7 @@ mod body;
 mod dispatch;
 mod error;
 pub mod file;
+mod head;
 pub mod middleware;
 mod pool;
 pub mod proxy_protocol;
@@ -145,7 +147,10 @@ pub mod h2;
 #[cfg(not(feature = "unstable"))]
 #[allow(dead_code, unused_imports)]
 mod h2;
-#[cfg(feature = "http3")]
+#[cfg(all(feature = "http3", feature = "unstable"))]
+pub mod h3;
+#[cfg(all(feature = "http3", not(feature = "unstable")))]
+#[allow(dead_code, unused_imports)]
 mod h3;
 #[cfg(feature = "unstable")]
 pub mod hpack;

@@ -67,6 +67,10 @@ pub struct SharedFields {
     h1: Box<[u8]>,
     has_date: bool,
     has_server: bool,
+    /// The fields' HTTP/3 field lines (QPACK without a dynamic table is stateless, so one
+    /// encoding serves every response), made by the first response that needs them.
+    #[cfg(feature = "http3")]
+    h3: std::sync::OnceLock<Bytes>,
 }
 
 impl SharedFields {
@@ -87,7 +91,14 @@ impl SharedFields {
             h1.extend_from_slice(b"\r\n");
         }
         let has = |name| fields.iter().any(|(n, _)| *n == name);
-        SharedFields { has_date: has(DATE), has_server: has(SERVER), h1: h1.into_boxed_slice(), fields }
+        SharedFields {
+            has_date: has(DATE),
+            has_server: has(SERVER),
+            h1: h1.into_boxed_slice(),
+            fields,
+            #[cfg(feature = "http3")]
+            h3: std::sync::OnceLock::new(),
+        }
     }
 
     /// The fields, in order.
@@ -103,6 +114,12 @@ impl SharedFields {
     /// Whether the fields set `Date` / `Server` (the composer then adds neither).
     pub(crate) fn sets_date_server(&self) -> (bool, bool) {
         (self.has_date, self.has_server)
+    }
+
+    /// The fields' HTTP/3 field lines, `encode`d the first time.
+    #[cfg(feature = "http3")]
+    pub(crate) fn h3_lines(&self, encode: impl FnOnce(&[(HeaderName, HeaderValue)]) -> Bytes) -> &Bytes {
+        self.h3.get_or_init(|| encode(&self.fields))
     }
 }
 

@@ -18,6 +18,12 @@ Modes:
                          SECS, then tries a request: reports what happened
   twice PATH SECS        a GET, SECS of quiet, another GET on the same connection
   cert                   the SHA-256 of the certificate the server presented
+  raw CASE               bytes no conforming client sends, written straight on QUIC
+                         streams: data_first (DATA before HEADERS), reserved_frame (an
+                         HTTP/2 frame type), dynamic_ref (a QPACK dynamic reference),
+                         uppercase (an upper-case field name), push_stream (a push stream
+                         from the client), second_control (a second control stream):
+                         reports how the connection or the stream was closed
   bench PATH N CONNS     N GETs of PATH over CONNS connections, CONNS at a time: requests/s
 """
 
@@ -105,6 +111,41 @@ class Client(QuicConnectionProtocol):
         await asyncio.wait_for(asyncio.gather(*(self.streams[s]["done"] for s in sids)), timeout)
 
 
+def qpack_get(extra=b"", prefix=b"\x00\x00"):
+    """A HEADERS frame for GET https://localhost/, QPACK with static references only."""
+    block = prefix + b"\xd1\xd7\x50\x09localhost\xc1" + extra
+    return bytes([0x01, len(block)]) + block
+
+
+async def raw(c, case):
+    q = c._quic
+    sid = None
+    if case in ("data_first", "reserved_frame", "dynamic_ref", "uppercase"):
+        sid = q.get_next_available_stream_id()
+        c.streams[sid] = {"headers": None, "body": hashlib.sha256(), "len": 0,
+                          "done": c._loop.create_future()}
+        data = {
+            "data_first": b"\x00\x01x" + qpack_get(),
+            "reserved_frame": b"\x02\x00" + qpack_get(),
+            "dynamic_ref": qpack_get(prefix=b"\x01\x00"),
+            "uppercase": qpack_get(extra=b"\x24X-Up\x01v"),
+        }[case]
+        q.send_stream_data(sid, data, end_stream=True)
+    else:
+        uni = q.get_next_available_stream_id(is_unidirectional=True)
+        data = {"push_stream": b"\x01\x00", "second_control": b"\x00\x04\x00"}[case]
+        q.send_stream_data(uni, data, end_stream=False)
+    c.transmit()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 5 and c.closed is None:
+        if sid is not None and c.streams[sid]["done"].done():
+            break
+        await asyncio.sleep(0.02)
+    out = c.result(sid) if sid is not None else {}
+    out["closed"] = c.closed
+    return out
+
+
 def config():
     c = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     c.verify_mode = ssl.CERT_NONE
@@ -176,6 +217,8 @@ async def main(host, port, mode, args):
                 if i == 0:
                     await asyncio.sleep(float(args[1]))
             out = {"statuses": statuses, "closed": c.closed}
+        elif mode == "raw":
+            out = await raw(c, args[0])
         elif mode == "cert":
             from cryptography.hazmat.primitives.serialization import Encoding
             der = c._quic.tls._peer_certificate.public_bytes(Encoding.DER)

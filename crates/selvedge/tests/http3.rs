@@ -211,6 +211,30 @@ fn a_silent_client_is_dropped_at_the_idle_timeout_and_a_drain_lets_requests_fini
     assert_eq!(h.live_connections(), 0);
 }
 
+/// What no conforming client sends, each answered with its RFC 9114 / RFC 9204 code: the
+/// connection closed for a frame where it may not be (H3_FRAME_UNEXPECTED), a QPACK
+/// reference to a dynamic table we never allowed (QPACK_DECOMPRESSION_FAILED), a push or
+/// second control stream from the client (H3_STREAM_CREATION_ERROR); a malformed request
+/// reset on its own (H3_MESSAGE_ERROR) while the connection serves on.
+#[test]
+fn protocol_errors_close_with_their_codes() {
+    let s = start(|_| {});
+    for (case, code) in [
+        ("data_first", 0x105),
+        ("reserved_frame", 0x105),
+        ("dynamic_ref", 0x200),
+        ("push_stream", 0x103),
+        ("second_control", 0x103),
+    ] {
+        let r = client(s.port, &["raw", case]);
+        assert_eq!(r["closed"]["error_code"], code, "{case}: {r}");
+    }
+    let r = client(s.port, &["raw", "uppercase"]);
+    assert_eq!(r["reset"], 0x10e, "{r}");
+    assert!(r["closed"].is_null(), "{r}");
+    assert!(r.get("status").is_none(), "{r}");
+}
+
 /// The listener's `Alt-Svc` is added to every answer over TCP, unless the app set its own:
 /// then the app's is the only one.
 #[test]

@@ -1,13 +1,15 @@
 //! HTTP/3 (RFC 9114) over QUIC (RFC 9000), the third protocol driver (the `http3`
-//! feature). QUIC, TLS 1.3 inside it and HTTP/3 framing with QPACK come from `quinn` and
-//! the `h3` crate; what is ours is the integration: requests to the engine's [`Request`]
-//! (`head`), bodies as [`Body`] and [`BodyWriter`], responses (bytes, files, streams) and
-//! the engine's timeouts and limits (`conn`). The endpoint (UDP sockets, Retry, drain) is
-//! in `server::quic`.
+//! feature). QUIC, with TLS 1.3 inside it, comes from `quinn`; HTTP/3's framing (`frame`)
+//! and its field compression, QPACK (`qpack`), are ours, as HTTP/2's and HPACK are, and
+//! free of I/O. The driver (`conn`) maps requests to the engine's [`Request`] (the checks
+//! shared with HTTP/2 in `head`), bodies to [`Body`] and [`BodyWriter`], responses (bytes,
+//! files, streams) to frames, and applies the engine's timeouts and limits. The endpoint
+//! (UDP sockets, Retry, drain) is in `server::quic`.
 //!
 //! [`Request`]: crate::Request
 //! [`Body`]: crate::Body
 //! [`BodyWriter`]: crate::BodyWriter
 
 pub(crate) mod conn;
-pub(crate) mod head;
+pub mod frame;
+pub mod qpack;

@@ -440,35 +440,42 @@ impl Encoder {
         }
     }
 
-    /// Writes a string literal, Huffman-coded if that is not longer (a tie
-    /// goes to Huffman, as in RFC 7541 C.6.2's "307", so the Appendix C
-    /// examples come out byte for byte).
-    ///
-    /// The length prefix is guessed from the raw length (a Huffman encoding
-    /// we keep is never longer), the Huffman output goes straight into `dst`
-    /// behind it, and the prefix is then filled in; only if the actual
-    /// length needs a shorter prefix is the output moved back. If Huffman
-    /// turns out longer, the encoding stops as soon as it knows and the raw
-    /// string is written instead.
+    /// Writes a string literal (see [`write_string`]).
+    #[inline]
     fn write_string(&self, s: &[u8], dst: &mut BytesMut) {
-        if self.huffman && !s.is_empty() {
-            let start = dst.len();
-            let guess = int_len(s.len(), 7);
-            dst.resize(start + guess, 0);
-            if let Some(len) = huffman::encode_limited(s, dst, s.len()) {
-                let actual = int_len(len, 7);
-                if actual != guess {
-                    dst.copy_within(start + guess.., start + actual);
-                    dst.truncate(start + actual + len);
-                }
-                write_int(&mut dst[start..start + actual], len, 7, 0x80);
-                return;
-            }
-            dst.truncate(start);
-        }
-        encode_int(dst, s.len(), 7, 0x00);
-        dst.extend_from_slice(s);
+        write_string(s, dst, self.huffman);
     }
+}
+
+/// Writes a string literal with a 7-bit length prefix (the H bit above it, as HPACK and
+/// QPACK's field values have it), Huffman-coded if that is not longer (a tie
+/// goes to Huffman, as in RFC 7541 C.6.2's "307", so the Appendix C
+/// examples come out byte for byte).
+///
+/// The length prefix is guessed from the raw length (a Huffman encoding
+/// we keep is never longer), the Huffman output goes straight into `dst`
+/// behind it, and the prefix is then filled in; only if the actual
+/// length needs a shorter prefix is the output moved back. If Huffman
+/// turns out longer, the encoding stops as soon as it knows and the raw
+/// string is written instead.
+pub(crate) fn write_string(s: &[u8], dst: &mut BytesMut, huffman: bool) {
+    if huffman && !s.is_empty() {
+        let start = dst.len();
+        let guess = int_len(s.len(), 7);
+        dst.resize(start + guess, 0);
+        if let Some(len) = huffman::encode_limited(s, dst, s.len()) {
+            let actual = int_len(len, 7);
+            if actual != guess {
+                dst.copy_within(start + guess.., start + actual);
+                dst.truncate(start + actual + len);
+            }
+            write_int(&mut dst[start..start + actual], len, 7, 0x80);
+            return;
+        }
+        dst.truncate(start);
+    }
+    encode_int(dst, s.len(), 7, 0x00);
+    dst.extend_from_slice(s);
 }
 
 #[cfg(test)]

@@ -91,7 +91,8 @@ pub(super) fn server_config(tls: &rustls::ServerConfig, cfg: &Settings) -> io::R
         .receive_window(h3.connection_window.into())
         .send_window(u64::from(h3.send_window))
         .max_idle_timeout(quinn::IdleTimeout::try_from(cfg.idle_timeout).ok())
-        .datagram_receive_buffer_size(None);
+        .datagram_receive_buffer_size(None)
+        .send_fairness(false);
     sc.transport_config(Arc::new(t));
     Ok(sc)
 }

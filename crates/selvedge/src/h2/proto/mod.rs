@@ -22,7 +22,6 @@
 mod budget;
 mod continuation;
 pub(crate) mod flow;
-mod headers;
 pub mod priority;
 mod send;
 mod store;
@@ -38,13 +37,13 @@ use bytes::{Bytes, BytesMut};
 
 pub(crate) use self::stream::{Cause, OutBody, Send, State, Stream, StreamOut};
 use super::frame::{self, Frame, Reason, Setting, MAX_WINDOW};
+use crate::head::{self as headers, HeaderError, Hpack};
 use crate::hpack;
 use crate::request::RequestHead;
 use crate::settings::H2Settings;
 use budget::Budget;
 use continuation::Block;
 use flow::FlowControl;
-use headers::HeaderError;
 use priority::{Precedence, Queue};
 
 /// What the connection driver must act on. Not boxed: events live in a reused vector, and
@@ -667,7 +666,7 @@ impl Proto {
                 return self.reset(id, Reason::PROTOCOL_ERROR);
             }
             self.arm_decoder();
-            return match headers::trailers(&mut self.hdec, block) {
+            return match headers::trailers(Hpack(&mut self.hdec, block)) {
                 Err(e @ (HeaderError::Compression | HeaderError::Abandoned)) => Err(conn_error(e)),
                 Err(_) => self.reset(id, Reason::PROTOCOL_ERROR),
                 Ok(()) => {
@@ -707,20 +706,21 @@ impl Proto {
             return self.reset(id, Reason::REFUSED_STREAM);
         }
         self.arm_decoder();
-        let head = match headers::request(&mut self.hdec, block, self.cfg.enable_connect_protocol, &mut self.arena) {
-            Ok(h) => Some(h),
-            Err(e @ (HeaderError::Compression | HeaderError::Abandoned)) => return Err(conn_error(e)),
-            Err(HeaderError::Malformed) => {
-                self.budget.refused(1)?;
-                return self.reset(id, Reason::PROTOCOL_ERROR);
-            }
-            Err(HeaderError::TooLarge) => {
-                // Over the limit: 431, costing the budget by how far over (an HPACK bomb
-                // that stays under the stream limits ends the connection at once).
-                self.budget.refused(self.refused_cost())?;
-                None
-            }
-        };
+        let head =
+            match headers::request(Hpack(&mut self.hdec, block), self.cfg.enable_connect_protocol, &mut self.arena) {
+                Ok(h) => Some(h),
+                Err(e @ (HeaderError::Compression | HeaderError::Abandoned)) => return Err(conn_error(e)),
+                Err(HeaderError::Malformed) => {
+                    self.budget.refused(1)?;
+                    return self.reset(id, Reason::PROTOCOL_ERROR);
+                }
+                Err(HeaderError::TooLarge) => {
+                    // Over the limit: 431, costing the budget by how far over (an HPACK bomb
+                    // that stays under the stream limits ends the connection at once).
+                    self.budget.refused(self.refused_cost())?;
+                    None
+                }
+            };
         let state = if end_stream { State::HalfClosedRemote } else { State::Open };
         let mut prec = self.queue.precedence(id);
         if let Some(d) = dep.filter(|_| !self.no_rfc7540) {

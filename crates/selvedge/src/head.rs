@@ -1,5 +1,7 @@
-//! Header blocks to requests, with the RFC 9113 §8.2–8.3 checks. A malformed request is a
-//! stream error of type PROTOCOL_ERROR (§8.1.1).
+//! Decoded field sections to request heads, for HTTP/2 (HPACK) and HTTP/3 (QPACK): the
+//! checks of RFC 9113 §8.2–8.3 and RFC 9114 §4.2–4.3, which say the same. A malformed
+//! request is a stream error (HTTP/2 PROTOCOL_ERROR, §8.1.1; HTTP/3 H3_MESSAGE_ERROR,
+//! §4.1.2).
 //!
 //! The decoded fields are copied once into one buffer per request, which the
 //! [`RequestHead`]'s spans point into (as an HTTP/1 request's point into its receive
@@ -8,7 +10,7 @@
 use bytes::{Bytes, BytesMut};
 use http::Method;
 
-use crate::hpack::{self, DecodeError, Token};
+use crate::hpack::{self, DecodeError, HeaderField, Token};
 use crate::message::{parse_decimal, swar, HeaderSpan, Span, LOWER_TOKEN};
 use crate::request::RequestHead;
 
@@ -18,11 +20,13 @@ const ARENA: usize = 16 * 1024;
 /// Why a header block gives no request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HeaderError {
-    /// The request is malformed: RST_STREAM(PROTOCOL_ERROR).
+    /// The request is malformed: RST_STREAM(PROTOCOL_ERROR), H3_MESSAGE_ERROR.
     Malformed,
-    /// The decoded list exceeds our SETTINGS_MAX_HEADER_LIST_SIZE: answer 431.
+    /// The decoded list exceeds our SETTINGS_MAX_HEADER_LIST_SIZE
+    /// (SETTINGS_MAX_FIELD_SECTION_SIZE): answer 431.
     TooLarge,
-    /// HPACK failed: the connection ends with COMPRESSION_ERROR.
+    /// The field section cannot be decoded: the connection ends with COMPRESSION_ERROR
+    /// (QPACK_DECOMPRESSION_FAILED).
     Compression,
     /// The block decodes to far more than the limit (an HPACK bomb) and was abandoned:
     /// the connection ends with ENHANCE_YOUR_CALM.
@@ -48,7 +52,33 @@ fn valid_value(v: &[u8]) -> bool {
     !swar::has_nul_cr_lf(v) && !matches!(v.first(), Some(b' ' | b'\t')) && !matches!(v.last(), Some(b' ' | b'\t'))
 }
 
-/// Whether the field may not appear in HTTP/2 (§8.2.2).
+/// A field section that decodes field by field: an HPACK block with its connection's
+/// decoder, or a QPACK one.
+pub(crate) trait Fields {
+    /// Gives each field to `emit`, in order; on [`DecodeError::HeaderListTooLarge`] the
+    /// fields that fit were given.
+    fn decode<F: FnMut(HeaderField<'_>)>(self, emit: F) -> Result<(), DecodeError>;
+
+    /// The encoded size, from which the decoded size is guessed.
+    fn encoded_len(&self) -> usize;
+}
+
+/// An HPACK block and its connection's decoder.
+pub(crate) struct Hpack<'a>(pub(crate) &'a mut hpack::Decoder, pub(crate) &'a [u8]);
+
+impl Fields for Hpack<'_> {
+    #[inline]
+    fn decode<F: FnMut(HeaderField<'_>)>(self, emit: F) -> Result<(), DecodeError> {
+        self.0.decode(self.1, emit)
+    }
+
+    #[inline]
+    fn encoded_len(&self) -> usize {
+        self.1.len()
+    }
+}
+
+/// Whether the field may not appear in HTTP/2 (RFC 9113 §8.2.2) or HTTP/3 (RFC 9114 §4.2).
 fn connection_specific(token: Option<Token>, name: &[u8]) -> bool {
     matches!(token, Some(Token::Connection | Token::TransferEncoding | Token::Upgrade))
         || name == b"keep-alive"
@@ -63,18 +93,13 @@ fn decode_err(e: DecodeError) -> HeaderError {
     }
 }
 
-/// Decodes and checks a request's header block. `extended_connect`: `:protocol` is allowed
+/// Decodes and checks a request's field section. `extended_connect`: `:protocol` is allowed
 /// on CONNECT (we advertised SETTINGS_ENABLE_CONNECT_PROTOCOL, RFC 8441 §4).
 ///
 /// The fields are copied into `arena` (one allocation serves many requests; each request's
 /// bytes are split off and shared).
-pub(crate) fn request(
-    dec: &mut hpack::Decoder,
-    block: &[u8],
-    extended_connect: bool,
-    arena: &mut BytesMut,
-) -> Result<Head, HeaderError> {
-    let need = block.len() * 2 + 64;
+pub(crate) fn request(fields: impl Fields, extended_connect: bool, arena: &mut BytesMut) -> Result<Head, HeaderError> {
+    let need = fields.encoded_len() * 2 + 64;
     let buf = arena;
     buf.clear();
     if buf.capacity() < need {
@@ -92,7 +117,7 @@ pub(crate) fn request(
     let mut headers = crate::pool::take_spans();
     let mut content_length: Option<u64> = None;
     let mut priority: Option<Bytes> = None;
-    let r = dec.decode(block, |f| {
+    let r = fields.decode(|f| {
         if malformed {
             return;
         }
@@ -186,16 +211,18 @@ pub(crate) fn request(
     Ok(Head { req, content_length, priority })
 }
 
-/// Decodes and checks a trailer block: no pseudo-header fields (§8.1).
-pub(crate) fn trailers(dec: &mut hpack::Decoder, block: &[u8]) -> Result<(), HeaderError> {
+/// Decodes and checks a trailer section: no pseudo-header fields (RFC 9113 §8.1, RFC 9114
+/// §4.3).
+pub(crate) fn trailers(fields: impl Fields) -> Result<(), HeaderError> {
     let mut malformed = false;
-    dec.decode(block, |f| {
-        let name = f.name.as_bytes();
-        if name.first() == Some(&b':') || !name.iter().all(|&b| token_char(b)) || !valid_value(&f.value) {
-            malformed = true;
-        }
-    })
-    .map_err(decode_err)?;
+    fields
+        .decode(|f| {
+            let name = f.name.as_bytes();
+            if name.first() == Some(&b':') || !name.iter().all(|&b| token_char(b)) || !valid_value(&f.value) {
+                malformed = true;
+            }
+        })
+        .map_err(decode_err)?;
     if malformed {
         Err(HeaderError::Malformed)
     } else {
@@ -223,7 +250,7 @@ mod tests {
     }
 
     fn decode(fields: &[(&str, &str)]) -> Result<Head, HeaderError> {
-        request(&mut hpack::Decoder::default(), &block(fields), true, &mut BytesMut::new())
+        request(Hpack(&mut hpack::Decoder::default(), &block(fields)), true, &mut BytesMut::new())
     }
 
     /// The request the driver makes of a head.
@@ -282,7 +309,7 @@ mod tests {
         assert_eq!((r.method(), r.upgrade(), r.path()), (&Method::CONNECT, Some("websocket"), "/chat"));
         // Not advertised: `:protocol` is an unknown pseudo-header.
         assert_eq!(
-            request(&mut hpack::Decoder::default(), &block(&f), false, &mut BytesMut::new()).err(),
+            request(Hpack(&mut hpack::Decoder::default(), &block(&f)), false, &mut BytesMut::new()).err(),
             Some(HeaderError::Malformed)
         );
         // `:protocol` needs CONNECT with :scheme, :path and :authority (RFC 8441 §4).
@@ -302,6 +329,6 @@ mod tests {
         let big = "x".repeat(200);
         let mut f = BASE.to_vec();
         f.push(("big", &big));
-        assert_eq!(request(&mut dec, &block(&f), true, &mut BytesMut::new()).err(), Some(HeaderError::TooLarge));
+        assert_eq!(request(Hpack(&mut dec, &block(&f)), true, &mut BytesMut::new()).err(), Some(HeaderError::TooLarge));
     }
 }
