@@ -103,12 +103,15 @@ pub(crate) async fn serve<A: App>(conn: quinn::Connection, app: Arc<A>, cfg: Arc
                         continue;
                     }
                     next_id = next_id.max(id + 4);
-                    let req = request(send, recv, conn.clone(), app.clone(), cfg.clone(), peer.clone());
                     let guard = InFlight::enter(&tasks);
-                    tokio::spawn(crate::dispatch::in_current_span(async move {
+                    let req = request(send, recv, conn.clone(), app.clone(), cfg.clone(), peer.clone());
+                    // Boxed: the task then moves a pointer, not the request's whole future
+                    // (the app's included), each time it is spawned, run and finished.
+                    let req = Box::pin(async move {
                         req.await;
                         drop(guard);
-                    }));
+                    });
+                    tokio::spawn(crate::dispatch::in_current_span(req));
                 }
                 Err(_) => break,
             },
