@@ -18,11 +18,14 @@
 #                                       # outside valgrind), a PHP page printing the same page
 #   bench/callgrind.sh server-h2        # the server binary over cleartext HTTP/2 (h2load
 #   bench/callgrind.sh hello-h2         # -c100 -m100, H2_REQUESTS requests): the same page
+#   bench/callgrind.sh server-h3        # the server binary over HTTP/3 (the engine's h3_load,
+#                                       # 50 connections x 32 streams, H3_REQUESTS requests;
+#                                       # the 50 QUIC handshakes included)
 #   ADMIN=1 bench/callgrind.sh server   # the same with the admin listener on (metrics counted)
 #   LOG=json bench/callgrind.sh server  # with the access log on, in that format (combined|json)
 #
 # Env: PORT (18081), DURATION (8s), H2_REQUESTS (60000; the h2 modes count requests, not
-# time), OUT (callgrind output file; kept for callgrind_annotate),
+# time), H3_REQUESTS (20000), OUT (callgrind output file; kept for callgrind_annotate),
 # ADMIN (1: [admin] on), LOG (off|combined|json: the server's access log).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -31,6 +34,7 @@ what=${1:-hello}
 proto=h1
 case $what in
     *-h2) proto=h2; what=${what%-h2} ;;
+    server-h3) proto=h3; what=server ;;
 esac
 feature=${2:-}
 PORT=${PORT:-18081}
@@ -51,6 +55,14 @@ case $what in
         path=/index.html ;;
     server)
         cargo build -q --release -p selvedge-server
+        listen_tls=""
+        if [[ $proto == h3 ]]; then
+            cargo build -q --release -p selvedge --features http3 --example h3_load
+            openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=localhost \
+                -keyout "$tmp/key.pem" -out "$tmp/cert.pem" 2>/dev/null
+            listen_tls="tls = { cert = \"$tmp/cert.pem\", key = \"$tmp/key.pem\" }
+quic = true"
+        fi
         extra=""
         case $feature in
             "") ;;
@@ -84,6 +96,7 @@ workers = 1
 [[listen]]
 host = "127.0.0.1"
 port = $PORT
+$listen_tls
 [file_cache]
 memory_max = 16384
 [log]
@@ -123,15 +136,20 @@ TOML
         cmd=(target/release/selvedge run -c "$tmp/selvedge.toml")
         path=/index.php
         WRK_CONNS=16 ;;
-    *) echo "usage: $0 hello|server [FEATURE]|fastcgi|hello-h2|server-h2" >&2; exit 2 ;;
+    *) echo "usage: $0 hello|server [FEATURE]|fastcgi|hello-h2|server-h2|server-h3" >&2; exit 2 ;;
 esac
 valgrind --tool=callgrind --callgrind-out-file="$OUT" "${cmd[@]}" >"$tmp/server.log" 2>&1 &
 pid=$!
+scheme=http
+[[ $proto == h3 ]] && scheme=https
 for _ in $(seq 50); do
-    curl -sf -o /dev/null "${wrk_args[@]}" "http://127.0.0.1:$PORT$path" && break
+    curl -skf -o /dev/null "${wrk_args[@]}" "$scheme://127.0.0.1:$PORT$path" && break
     sleep 0.2
 done
-if [[ $proto == h2 ]]; then
+if [[ $proto == h3 ]]; then
+    n=$(target/release/examples/h3_load "127.0.0.1:$PORT" "$path" "${H3_REQUESTS:-20000}" 50 32 |
+        sed -n 's/.*"requests": \([0-9]*\).*/\1/p')
+elif [[ $proto == h2 ]]; then
     h2_args=()
     for ((i = 1; i < ${#wrk_args[@]}; i += 2)); do h2_args+=(-H "${wrk_args[i]}"); done
     n=$(h2load -t1 -c100 -m100 -n"${H2_REQUESTS:-60000}" "${h2_args[@]}" "http://127.0.0.1:$PORT$path" |
@@ -149,5 +167,5 @@ if [[ -z $total || -z $n || $n == 0 ]]; then
     cat "$tmp/server.log" >&2
     exit 1
 fi
-[[ $proto == h2 ]] && what=$what-h2
+[[ $proto != h1 ]] && what=$what-$proto
 echo "$what${feature:+ $feature}: $n requests, $total instructions, $((total / n)) per request (profile: $OUT)"
