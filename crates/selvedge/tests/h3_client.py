@@ -22,7 +22,9 @@ Modes:
                          streams: data_first (DATA before HEADERS), reserved_frame (an
                          HTTP/2 frame type), dynamic_ref (a QPACK dynamic reference),
                          uppercase (an upper-case field name), push_stream (a push stream
-                         from the client), second_control (a second control stream):
+                         from the client), second_control (a second control stream),
+                         cancel_push (CANCEL_PUSH to a server that never pushed),
+                         qpack_insert (a QPACK insert into a table of capacity 0):
                          reports how the connection or the stream was closed
   bench PATH N CONNS     N GETs of PATH over CONNS connections, CONNS at a time: requests/s
 """
@@ -131,6 +133,11 @@ async def raw(c, case):
             "uppercase": qpack_get(extra=b"\x24X-Up\x01v"),
         }[case]
         q.send_stream_data(sid, data, end_stream=True)
+    elif case == "cancel_push":
+        q.send_stream_data(c.h3._local_control_stream_id, b"\x03\x01\x00")
+    elif case == "qpack_insert":
+        # Insert with literal name "a: b" (RFC 9204 §4.3.3).
+        q.send_stream_data(c.h3._local_encoder_stream_id, b"\x41a\x01b")
     else:
         uni = q.get_next_available_stream_id(is_unidirectional=True)
         data = {"push_stream": b"\x01\x00", "second_control": b"\x00\x04\x00"}[case]

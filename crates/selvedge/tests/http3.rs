@@ -213,8 +213,9 @@ fn a_silent_client_is_dropped_at_the_idle_timeout_and_a_drain_lets_requests_fini
 
 /// What no conforming client sends, each answered with its RFC 9114 / RFC 9204 code: the
 /// connection closed for a frame where it may not be (H3_FRAME_UNEXPECTED), a QPACK
-/// reference to a dynamic table we never allowed (QPACK_DECOMPRESSION_FAILED), a push or
-/// second control stream from the client (H3_STREAM_CREATION_ERROR); a malformed request
+/// reference to a dynamic table we never allowed (QPACK_DECOMPRESSION_FAILED) or an insert
+/// into it (QPACK_ENCODER_STREAM_ERROR), a push or second control stream from the client
+/// (H3_STREAM_CREATION_ERROR), a CANCEL_PUSH with no push (H3_ID_ERROR); a malformed request
 /// reset on its own (H3_MESSAGE_ERROR) while the connection serves on.
 #[test]
 fn protocol_errors_close_with_their_codes() {
@@ -225,6 +226,8 @@ fn protocol_errors_close_with_their_codes() {
         ("dynamic_ref", 0x200),
         ("push_stream", 0x103),
         ("second_control", 0x103),
+        ("cancel_push", 0x108),
+        ("qpack_insert", 0x201),
     ] {
         let r = client(s.port, &["raw", case]);
         assert_eq!(r["closed"]["error_code"], code, "{case}: {r}");

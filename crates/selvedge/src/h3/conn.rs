@@ -81,8 +81,9 @@ pub(crate) async fn serve<A: App>(conn: quinn::Connection, app: Arc<A>, cfg: Arc
     // error for the peer).
     let Ok(mut control) = conn.open_uni().await else { return };
     let preface = frame::control_preface(u64::from(cfg.h3.max_header_list_size));
-    if control.write_all(&preface).await.is_err() {
-        return;
+    if timed(&cfg, control.write_all(&preface)).await.is_err() {
+        // A peer that leaves no room for our SETTINGS (RFC 9114 §6.2 asks for 1,024 bytes).
+        return conn_error(&conn, code::EXCESSIVE_LOAD, "no room for our control stream");
     }
     let critical = Arc::new(Critical::default());
     // Requests in flight, each a task of its own; the connection waits for them to end.
@@ -121,10 +122,12 @@ pub(crate) async fn serve<A: App>(conn: quinn::Connection, app: Arc<A>, cfg: Arc
                 }
                 Err(_) => break,
             },
+            // Streams the peer ended (unknown types, stopped at once) leave the set.
+            Some(_) = uni.join_next(), if !uni.is_empty() => {}
             () = group.wait_drain(), if !draining => {
                 draining = true;
                 // GOAWAY: no new requests; those in flight finish.
-                if control.write_all(&frame::goaway(next_id)).await.is_err() {
+                if timed(&cfg, control.write_all(&frame::goaway(next_id))).await.is_err() {
                     break;
                 }
             }
@@ -135,6 +138,12 @@ pub(crate) async fn serve<A: App>(conn: quinn::Connection, app: Arc<A>, cfg: Arc
         }
     }
     tasks.idle().await;
+    if draining {
+        // The last responses may still be in quinn's send buffer: the client gets the
+        // time to take them and close, at most `linger`, before our CONNECTION_CLOSE (which
+        // stops all sending).
+        let _ = tokio::time::timeout(cfg.linger_timeout, conn.closed()).await;
+    }
     uni.abort_all();
     conn.close(var(code::NO_ERROR), b"");
     // Let the endpoint's driver send the CONNECTION_CLOSE before this task (and maybe
@@ -214,15 +223,8 @@ async fn peer_stream(recv: RecvStream, conn: quinn::Connection, critical: Arc<Cr
     let first = |flag: &AtomicBool| !flag.swap(true, Ordering::Relaxed);
     match kind {
         frame::CONTROL_STREAM if first(&critical.control) => control_stream(r, &conn).await,
-        frame::QPACK_ENCODER_STREAM if first(&critical.encoder) => {
-            // Nothing on it can matter to a table of capacity 0; its end is an error.
-            while let Ok(true) = r.drop_read().await {}
-            conn_error(&conn, code::CLOSED_CRITICAL_STREAM, "QPACK encoder stream closed");
-        }
-        frame::QPACK_DECODER_STREAM if first(&critical.decoder) => {
-            while let Ok(true) = r.drop_read().await {}
-            conn_error(&conn, code::CLOSED_CRITICAL_STREAM, "QPACK decoder stream closed");
-        }
+        frame::QPACK_ENCODER_STREAM if first(&critical.encoder) => qpack_stream(r, &conn, true).await,
+        frame::QPACK_DECODER_STREAM if first(&critical.decoder) => qpack_stream(r, &conn, false).await,
         frame::CONTROL_STREAM | frame::QPACK_ENCODER_STREAM | frame::QPACK_DECODER_STREAM => {
             conn_error(&conn, code::STREAM_CREATION_ERROR, "a second critical stream");
         }
@@ -233,10 +235,47 @@ async fn peer_stream(recv: RecvStream, conn: quinn::Connection, critical: Arc<Cr
     }
 }
 
+/// The peer's QPACK encoder or decoder stream (RFC 9204 §4.3, §4.4). With our table's
+/// capacity at 0 the encoder may only set that capacity to 0, and the decoder may only
+/// cancel streams (we never send a section that it could acknowledge, nor insert anything
+/// it could count); anything else is an error, and so is the stream's end.
+async fn qpack_stream(mut r: Reader, conn: &quinn::Connection, encoder: bool) {
+    let err = if encoder { code::QPACK_ENCODER_STREAM_ERROR } else { code::QPACK_DECODER_STREAM_ERROR };
+    loop {
+        while let Some(&b) = r.buf.first() {
+            // (pattern, mask, integer prefix) of the one instruction allowed.
+            let (ok, prefix) = if encoder { (b & 0xe0 == 0x20, 5) } else { (b & 0xc0 == 0x40, 6) };
+            if !ok {
+                return conn_error(conn, err, "QPACK instruction for a table we do not have");
+            }
+            let mut pos = 0;
+            match crate::hpack::decode_int(&r.buf, &mut pos, prefix) {
+                Ok(v) => {
+                    if encoder && v != 0 {
+                        return conn_error(conn, err, "QPACK table capacity above ours");
+                    }
+                    r.buf.advance(pos);
+                }
+                Err(crate::hpack::DecodeError::TruncatedInteger) => break,
+                Err(_) => return conn_error(conn, err, "bad QPACK instruction"),
+            }
+        }
+        match r.fill().await {
+            Ok(true) => {}
+            Ok(false) | Err(_) => {
+                let why = if encoder { "QPACK encoder stream closed" } else { "QPACK decoder stream closed" };
+                return conn_error(conn, code::CLOSED_CRITICAL_STREAM, why);
+            }
+        }
+    }
+}
+
 /// The peer's control stream: SETTINGS first and once, then GOAWAY, MAX_PUSH_ID and
 /// CANCEL_PUSH (nothing to do for a server that does not push), unknown types skipped.
 async fn control_stream(mut r: Reader, conn: &quinn::Connection) {
     let mut settings = false;
+    // The last GOAWAY and MAX_PUSH_ID values: the one may only fall, the other only rise.
+    let (mut goaway, mut max_push) = (u64::MAX, 0u64);
     loop {
         let h = match r.frame_head().await {
             Ok(Some(h)) => h,
@@ -262,14 +301,33 @@ async fn control_stream(mut r: Reader, conn: &quinn::Connection) {
                     return conn_error(conn, c, "bad SETTINGS");
                 }
             }
-            frame::GOAWAY | frame::MAX_PUSH_ID | frame::CANCEL_PUSH => {
+            frame::CANCEL_PUSH => {
+                // We never promise a push, so no push ID can be cancelled (§7.2.3).
+                return conn_error(conn, code::ID_ERROR, "CANCEL_PUSH without a push");
+            }
+            frame::GOAWAY | frame::MAX_PUSH_ID => {
                 if h.len > 8 {
                     return conn_error(conn, code::FRAME_ERROR, "bad control frame");
                 }
-                match r.payload(h.len as usize).await {
-                    Ok(p) if frame::varint(&p).is_some_and(|(_, n)| n == p.len()) => {}
-                    Ok(_) => return conn_error(conn, code::FRAME_ERROR, "bad control frame"),
+                let id = match r.payload(h.len as usize).await {
+                    Ok(p) => match frame::varint(&p) {
+                        Some((id, n)) if n == p.len() => id,
+                        _ => return conn_error(conn, code::FRAME_ERROR, "bad control frame"),
+                    },
                     Err(_) => return conn_error(conn, code::CLOSED_CRITICAL_STREAM, "control stream closed"),
+                };
+                // A GOAWAY may not raise the last one's ID (§5.2), a MAX_PUSH_ID may not
+                // lower the last one's (§7.2.7).
+                if h.kind == frame::GOAWAY {
+                    if id > goaway {
+                        return conn_error(conn, code::ID_ERROR, "GOAWAY raised its ID");
+                    }
+                    goaway = id;
+                } else {
+                    if id < max_push {
+                        return conn_error(conn, code::ID_ERROR, "MAX_PUSH_ID lowered");
+                    }
+                    max_push = id;
                 }
             }
             frame::SETTINGS | frame::DATA | frame::HEADERS | frame::PUSH_PROMISE => {
@@ -333,12 +391,6 @@ impl Reader {
 
     async fn fill(&mut self) -> Result<bool, ReadFail> {
         poll_fn(|cx| self.poll_fill(cx)).await
-    }
-
-    /// Reads and drops what arrives: `Ok(false)` at the end.
-    async fn drop_read(&mut self) -> Result<bool, ReadFail> {
-        self.buf.clear();
-        self.fill().await
     }
 
     /// The next frame's head, or `None` at a clean end of the stream.
@@ -458,8 +510,8 @@ async fn request<A: App>(
             return cfg.exception(&Error::new(Kind::BadRequest, "malformed HTTP/3 request"));
         }
         Ok(Err(NoHead::TooLarge)) => {
-            // Answered, and the rest of the request refused (RFC 9114 §4.2.2).
-            let _ = r.recv.stop(var(code::REQUEST_REJECTED));
+            // Answered, and the rest of the request not read (RFC 9114 §4.1.1, §4.2.2).
+            let _ = r.recv.stop(var(code::NO_ERROR));
             let res = Response::new(http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
             send_response(send, res, false, &cfg).await;
             return cfg.exception(&Error::new(Kind::BadRequest, "HTTP/3 request head over the limit (431)"));
@@ -519,9 +571,9 @@ fn response_head(res: &crate::response::Parts, len: Option<u64>, data: Option<us
     if !has_date {
         date::current(&mut d);
     }
-    let mut digits = itoa_buf();
+    let mut digits = [0u8; 20];
     let len_str: Option<&[u8]> = match len {
-        Some(n) if !has_len && !crate::message::bodiless(res.status) => Some(itoa(n, &mut digits)),
+        Some(n) if !has_len && !crate::message::bodiless(res.status) => Some(crate::message::decimal(n, &mut digits)),
         _ => None,
     };
     let server = if has_server { None } else { cfg.server_name };
@@ -574,23 +626,6 @@ fn response_head(res: &crate::response::Parts, len: Option<u64>, data: Option<us
     block.freeze().slice(start..)
 }
 
-fn itoa_buf() -> [u8; 20] {
-    [0u8; 20]
-}
-
-/// `n` in decimal, at the end of `buf`.
-fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
-    }
-}
-
 /// A DATA frame's head for `len` bytes.
 fn data_head(len: usize) -> Bytes {
     let mut h = BytesMut::with_capacity(9);
@@ -620,12 +655,10 @@ async fn send_response(mut send: SendStream, res: Response, is_head: bool, cfg: 
             Ok(()) => send_file(&mut send, &f, cfg).await,
             Err(e) => Err(e),
         },
-        ResponseBody::Stream(st) if !bodiless => {
-            if timed(cfg, send.write_chunk(headers)).await.is_err() {
-                return false;
-            }
-            return send_stream(send, st, cfg).await;
-        }
+        ResponseBody::Stream(st) if !bodiless => match timed(cfg, send.write_chunk(headers)).await {
+            Ok(()) => return send_stream(send, st, cfg).await,
+            Err(e) => Err(e),
+        },
         _ => timed(cfg, send.write_chunk(headers)).await,
     };
     match sent {
@@ -895,7 +928,7 @@ impl BodySource for BodyReader {
             if self.data_left == 0 && self.skip_left == 0 {
                 if let Some(h) = frame::head(buf) {
                     match h.kind {
-                        _ if self.trailers => {
+                        frame::DATA | frame::HEADERS if self.trailers => {
                             return self.conn_fail(code::FRAME_UNEXPECTED, "a frame after the trailers");
                         }
                         frame::DATA => {

@@ -45,6 +45,7 @@ pub mod code {
     pub const FRAME_UNEXPECTED: u32 = 0x105;
     pub const FRAME_ERROR: u32 = 0x106;
     pub const EXCESSIVE_LOAD: u32 = 0x107;
+    pub const ID_ERROR: u32 = 0x108;
     pub const SETTINGS_ERROR: u32 = 0x109;
     pub const MISSING_SETTINGS: u32 = 0x10a;
     pub const REQUEST_REJECTED: u32 = 0x10b;
@@ -52,6 +53,8 @@ pub mod code {
     pub const REQUEST_INCOMPLETE: u32 = 0x10d;
     pub const MESSAGE_ERROR: u32 = 0x10e;
     pub const QPACK_DECOMPRESSION_FAILED: u32 = 0x200;
+    pub const QPACK_ENCODER_STREAM_ERROR: u32 = 0x201;
+    pub const QPACK_DECODER_STREAM_ERROR: u32 = 0x202;
 }
 
 /// Largest value a variable-length integer holds (RFC 9000 §16).
