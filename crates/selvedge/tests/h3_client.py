@@ -21,7 +21,9 @@ Modes:
   raw CASE               bytes no conforming client sends, written straight on QUIC
                          streams: data_first (DATA before HEADERS), reserved_frame (an
                          HTTP/2 frame type), dynamic_ref (a QPACK dynamic reference),
-                         uppercase (an upper-case field name), push_stream (a push stream
+                         uppercase (an upper-case field name), no_authority and
+                         empty_authority (neither `:authority` nor `host`, an empty
+                         `:authority`), push_stream (a push stream
                          from the client), second_control (a second control stream),
                          cancel_push (CANCEL_PUSH to a server that never pushed),
                          qpack_insert (a QPACK insert into a table of capacity 0):
@@ -113,16 +115,16 @@ class Client(QuicConnectionProtocol):
         await asyncio.wait_for(asyncio.gather(*(self.streams[s]["done"] for s in sids)), timeout)
 
 
-def qpack_get(extra=b"", prefix=b"\x00\x00"):
+def qpack_get(extra=b"", prefix=b"\x00\x00", authority=b"\x50\x09localhost"):
     """A HEADERS frame for GET https://localhost/, QPACK with static references only."""
-    block = prefix + b"\xd1\xd7\x50\x09localhost\xc1" + extra
+    block = prefix + b"\xd1\xd7" + authority + b"\xc1" + extra
     return bytes([0x01, len(block)]) + block
 
 
 async def raw(c, case):
     q = c._quic
     sid = None
-    if case in ("data_first", "reserved_frame", "dynamic_ref", "uppercase"):
+    if case in ("data_first", "reserved_frame", "dynamic_ref", "uppercase", "no_authority", "empty_authority"):
         sid = q.get_next_available_stream_id()
         c.streams[sid] = {"headers": None, "body": hashlib.sha256(), "len": 0,
                           "done": c._loop.create_future()}
@@ -131,6 +133,8 @@ async def raw(c, case):
             "reserved_frame": b"\x02\x00" + qpack_get(),
             "dynamic_ref": qpack_get(prefix=b"\x01\x00"),
             "uppercase": qpack_get(extra=b"\x24X-Up\x01v"),
+            "no_authority": qpack_get(authority=b""),
+            "empty_authority": qpack_get(authority=b"\xc0"),
         }[case]
         q.send_stream_data(sid, data, end_stream=True)
     elif case == "cancel_push":

@@ -216,7 +216,8 @@ fn a_silent_client_is_dropped_at_the_idle_timeout_and_a_drain_lets_requests_fini
 /// reference to a dynamic table we never allowed (QPACK_DECOMPRESSION_FAILED) or an insert
 /// into it (QPACK_ENCODER_STREAM_ERROR), a push or second control stream from the client
 /// (H3_STREAM_CREATION_ERROR), a CANCEL_PUSH with no push (H3_ID_ERROR); a malformed request
-/// reset on its own (H3_MESSAGE_ERROR) while the connection serves on.
+/// (an upper-case field name, no authority, an empty one) reset on its own
+/// (H3_MESSAGE_ERROR) while the connection serves on.
 #[test]
 fn protocol_errors_close_with_their_codes() {
     let s = start(|_| {});
@@ -232,10 +233,12 @@ fn protocol_errors_close_with_their_codes() {
         let r = client(s.port, &["raw", case]);
         assert_eq!(r["closed"]["error_code"], code, "{case}: {r}");
     }
-    let r = client(s.port, &["raw", "uppercase"]);
-    assert_eq!(r["reset"], 0x10e, "{r}");
-    assert!(r["closed"].is_null(), "{r}");
-    assert!(r.get("status").is_none(), "{r}");
+    for case in ["uppercase", "no_authority", "empty_authority"] {
+        let r = client(s.port, &["raw", case]);
+        assert_eq!(r["reset"], 0x10e, "{case}: {r}");
+        assert!(r["closed"].is_null(), "{case}: {r}");
+        assert!(r.get("status").is_none(), "{case}: {r}");
+    }
 }
 
 /// The listener's `Alt-Svc` is added to every answer over TCP, unless the app set its own:

@@ -468,6 +468,9 @@ async fn read_head(r: &mut Reader, max: u32) -> Result<head::Head, NoHead> {
                 let mut arena = BytesMut::with_capacity(block.len() * 2 + 64);
                 let section = qpack::Section { block: &block, max_size: max as usize };
                 return match head::request(section, false, &mut arena) {
+                    // Every HTTP/3 request names its authority, by `:authority` or `host`, and
+                    // not as empty (RFC 9114 §4.3.1: the schemes HTTP/3 carries require one).
+                    Ok(h) if h.req.authority.is_none_or(|a| a.len == 0) => Err(NoHead::Malformed),
                     Ok(h) => Ok(h),
                     Err(HeaderError::Malformed) => Err(NoHead::Malformed),
                     Err(HeaderError::TooLarge) => Err(NoHead::TooLarge),
