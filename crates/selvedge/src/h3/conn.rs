@@ -32,7 +32,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use http::header::{self, HeaderName};
+use http::header;
 use http::{Method, Version};
 use quinn::{RecvStream, SendStream, VarInt};
 
@@ -43,6 +43,7 @@ use crate::body::{Body, BodySink, BodySource, BodyWriter, WriteFuture};
 use crate::dispatch::{or_500, poll_catching};
 use crate::error::{Error, Kind};
 use crate::head::{self, HeaderError};
+use crate::message::response_field;
 use crate::response::{FileBody, Response, ResponseBody, StreamBody};
 use crate::settings::Settings;
 use crate::sys::PeerAddr;
@@ -131,10 +132,8 @@ pub(crate) async fn serve<A: App>(conn: quinn::Connection, app: Arc<A>, cfg: Arc
                     break;
                 }
             }
-            () = tasks.idle(), if draining => {}
-        }
-        if draining && tasks.count() == 0 {
-            break;
+            // After GOAWAY, once the last request in flight has ended.
+            () = tasks.idle(), if draining => break,
         }
     }
     tasks.idle().await;
@@ -167,15 +166,11 @@ impl InFlight {
         Entered(this.clone())
     }
 
-    fn count(&self) -> usize {
-        self.count.load(Ordering::Acquire)
-    }
-
     /// Waits until no request is in flight.
     async fn idle(&self) {
         loop {
             let notified = self.done.notified();
-            if self.count() == 0 {
+            if self.count.load(Ordering::Acquire) == 0 {
                 return;
             }
             notified.await;
@@ -549,16 +544,6 @@ async fn request<A: App>(
     }
 }
 
-/// Whether the field may not appear in an HTTP/3 message (RFC 9114 §4.2): responses leave
-/// it out.
-fn connection_specific(name: &HeaderName) -> bool {
-    *name == header::CONNECTION
-        || *name == header::TRANSFER_ENCODING
-        || *name == header::UPGRADE
-        || name.as_str() == "keep-alive"
-        || name.as_str() == "proxy-connection"
-}
-
 /// The HEADERS frame of a response: its fields (the shared ones first), with `date`,
 /// `server` and `content-length` added as the other drivers add them; then, if `data` is
 /// given, the head of a DATA frame of that length (the body follows it as it is).
@@ -583,8 +568,7 @@ fn response_head(res: &crate::response::Parts, len: Option<u64>, data: Option<us
     let own = res
         .headers
         .iter()
-        .filter(|(n, _)| !connection_specific(n))
-        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+        .filter_map(response_field)
         .chain((!has_date).then_some((&b"date"[..], &d[..])))
         .chain(server.map(|s| (&b"server"[..], s.as_bytes())))
         .chain(len_str.map(|l| (&b"content-length"[..], l)));
@@ -597,8 +581,7 @@ fn response_head(res: &crate::response::Parts, len: Option<u64>, data: Option<us
     if let Some(s) = res.shared.as_deref() {
         block.extend_from_slice(s.h3_lines(|fields| {
             let mut b = BytesMut::new();
-            let fields = fields.iter().filter(|(n, _)| !connection_specific(n));
-            qpack::encode_fields(fields.map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())), &mut b);
+            qpack::encode_fields(fields.iter().filter_map(response_field), &mut b);
             b.freeze()
         }));
     }

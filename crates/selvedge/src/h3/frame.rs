@@ -4,30 +4,30 @@
 
 use bytes::{BufMut, BytesMut};
 
-/// Frame types (§7.2).
-#[allow(missing_docs)]
+// Frame types (§7.2).
+/// DATA (§7.2.1): a piece of the message body.
 pub const DATA: u64 = 0x0;
-#[allow(missing_docs)]
+/// HEADERS (§7.2.2): a QPACK field section.
 pub const HEADERS: u64 = 0x1;
-#[allow(missing_docs)]
+/// CANCEL_PUSH (§7.2.3).
 pub const CANCEL_PUSH: u64 = 0x3;
-#[allow(missing_docs)]
+/// SETTINGS (§7.2.4): first on each control stream.
 pub const SETTINGS: u64 = 0x4;
-#[allow(missing_docs)]
+/// PUSH_PROMISE (§7.2.5).
 pub const PUSH_PROMISE: u64 = 0x5;
-#[allow(missing_docs)]
+/// GOAWAY (§7.2.6).
 pub const GOAWAY: u64 = 0x7;
-#[allow(missing_docs)]
+/// MAX_PUSH_ID (§7.2.7).
 pub const MAX_PUSH_ID: u64 = 0xd;
 
-/// Unidirectional stream types (§6.2; RFC 9204 §4.2).
-#[allow(missing_docs)]
+// Unidirectional stream types (§6.2; RFC 9204 §4.2).
+/// The control stream (§6.2.1).
 pub const CONTROL_STREAM: u64 = 0x0;
-#[allow(missing_docs)]
+/// A push stream (§6.2.2).
 pub const PUSH_STREAM: u64 = 0x1;
-#[allow(missing_docs)]
+/// QPACK's encoder stream (RFC 9204 §4.2).
 pub const QPACK_ENCODER_STREAM: u64 = 0x2;
-#[allow(missing_docs)]
+/// QPACK's decoder stream (RFC 9204 §4.2).
 pub const QPACK_DECODER_STREAM: u64 = 0x3;
 
 /// Settings (§7.2.4.1; RFC 9204 §5).

@@ -298,7 +298,7 @@ fn status_index(status: u16) -> Option<usize> {
 }
 
 /// A request's field section (pseudo-header fields first, names in lower case): the
-/// encoded-section prefix, then the fields as [`encode_response`] writes them.
+/// encoded-section prefix, then the fields as [`encode_fields`] writes them.
 pub fn encode_request<'a>(fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>, dst: &mut BytesMut) {
     dst.put_slice(&[0, 0]);
     encode_fields(fields, dst);
@@ -332,8 +332,10 @@ pub fn encode_status(status: u16, dst: &mut BytesMut) {
 }
 
 /// The field lines of `fields`: static references where the table has the field or its
-/// name, literals otherwise. With no dynamic table, field lines do not depend on what
-/// came before them: lines encoded once can be copied into any section.
+/// name, literals otherwise (lower-case names, as `http`'s are). Values are Huffman-coded
+/// where that is shorter; literal names are not (a name outside the static table is rarely
+/// short to code). With no dynamic table, field lines do not depend on what came before
+/// them: lines encoded once can be copied into any section.
 pub fn encode_fields<'a>(fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>, dst: &mut BytesMut) {
     for (name, value) in fields {
         match find(name, value) {
@@ -364,6 +366,12 @@ mod tests {
             ))
         })?;
         Ok(out)
+    }
+
+    /// A whole response section, as the driver writes it.
+    fn encode_response<'a>(status: u16, fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>, dst: &mut BytesMut) {
+        encode_status(status, dst);
+        encode_fields(fields, dst);
     }
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {

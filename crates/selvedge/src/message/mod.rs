@@ -33,6 +33,19 @@ pub(crate) fn bodiless(status: http::StatusCode) -> bool {
     status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED
 }
 
+/// A response field as HTTP/2 and HTTP/3 encode it (name and value bytes), unless it is
+/// connection-specific and so left out (RFC 9113 §8.2.2, RFC 9114 §4.2).
+#[inline]
+pub(crate) fn response_field((n, v): &(http::HeaderName, http::HeaderValue)) -> Option<(&[u8], &[u8])> {
+    use http::header::{CONNECTION, TRANSFER_ENCODING, UPGRADE};
+    let specific = n == CONNECTION
+        || n == TRANSFER_ENCODING
+        || n == UPGRADE
+        || n.as_str() == "keep-alive"
+        || n.as_str() == "proxy-connection";
+    (!specific).then(|| (n.as_str().as_bytes(), v.as_bytes()))
+}
+
 /// The TLS version of a request's connection (see [`Request::tls_version`](crate::Request::tls_version)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

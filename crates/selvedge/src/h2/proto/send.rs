@@ -35,19 +35,7 @@ pub(crate) struct FileRead {
     pub(crate) at: usize,
 }
 
-/// Response headers that must not appear in HTTP/2 (RFC 9113 §8.2.2).
-fn connection_specific(n: &http::HeaderName) -> bool {
-    n == http::header::CONNECTION
-        || n == http::header::TRANSFER_ENCODING
-        || n == http::header::UPGRADE
-        || n.as_str() == "keep-alive"
-        || n.as_str() == "proxy-connection"
-}
-
-/// A response field as HPACK takes it, unless HTTP/2 forbids it.
-fn field((n, v): &(http::HeaderName, http::HeaderValue)) -> Option<(&[u8], &[u8])> {
-    (!connection_specific(n)).then(|| (n.as_str().as_bytes(), v.as_bytes()))
-}
+use crate::message::response_field as field;
 
 /// Whether two own-field keys are the same. Two empty ones (a file's answer, all of whose
 /// fields are shared) are not handed to `memcmp`: with the dangling pointers of empty
@@ -201,8 +189,7 @@ impl Proto {
     /// Sends the trailer section of `id` as HEADERS with END_STREAM.
     fn send_trailers(&mut self, id: u32, fields: &[(http::HeaderName, http::HeaderValue)], out: &mut Vec<u8>) {
         self.scratch.clear();
-        let fields =
-            fields.iter().filter(|(n, _)| !connection_specific(n)).map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+        let fields = fields.iter().filter_map(field);
         self.henc.encode(fields, &mut self.scratch);
         frame::Headers::encode(id, &self.scratch, true, self.peer_max_frame as usize, out);
     }
