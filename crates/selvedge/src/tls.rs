@@ -509,8 +509,17 @@ impl Session {
     }
 
     pub(crate) fn close_notify(&self, sock: &Socket) {
+        self.last_words(sock.fd(), &[]);
+    }
+
+    /// `data` (if any) and the `close_notify` alert, in one write without waiting (best
+    /// effort: the connection is closing).
+    pub(crate) fn last_words(&self, fd: std::os::fd::BorrowedFd<'_>, data: &[u8]) {
         let out = {
             let mut c = self.lock();
+            if !data.is_empty() && c.writer().write_all(data).is_err() {
+                return;
+            }
             c.send_close_notify();
             let mut out = Vec::new();
             while c.wants_write() {
@@ -520,8 +529,7 @@ impl Session {
             }
             out
         };
-        // Best effort, without waiting: the connection is closing.
-        let _ = crate::sys::send(sock.fd(), &out, false);
+        let _ = crate::sys::send(fd, &out, false);
     }
 }
 

@@ -211,6 +211,19 @@ impl Transport {
         }
     }
 
+    /// Closes an idle connection from where no `await` is possible (a task being
+    /// stopped): see [`Dormant::last_words`].
+    pub(crate) fn last_words(&self, data: &[u8]) {
+        match self {
+            #[cfg(not(feature = "tls"))]
+            Transport::Plain(s) => last_words(s.fd(), data),
+            #[cfg(feature = "tls")]
+            Transport::Plain(s) => last_words(s.fd(), None, data),
+            #[cfg(feature = "tls")]
+            Transport::Tls { sock, session } => last_words(sock.fd(), Some(session), data),
+        }
+    }
+
     /// Lingering close: half-close (FIN), then read and discard what the peer still sends,
     /// up to 1 MiB or `timeout`, so closing with unread data does not reset the connection
     /// under the answer (or the HTTP/2 GOAWAY) the peer has yet to read.
@@ -251,6 +264,16 @@ impl Dormant {
         self.fd.as_fd()
     }
 
+    /// A parked connection closes with `data` (an HTTP/2 GOAWAY): written at once, with
+    /// TLS's `close_notify` after it, then the write side is shut. Best effort: nothing
+    /// else is in flight on an idle connection, so a few bytes fit its send buffer.
+    pub(crate) fn last_words(&self, data: &[u8]) {
+        #[cfg(feature = "tls")]
+        return last_words(self.fd(), self.session.as_deref(), data);
+        #[cfg(not(feature = "tls"))]
+        last_words(self.fd(), data);
+    }
+
     /// Back on the current runtime's reactor, as the transport it was.
     ///
     /// # Errors
@@ -263,4 +286,15 @@ impl Dormant {
         }
         Ok(Transport::Plain(sock))
     }
+}
+
+/// Writes `data` at once (with TLS's `close_notify` after it), then shuts the write side.
+fn last_words(fd: BorrowedFd<'_>, #[cfg(feature = "tls")] session: Option<&crate::tls::Session>, data: &[u8]) {
+    #[cfg(feature = "tls")]
+    if let Some(session) = session {
+        session.last_words(fd, data);
+        return crate::sys::shutdown_write(fd);
+    }
+    let _ = crate::sys::send(fd, data, false);
+    crate::sys::shutdown_write(fd);
 }

@@ -1,8 +1,9 @@
 //! Idle connections parked outside their task (`server/park.rs`), over real sockets: a
 //! keep-alive connection idle for a few ticks of the timeout manager parks (the engine's
 //! `parked` counter says so) and answers its next request as before; so does a connection
-//! that has sent nothing yet, whichever protocol it then speaks; parked connections keep
-//! their idle timeout, their place in `max_connections_per_ip`, and close at shutdown.
+//! that has sent nothing yet, whichever protocol it then speaks, and an HTTP/2 connection
+//! with no stream open (with its HPACK tables); parked connections keep their idle timeout,
+//! their place in `max_connections_per_ip`, and close at shutdown (HTTP/2's with GOAWAY).
 //!
 //! The tests in this file run one at a time (the counters are the process's).
 
@@ -97,20 +98,90 @@ fn a_connection_parked_before_its_first_byte_negotiates_as_usual() {
     drop(s);
     parked(0);
     let mut h2 = common::h2::Client::connect(srv.addr, &[]);
-    h2.get(1, "/h2");
+    assert_eq!(h2_get(&mut h2, 1, "/h2"), "hello /h2\n");
+    drop(h2);
+    parked(0);
+}
+
+/// A GET on `stream` of an HTTP/2 connection: the body of its answer.
+fn h2_get(c: &mut common::h2::Client, stream: u32, path: &str) -> String {
+    c.get(stream, path);
     let mut body = Vec::new();
-    while let Some(f) = h2.next() {
-        if let selvedge::h2::frame::Frame::Data(d) = f {
-            body.extend_from_slice(&d.data);
-            if d.end_stream {
-                break;
+    while let Some(f) = c.next() {
+        match f {
+            selvedge::h2::frame::Frame::Data(d) if d.stream == stream => {
+                body.extend_from_slice(&d.data);
+                if d.end_stream {
+                    break;
+                }
             }
+            selvedge::h2::frame::Frame::GoAway(g) => panic!("GOAWAY {:?}", g.reason),
+            _ => {}
         }
     }
-    assert_eq!(body, b"hello /h2\n");
-    // The HTTP/2 connection itself is not parked.
-    std::thread::sleep(Duration::from_millis(400));
-    assert_eq!(snapshot().parked, 0);
+    String::from_utf8(body).unwrap()
+}
+
+#[test]
+fn an_idle_http2_connection_parks_and_answers_again_with_its_tables() {
+    let _s = serial();
+    let srv = start(settings(), hello);
+    let mut conns: Vec<common::h2::Client> = (0..20).map(|_| common::h2::Client::connect(srv.addr, &[])).collect();
+    for c in &mut conns {
+        assert_eq!(h2_get(c, 1, "/first"), "hello /first\n");
+    }
+    parked(20);
+    // The client's HPACK encoder refers to what its first request put in the dynamic
+    // table: the parked decoder still has it. Each connection parks again in between.
+    for round in 0..3 {
+        let stream = 3 + 2 * round;
+        for c in &mut conns {
+            assert_eq!(h2_get(c, stream, "/first"), "hello /first\n");
+        }
+        parked(20);
+    }
+    assert!(snapshot().parked_total >= 80, "parked {} times", snapshot().parked_total);
+    drop(conns);
+    parked(0);
+}
+
+#[test]
+fn a_parked_http2_connection_says_goaway_at_its_idle_timeout() {
+    let _s = serial();
+    let cfg = selvedge::Settings { idle_timeout: Duration::from_secs(1), ..settings() };
+    let srv = start(cfg, hello);
+    let mut c = common::h2::Client::connect(srv.addr, &[]);
+    let t0 = Instant::now();
+    assert_eq!(h2_get(&mut c, 1, "/"), "hello /\n");
+    assert_eq!(h2_get(&mut c, 3, "/"), "hello /\n");
+    parked(1);
+    let goaway = c.until_goaway();
+    let waited = t0.elapsed();
+    assert_eq!(goaway, Some((selvedge::h2::frame::Reason::NO_ERROR, 3)));
+    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_millis(2500), "GOAWAY after {waited:?}");
+    assert!(read_to_close(&mut c.sock).1);
+    parked(0);
+}
+
+#[test]
+fn shutdown_says_goaway_to_parked_http2_connections() {
+    let _s = serial();
+    let mut srv = start(settings(), hello);
+    let mut conns: Vec<common::h2::Client> = (0..10).map(|_| common::h2::Client::connect(srv.addr, &[])).collect();
+    for c in &mut conns {
+        h2_get(c, 1, "/");
+    }
+    parked(10);
+    let t0 = Instant::now();
+    let h = srv.handle.take().unwrap();
+    h.shutdown();
+    h.join();
+    assert!(t0.elapsed() < Duration::from_secs(2), "shutdown took {:?}", t0.elapsed());
+    for c in &mut conns {
+        assert_eq!(c.until_goaway(), Some((selvedge::h2::frame::Reason::NO_ERROR, 1)));
+        assert!(read_to_close(&mut c.sock).1);
+    }
+    parked(0);
 }
 
 #[test]
@@ -189,4 +260,29 @@ fn parked_connections_keep_their_place_in_the_per_address_count() {
     let mut d = connect(srv.addr);
     assert_eq!(get(&mut d, "/d").text(), "hello /d\n");
     assert_eq!(get(&mut b, "/b").text(), "hello /b\n");
+}
+
+#[test]
+fn drain_says_goaway_to_parked_http2_connections() {
+    let _s = serial();
+    let mut srv = start(settings(), hello);
+    let mut h1 = connect(srv.addr);
+    get(&mut h1, "/");
+    let mut h2 = common::h2::Client::connect(srv.addr, &[]);
+    h2_get(&mut h2, 1, "/");
+    parked(2);
+    let h = srv.handle.take().unwrap();
+    h.drain();
+    // The HTTP/2 client is told at once, as one in its task would be; the HTTP/1.1
+    // connection waits for its next request.
+    let t0 = Instant::now();
+    assert_eq!(h2.until_goaway(), Some((selvedge::h2::frame::Reason::NO_ERROR, 1)));
+    assert!(t0.elapsed() < Duration::from_secs(1), "GOAWAY after {:?}", t0.elapsed());
+    assert!(read_to_close(&mut h2.sock).1);
+    parked(1);
+    let r = get(&mut h1, "/last");
+    assert_eq!(r.header("connection"), Some("close"));
+    h.shutdown();
+    h.join();
+    parked(0);
 }

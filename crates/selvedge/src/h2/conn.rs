@@ -35,7 +35,7 @@ use tokio::task::AbortHandle;
 
 use super::codec::{self, PrefaceMatch};
 use super::frame::{Reason, HEADER_LEN};
-use super::proto::{After, Event, FileRead, Proto, Timeouts};
+use super::proto::{After, Event, FileRead, Parked, Proto, Timeouts, FAREWELL_LEN};
 use crate::app::App;
 use crate::body::{Body, BodySink, BodySource, BodyWriter, WriteFuture};
 use crate::dispatch::{or_500, poll_catching, AppSlot};
@@ -70,6 +70,9 @@ pub(crate) struct Shared {
     tasks: Mutex<HashMap<u32, AbortHandle>>,
     /// Wakes the reaper: a stream or header-block deadline was armed.
     timers: Notify,
+    /// Wakes the receiver: the sender wrote its last bytes and no stream is open, so the
+    /// connection may now wait as an idle one (and park).
+    quiet: Notify,
 }
 
 impl Shared {
@@ -78,20 +81,63 @@ impl Shared {
     }
 }
 
-/// Aborts every stream task when the connection ends (however it ends).
-struct TaskGuard(Arc<Shared>);
+/// Aborts every stream task when the connection ends (however it ends), unless it parks.
+struct TaskGuard(Option<Arc<Shared>>);
+
+impl TaskGuard {
+    /// The connection parks: nothing to stop.
+    fn disarm(mut self) -> Option<Arc<Shared>> {
+        self.0.take()
+    }
+}
 
 impl Drop for TaskGuard {
     fn drop(&mut self) {
-        self.0.closed.store(true, Ordering::SeqCst);
-        let tasks = std::mem::take(&mut *self.0.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        let Some(shared) = self.0.take() else { return };
+        shared.closed.store(true, Ordering::SeqCst);
+        let tasks = std::mem::take(&mut *shared.tasks.lock().unwrap_or_else(|e| e.into_inner()));
         for (_, t) in tasks {
             t.abort();
         }
         // Wake stream tasks parked on body reads or writes so they see the end.
-        let mut p = self.0.lock();
+        let mut p = shared.lock();
         p.go_away(Reason::CANCEL);
     }
+}
+
+/// How an HTTP/2 connection's task ended.
+pub(crate) enum Ended {
+    /// The connection is over.
+    Closed,
+    /// The connection was idle, and the timeout manager asked it to park: what it needs
+    /// to go on leaves the task (see `server::park`).
+    Park { sock: Arc<Transport>, timer: Timer, idle: Box<Idle> },
+}
+
+/// A parked HTTP/2 connection's state: what its quiet `Proto` keeps (the peer's settings,
+/// the windows, the HPACK tables), and its place in the engine's counts.
+pub(crate) struct Idle {
+    proto: Parked,
+    open: OpenConn,
+}
+
+impl Idle {
+    /// The GOAWAY(NO_ERROR) a parked connection closes with (its deadline passed, or the
+    /// server shuts down).
+    pub(crate) fn farewell(&self) -> [u8; FAREWELL_LEN] {
+        self.proto.farewell()
+    }
+}
+
+/// How the exchange ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Over {
+    /// The peer is gone (or the socket failed).
+    Gone,
+    /// We sent GOAWAY with this code and everything is flushed: close with a linger.
+    Linger(Reason),
+    /// Idle, and asked to park.
+    Park,
 }
 
 /// Serves an HTTP/2 connection. `rbuf` holds what was already read (the preface or a
@@ -110,25 +156,105 @@ pub(crate) async fn serve<A: App>(
     timer: Timer,
     rbuf: BytesMut,
     upgraded: Option<Box<Request>>,
-) {
+) -> Ended {
     let open = crate::stats::OpenConn::new(true, &timer);
     let (shared, wbuf) = start(&cfg, upgraded.as_deref());
-    let _guard = TaskGuard(shared.clone());
+    let guard = TaskGuard(Some(shared.clone()));
     timer.set_deadline(now_ms(), cfg.h2.handshake_timeout);
     let parts = Parts { shared: &shared, sock: &sock, app: &app, cfg: &cfg };
     let Some((rbuf, wbuf)) = handshake(&parts, &open, wbuf, rbuf, upgraded).await else {
-        return;
+        return Ended::Closed;
     };
-    let th = timer.handle();
-    let failed = exchange(&parts, &peer, Watch { timer: &th, open: &open }, rbuf, wbuf).await;
+    let over = exchange(&parts, &peer, Watch { timer: &timer, open: &open }, rbuf, wbuf).await;
+    if over == Over::Park {
+        return park(guard, shared, sock, &cfg, timer, open);
+    }
+    end(over, &shared, &sock, &cfg, &open).await;
+    Ended::Closed
+}
+
+/// A parked HTTP/2 connection whose socket turned readable: it goes on where it stopped,
+/// with no handshake, and may park again.
+pub(crate) async fn resume<A: App>(
+    sock: Arc<Transport>,
+    peer: PeerAddr,
+    app: Arc<A>,
+    cfg: Arc<Settings>,
+    timer: Timer,
+    idle: Box<Idle>,
+) -> Ended {
+    let (shared, open) = unpack(idle, &cfg);
+    let guard = TaskGuard(Some(shared.clone()));
+    let parts = Parts { shared: &shared, sock: &sock, app: &app, cfg: &cfg };
+    let over = exchange(&parts, &peer, Watch { timer: &timer, open: &open }, BytesMut::new(), Vec::new()).await;
+    if over == Over::Park {
+        return park(guard, shared, sock, &cfg, timer, open);
+    }
+    end(over, &shared, &sock, &cfg, &open).await;
+    Ended::Closed
+}
+
+/// The shared state of a resumed connection (a plain function: the `Proto` moves into it
+/// here, not through the task's future).
+fn unpack(idle: Box<Idle>, cfg: &Settings) -> (Arc<Shared>, OpenConn) {
+    let Idle { proto, open } = *idle;
+    let proto = Proto::unpark(proto, cfg.h2.clone(), cfg.server_name, timeouts(cfg));
+    (Arc::new(Shared::new(proto)), open)
+}
+
+/// The connection leaves its task: its `Proto`, compacted, goes with it, and its timer
+/// now holds the idle deadline the `Proto` kept (the lot closes it then, with GOAWAY).
+fn park(
+    guard: TaskGuard,
+    shared: Arc<Shared>,
+    sock: Arc<Transport>,
+    cfg: &Settings,
+    timer: Timer,
+    open: OpenConn,
+) -> Ended {
+    drop(guard.disarm());
+    match Arc::try_unwrap(shared) {
+        Ok(shared) => {
+            let proto = shared.proto.into_inner().unwrap_or_else(|e| e.into_inner()).park();
+            if let Some(at) = proto.idle_deadline(timeouts(cfg).idle) {
+                timer.set_at(at);
+            }
+            Ended::Park { sock, timer, idle: Box::new(Idle { proto, open }) }
+        }
+        // Not reached: the receiver asks to park only when nothing else holds the state.
+        Err(shared) => {
+            drop(TaskGuard(Some(shared)));
+            Ended::Closed
+        }
+    }
+}
+
+/// After the exchange: the close is counted, and a GOAWAY we sent is followed by a
+/// lingering close.
+async fn end(over: Over, shared: &Shared, sock: &Transport, cfg: &Settings, open: &OpenConn) {
     if let Some(why) = shared.lock().close_reason() {
         open.close_as(why);
     }
-    if let Some(reason) = failed {
+    if let Over::Linger(reason) = over {
         if reason != Reason::NO_ERROR {
             cfg.exception(&Error::new(Kind::BadRequest, "HTTP/2 connection error (GOAWAY sent)"));
         }
-        linger(&sock, &cfg).await;
+        linger(sock, cfg).await;
+    }
+}
+
+impl Shared {
+    fn new(proto: Proto) -> Shared {
+        Shared {
+            proto: Mutex::new(proto),
+            wake: Notify::new(),
+            closed: AtomicBool::new(false),
+            writing: AtomicBool::new(false),
+            blocked_since: Mutex::new(None),
+            tasks: Mutex::new(HashMap::new()),
+            timers: Notify::new(),
+            quiet: Notify::new(),
+        }
     }
 }
 
@@ -137,32 +263,29 @@ pub(crate) async fn serve<A: App>(
 fn start(cfg: &Settings, upgraded: Option<&Request>) -> (Arc<Shared>, Vec<u8>) {
     let h2cfg = &cfg.h2;
     let mut proto = Proto::new(h2cfg.clone(), cfg.server_name);
+    proto.set_timeouts(timeouts(cfg));
+    if let Some(req) = upgraded {
+        proto.upgrade_stream(req.header("http2-settings"), req.method() == http::Method::HEAD);
+    }
+    let shared = Arc::new(Shared::new(proto));
+    let mut wbuf = Vec::with_capacity(h2cfg.write_batch + 16 * 1024);
+    shared.lock().fill(&mut wbuf, 0, &[0; DATE_LEN], &mut Vec::new());
+    (shared, wbuf)
+}
+
+/// The `Proto`'s deadlines, from the settings.
+fn timeouts(cfg: &Settings) -> Timeouts {
     let ms = |d: std::time::Duration| d.as_millis() as u64;
-    proto.set_timeouts(Timeouts {
+    Timeouts {
         header: ms(cfg.header_timeout),
         body: ms(cfg.body_timeout),
         min_rate: cfg.min_body_rate,
         grace: ms(cfg.body_rate_grace),
-        stall: ms(h2cfg.stream_stall_timeout),
+        stall: ms(cfg.h2.stream_stall_timeout),
         send: ms(cfg.send_timeout),
         idle: ms(cfg.idle_timeout),
         max_drain: cfg.max_drain,
-    });
-    if let Some(req) = upgraded {
-        proto.upgrade_stream(req.header("http2-settings"), req.method() == http::Method::HEAD);
     }
-    let shared = Arc::new(Shared {
-        proto: Mutex::new(proto),
-        wake: Notify::new(),
-        closed: AtomicBool::new(false),
-        writing: AtomicBool::new(false),
-        blocked_since: Mutex::new(None),
-        tasks: Mutex::new(HashMap::new()),
-        timers: Notify::new(),
-    });
-    let mut wbuf = Vec::with_capacity(h2cfg.write_batch + 16 * 1024);
-    shared.lock().fill(&mut wbuf, 0, &[0; DATE_LEN], &mut Vec::new());
-    (shared, wbuf)
 }
 
 /// What the phases of a connection share.
@@ -226,16 +349,15 @@ async fn handshake<A: App>(
     Some((rbuf, wbuf))
 }
 
-/// The exchange: the receiver, the sender and the reaper until the connection is over.
-/// Returns the connection error the sender sent (`NO_ERROR` for a graceful end) when the
-/// connection should close with a linger, `None` when the peer is gone.
+/// The exchange: the receiver, the sender and the reaper until the connection is over
+/// (or parks).
 async fn exchange<A: App>(
     parts: &Parts<'_, A>,
     peer: &PeerAddr,
     watch: Watch<'_>,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
-) -> Option<Reason> {
+) -> Over {
     let Parts { shared, sock, app, cfg } = *parts;
     let send = sender(shared, sock, cfg, watch.timer, wbuf, watch.open);
     let recv = receiver(shared, sock, app, cfg, peer, watch, rbuf);
@@ -248,18 +370,32 @@ async fn exchange<A: App>(
     // receiver queued responses, while their streams are still in the cache (an unbiased
     // select polls them in random order, and half the time the sender's turn would come a
     // whole scheduler round later).
+    // A receiver that parks does so with the sender idle (nothing queued, no write in
+    // progress): dropping the sender there loses nothing.
+    let over = |f: Option<Reason>| f.map_or(Over::Gone, Over::Linger);
     tokio::select! {
         biased;
-        () = &mut recv => send.await,
-        f = &mut send => f,
-        () = &mut reap => None,
+        r = &mut recv => match r {
+            Recv::Park => Over::Park,
+            Recv::Over => over(send.await),
+        },
+        f = &mut send => over(f),
+        () = &mut reap => Over::Gone,
     }
+}
+
+/// How the receiver ended.
+enum Recv {
+    /// EOF, a connection error, the end of a graceful close: the sender finishes.
+    Over,
+    /// Idle, and asked to park.
+    Park,
 }
 
 /// What keeps watch on the connection: its timer, and its place in the engine's counts.
 #[derive(Clone, Copy)]
 struct Watch<'a> {
-    timer: &'a TimerHandle,
+    timer: &'a Timer,
     open: &'a OpenConn,
 }
 
@@ -320,12 +456,12 @@ async fn receiver<A: App>(
     peer: &PeerAddr,
     watch: Watch<'_>,
     mut rbuf: BytesMut,
-) {
+) -> Recv {
     let Watch { timer, open } = watch;
     let mut events = Vec::new();
     let mut shutdown_seen = false;
     loop {
-        let done = {
+        let (done, quiet) = {
             let mut p = shared.lock();
             let now = now_ms();
             loop {
@@ -343,13 +479,15 @@ async fn receiver<A: App>(
                 shared.timers.notify_one();
             }
             arm(shared, &p, timer, cfg);
-            open.set_phase(if p.has_streams() { Phase::Send } else { Phase::Idle });
-            p.is_done()
+            let streams = p.has_streams();
+            open.set_phase(if streams { Phase::Send } else { Phase::Idle });
+            let quiet = rbuf.is_empty() && !shared.writing.load(Ordering::Relaxed) && p.is_quiet();
+            (p.is_done(), quiet)
         };
         spawn_streams(shared, app, cfg, peer, sock.tls_version(), &mut events);
         shared.wake.notify_one();
         if done || shared.closed.load(Ordering::SeqCst) {
-            return;
+            return Recv::Over;
         }
         // With nothing buffered, the connection waits without its receive buffer (back to
         // the thread's pool, taken again once bytes arrive: a busy worker recycles the
@@ -364,25 +502,137 @@ async fn receiver<A: App>(
                 *b = crate::pool::take_read(RECV_RESERVE);
             }
         };
-        let r = tokio::select! {
-            r = sock.read_when_ready(&mut rbuf, fill) => r,
-            _ = timer.wait_shutdown(), if !shutdown_seen => {
-                shutdown_seen = true;
-                shared.lock().shutdown();
-                continue;
+        let r = if quiet && !shutdown_seen {
+            match idle_wait(shared, sock, timer, &mut rbuf, fill).await {
+                Wait::Read(r) => r,
+                Wait::Again => continue,
+                Wait::Park => return Recv::Park,
+                Wait::Shutdown => {
+                    shutdown_seen = true;
+                    shared.lock().shutdown();
+                    continue;
+                }
+                Wait::Claimed => return Recv::Over,
+            }
+        } else {
+            tokio::select! {
+                r = sock.read_when_ready(&mut rbuf, fill) => r,
+                _ = timer.wait_shutdown(), if !shutdown_seen => {
+                    shutdown_seen = true;
+                    shared.lock().shutdown();
+                    continue;
+                }
+                () = shared.quiet.notified(), if !shutdown_seen => continue,
             }
         };
         match r {
             Ok(0) | Err(_) => {
                 shared.closed.store(true, Ordering::SeqCst);
                 shared.wake.notify_one();
-                return;
+                return Recv::Over;
             }
             Ok(_) => {}
         }
     }
 }
 
+/// How a quiet connection's wait ended.
+enum Wait {
+    /// The read's result.
+    Read(std::io::Result<usize>),
+    /// Asked to park, but something still holds the connection's state: wait again.
+    Again,
+    /// Asked to park, and it can.
+    Park,
+    /// The server shuts down: the usual graceful close (GOAWAY, the streams finish).
+    Shutdown,
+    /// Shutdown claimed the idle connection (its task is being stopped): the GOAWAY went
+    /// out here.
+    Claimed,
+}
+
+/// A quiet connection (no stream, nothing to send, see `Proto::is_quiet`) waits as an idle
+/// one: the timeout manager may ask it to park, and may stop its task at shutdown, in which
+/// case [`Farewell`] sends the GOAWAY the sender can no longer send.
+async fn idle_wait(
+    shared: &Arc<Shared>,
+    sock: &Transport,
+    timer: &Timer,
+    rbuf: &mut BytesMut,
+    fill: impl FnOnce(&mut BytesMut),
+) -> Wait {
+    if timer.shutting_down() {
+        return Wait::Shutdown;
+    }
+    let mut bye = Farewell { shared, sock, armed: true };
+    if !timer.enter_idle() {
+        return if timer.leave_idle() {
+            bye.armed = false;
+            Wait::Shutdown
+        } else {
+            Wait::Claimed
+        };
+    }
+    let r = tokio::select! {
+        r = sock.idle_read(rbuf, fill, timer) => r,
+        _ = timer.wait_shutdown() => {
+            if !timer.leave_idle() {
+                return Wait::Claimed;
+            }
+            bye.armed = false;
+            return Wait::Shutdown;
+        }
+    };
+    match r {
+        Ok(None) if can_park(shared) => {
+            bye.armed = false;
+            Wait::Park
+        }
+        Ok(None) | Ok(Some(1..)) if !timer.leave_idle() => Wait::Claimed,
+        Ok(None) => {
+            bye.armed = false;
+            Wait::Again
+        }
+        Ok(Some(n)) => {
+            bye.armed = false;
+            Wait::Read(Ok(n))
+        }
+        Err(e) => {
+            bye.armed = false;
+            Wait::Read(Err(e))
+        }
+    }
+}
+
+/// Whether a quiet connection can leave its task: nothing but the task holds its state
+/// (the task's two handles: no stream task, body reader or writer is left), and it is
+/// still quiet.
+fn can_park(shared: &Arc<Shared>) -> bool {
+    Arc::strong_count(shared) == 2
+        && !shared.writing.load(Ordering::Relaxed)
+        && shared.tasks.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        && shared.lock().is_quiet()
+}
+
+/// Sends the GOAWAY(NO_ERROR) of a quiet connection whose task is stopped while it waits
+/// (shutdown claimed it): written at once, before the socket closes with the task.
+struct Farewell<'a> {
+    shared: &'a Shared,
+    sock: &'a Transport,
+    armed: bool,
+}
+
+impl Drop for Farewell<'_> {
+    fn drop(&mut self) {
+        if !self.armed || self.shared.writing.load(Ordering::Relaxed) {
+            return;
+        }
+        let bytes = self.shared.lock().farewell();
+        if let Some(b) = bytes {
+            self.sock.last_words(&b);
+        }
+    }
+}
 /// The sender: returns the connection error it sent (or `NO_ERROR` for a graceful end)
 /// when the connection should close with a linger, `None` when the peer is gone.
 async fn sender(
@@ -434,9 +684,14 @@ async fn sender(
                 shared.closed.store(true, Ordering::SeqCst);
                 return None;
             }
-            {
+            let quiet = {
                 let p = shared.lock();
                 arm(shared, &p, timer, cfg);
+                !p.has_streams() && !p.has_output()
+            };
+            if quiet {
+                // The last bytes are out: the receiver may now wait as an idle connection.
+                shared.quiet.notify_one();
             }
             if bulk {
                 // A full batch of file data: let the reactor and the worker's other

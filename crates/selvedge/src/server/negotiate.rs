@@ -25,6 +25,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 
 use super::park::{Accepted, Lot, Parked, Resume};
+use super::per_ip::IpSlot;
 use crate::app::App;
 use crate::error::{Error, Kind};
 use crate::h1::driver::{Ended, H2c};
@@ -108,7 +109,8 @@ async fn http1<A: App>(sock: Arc<Transport>, rbuf: BytesMut, a: Accepted<A>, res
         Ended::H2c(h) => {
             let H2c { sock, timer, rbuf, request } = *h;
             // Boxed, so that HTTP/1.1 connections do not carry HTTP/2's driver state.
-            Box::pin(serve_h2(sock, peer, app, cfg, timer, rbuf, Some(Box::new(request)))).await;
+            let ended = Box::pin(serve_h2(sock, peer.clone(), app, cfg, timer, rbuf, Some(Box::new(request)))).await;
+            park_h2(ended, lot, peer, ip);
         }
         Ended::Park(idle) => {
             let a = Accepted { lot: lot.clone(), peer, timer: idle.timer, ip };
@@ -128,6 +130,13 @@ pub(crate) async fn resume<A: App>(lot: Arc<Lot<A>>, p: Parked) {
         match how {
             Resume::Negotiate => Box::pin(serve(sock, a)).await,
             Resume::H1(open) => http1(Arc::new(sock), BytesMut::new(), a, Some(open)).await,
+            Resume::H2(idle) => {
+                crate::dispatch::record_protocol("h2");
+                let Accepted { lot, peer, timer, ip } = a;
+                let (app, cfg) = (lot.app().clone(), lot.cfg().clone());
+                let ended = crate::h2::conn::resume(Arc::new(sock), peer.clone(), app, cfg, timer, idle).await;
+                park_h2(ended, lot, peer, ip);
+            }
         }
     };
     crate::dispatch::in_connection_span(run, &peer, tls, true).await;
@@ -197,11 +206,11 @@ pub(crate) async fn proxy_header(sock: &Socket, peer: PeerAddr) -> io::Result<Pe
 fn hand_to_h2<A: App>(sock: Arc<Transport>, a: Accepted<A>, rbuf: BytesMut) {
     let Accepted { lot, peer, timer, ip } = a;
     let (app, cfg) = (lot.app().clone(), lot.cfg().clone());
-    drop(lot);
     let handle = timer.handle();
+    timer.changes_task();
     let run = async move {
-        let _ip = ip;
-        serve_h2(sock, peer, app, cfg, timer, rbuf, None).await;
+        let ended = serve_h2(sock, peer.clone(), app, cfg, timer, rbuf, None).await;
+        park_h2(ended, lot, peer, ip);
     };
     let task = tokio::spawn(crate::dispatch::in_current_span(run));
     handle.set_abort(task.abort_handle());
@@ -216,7 +225,7 @@ async fn serve_h2<A: App>(
     timer: Timer,
     rbuf: BytesMut,
     upgraded: Option<Box<crate::Request>>,
-) {
+) -> crate::h2::conn::Ended {
     crate::dispatch::record_protocol("h2");
     // The listener's low mark suits HTTP/1.1's `sendfile`; HTTP/2 packs its own batches.
     // One call per HTTP/2 connection, none when the two agree (0 = the kernel's default).
@@ -226,7 +235,15 @@ async fn serve_h2<A: App>(
             tracing::debug!("TCP_NOTSENT_LOWAT not set on an HTTP/2 connection: {e}");
         }
     }
-    crate::h2::conn::serve(sock, peer, app, cfg, timer, rbuf, upgraded).await;
+    crate::h2::conn::serve(sock, peer, app, cfg, timer, rbuf, upgraded).await
+}
+
+/// An HTTP/2 connection's task ended: a connection asked to park goes to its lot.
+fn park_h2<A: App>(ended: crate::h2::conn::Ended, lot: Arc<Lot<A>>, peer: PeerAddr, ip: Option<IpSlot>) {
+    if let crate::h2::conn::Ended::Park { sock, timer, idle } = ended {
+        let a = Accepted { lot: lot.clone(), peer, timer, ip };
+        lot.park(sock, a, Resume::H2(idle));
+    }
 }
 
 /// How the wait for a connection's first bytes ended.

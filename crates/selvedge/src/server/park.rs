@@ -47,6 +47,8 @@ pub(crate) enum Resume {
     Negotiate,
     /// As HTTP/1.1, waiting for its next request.
     H1(OpenConn),
+    /// As HTTP/2, with its protocol state (settings, windows, HPACK tables).
+    H2(Box<crate::h2::conn::Idle>),
 }
 
 /// A parked connection.
@@ -192,6 +194,7 @@ impl<A: App> Lot<A> {
             Err(e) => return tracing::error!("parking lot: cannot register its epoll instance: {e}"),
         };
         let mut events = mio::Events::with_capacity(256);
+        let mut drained = false;
         loop {
             let mut guard = tokio::select! {
                 g = poll.readable_mut() => match g {
@@ -199,6 +202,11 @@ impl<A: App> Lot<A> {
                     Err(_) => break,
                 },
                 _ = group.wait_shutdown() => break,
+                _ = group.wait_drain(), if !drained => {
+                    drained = true;
+                    self.close_h2();
+                    continue;
+                }
             };
             loop {
                 if let Err(e) = guard.get_inner_mut().poll(&mut events, Some(Duration::ZERO)) {
@@ -219,18 +227,52 @@ impl<A: App> Lot<A> {
         }
         let all: Vec<Parked> = self.table().places.iter_mut().filter_map(|p| p.conn.take()).collect();
         crate::stats::add(crate::stats::Counter::Unparked, all.len() as u64);
-        drop(all);
+        for p in all {
+            p.close();
+        }
+    }
+}
+
+impl<A: App> Lot<A> {
+    /// The server drains: parked HTTP/2 connections are told so at once (GOAWAY, as those
+    /// in their tasks are) and closed, so their clients go to the server that takes over.
+    /// (Parked HTTP/1.1 connections stay until their next request, answered with
+    /// `Connection: close`.)
+    fn close_h2(&self) {
+        let keys: Vec<u64> = self
+            .table()
+            .places
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.conn.as_ref().is_some_and(|c| matches!(c.how, Resume::H2(_))))
+            .map(|(index, p)| u64::from(p.gen) << 32 | index as u64)
+            .collect();
+        for key in keys {
+            if let Some(p) = self.take(key) {
+                p.close();
+            }
+        }
     }
 }
 
 impl<A: App> timeout::Lot for Lot<A> {
     fn close(&self, key: u64) {
-        drop(self.take(key));
+        if let Some(p) = self.take(key) {
+            p.close();
+        }
     }
 }
 
 /// A parked connection's task: back on the reactor, it serves its next request.
 impl Parked {
+    /// Closes it where it waits (its deadline passed, or the server shuts down): an
+    /// HTTP/2 connection says GOAWAY(NO_ERROR) first, as it would in its task.
+    fn close(self) {
+        if let Resume::H2(idle) = &self.how {
+            self.sock.last_words(&idle.farewell());
+        }
+    }
+
     pub(crate) fn into_parts<A>(self, lot: Arc<Lot<A>>) -> (Dormant, Accepted<A>, Resume) {
         let Parked { sock, timer, peer, ip, how } = self;
         (sock, Accepted { lot, peer, timer, ip }, how)

@@ -305,6 +305,13 @@ impl Timer {
         self.slot.phase.load(Ordering::Acquire) == PHASE_PARK
     }
 
+    /// The connection goes on in a task of its own, which [`TimerHandle::set_abort`] gives
+    /// the manager: the waker left by an idle wait in the task before is forgotten, so the
+    /// next idle wait leaves the new task's.
+    pub(crate) fn changes_task(&self) {
+        self.waker_set.store(false, Ordering::Relaxed);
+    }
+
     /// The connection leaves its task for parking lot `lot` under `key`: the task's abort
     /// handle and waker are let go (they hold the finished task's memory), and the manager
     /// now closes it through the lot. Called by the lot, with the connection in it.

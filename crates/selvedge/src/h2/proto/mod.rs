@@ -125,6 +125,43 @@ fn base64url(s: &[u8]) -> Option<Vec<u8>> {
 /// How many recently closed streams are remembered (to tell "closed" from "never opened").
 const CLOSED_MEMORY: usize = 64;
 
+/// What a parked connection keeps of its [`Proto`] (see [`Proto::park`]).
+pub(crate) struct Parked {
+    hdec: hpack::Decoder,
+    henc: hpack::Encoder,
+    closed: VecDeque<(u32, Cause)>,
+    budget: Budget,
+    send_flow: FlowControl,
+    recv_flow: FlowControl,
+    peer_initial_window: i64,
+    active_at: Option<u64>,
+    last_id: u32,
+    peer_max_frame: u32,
+    requests: u32,
+    no_rfc7540: bool,
+}
+
+impl Parked {
+    /// When its idle deadline passes, `idle` (ms) after the peer's last frame (`None`:
+    /// no idle timeout).
+    pub(crate) fn idle_deadline(&self, idle: u64) -> Option<u64> {
+        self.active_at.filter(|_| idle > 0).map(|x| x + idle)
+    }
+
+    /// The GOAWAY(NO_ERROR) it closes with where it waits (its deadline passed, or the
+    /// server shuts down).
+    pub(crate) fn farewell(&self) -> [u8; FAREWELL_LEN] {
+        crate::stats::h2_goaway_sent(0);
+        let mut out = [0u8; FAREWELL_LEN];
+        frame::GoAway { last_stream: self.last_id, reason: Reason::NO_ERROR, debug: Bytes::new() }
+            .encode(&mut &mut out[..]);
+        out
+    }
+}
+
+/// A GOAWAY frame without debug data: its head and two 32-bit fields.
+pub(crate) const FAREWELL_LEN: usize = frame::HEADER_LEN + 8;
+
 /// One HTTP/2 connection's protocol state (server side).
 pub(crate) struct Proto {
     cfg: H2Settings,
@@ -317,6 +354,104 @@ impl Proto {
         if self.streams.is_empty() {
             self.arena = BytesMut::new();
         }
+    }
+
+    /// Whether the connection could wait without its task (see `server::park`): the
+    /// handshake is done, no stream is open, nothing waits to be sent, no header block is
+    /// in progress, no deadline runs but the idle one, and neither side is going away.
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.got_settings
+            && self.streams.is_empty()
+            && self.control.is_empty()
+            && self.queue.is_empty()
+            && self.conn_blocked.is_empty()
+            && self.block.is_none()
+            && self.events.is_empty()
+            && self.stuck_since.is_none()
+            && !self.draining
+            && !self.peer_goaway
+            && self.failed.is_none()
+    }
+
+    /// A quiet connection parks (see [`Proto::is_quiet`]): it keeps its peer's settings,
+    /// the windows, the HPACK tables, the flood budget, its idle clock and the ids of the
+    /// streams we reset (their late frames are still ignored; the streams that ended
+    /// normally are forgotten, as they are after `CLOSED_MEMORY` newer ones). Our own
+    /// settings, the timeouts and every buffer, queue and cache are rebuilt by
+    /// [`Proto::unpark`].
+    pub(crate) fn park(self) -> Parked {
+        let mut closed = self.closed;
+        closed.retain(|(_, c)| *c != Cause::Ended);
+        closed.shrink_to_fit();
+        Parked {
+            hdec: self.hdec,
+            henc: self.henc,
+            closed,
+            budget: self.budget,
+            send_flow: self.send_flow,
+            recv_flow: self.recv_flow,
+            peer_initial_window: self.peer_initial_window,
+            active_at: self.active_at,
+            last_id: self.last_id,
+            peer_max_frame: self.peer_max_frame,
+            requests: self.requests,
+            no_rfc7540: self.no_rfc7540,
+        }
+    }
+
+    /// A parked connection goes on: `cfg`, `server_name` and `timeouts` as it had them.
+    pub(crate) fn unpark(p: Parked, cfg: H2Settings, server_name: Option<&'static str>, timeouts: Timeouts) -> Proto {
+        Proto {
+            streams: store::Store::default(),
+            closed: p.closed,
+            last_id: p.last_id,
+            hdec: p.hdec,
+            henc: p.henc,
+            peer_initial_window: p.peer_initial_window,
+            peer_max_frame: p.peer_max_frame,
+            send_flow: p.send_flow,
+            recv_flow: p.recv_flow,
+            control: Vec::new(),
+            queue: Queue::new(),
+            conn_blocked: Vec::new(),
+            win_blocked: 0,
+            block: None,
+            got_settings: true,
+            draining: false,
+            failed: None,
+            peer_goaway: false,
+            timed_out: None,
+            requests: p.requests,
+            no_rfc7540: p.no_rfc7540,
+            budget: p.budget,
+            events: Vec::new(),
+            scratch: BytesMut::new(),
+            head_cache: HeadCache::default(),
+            arena: BytesMut::new(),
+            server_name,
+            now: 0,
+            timeouts,
+            timers_changed: false,
+            stuck_since: None,
+            active_at: p.active_at,
+            cfg,
+        }
+    }
+
+    /// The graceful end of a connection whose driver no longer runs (it is parked, or its
+    /// task is being stopped while it waits): the GOAWAY(NO_ERROR) to write at once, on a
+    /// socket with nothing else in flight. `None` when something is queued or a GOAWAY
+    /// went out already (then the connection just closes).
+    pub(crate) fn farewell(&mut self) -> Option<[u8; FAREWELL_LEN]> {
+        if self.failed.is_some() || self.draining || !self.control.is_empty() || !self.queue.is_empty() {
+            return None;
+        }
+        self.failed = Some(Reason::NO_ERROR);
+        crate::stats::h2_goaway_sent(0);
+        let mut out = [0u8; FAREWELL_LEN];
+        frame::GoAway { last_stream: self.last_id, reason: Reason::NO_ERROR, debug: Bytes::new() }
+            .encode(&mut &mut out[..]);
+        Some(out)
     }
 
     /// Ends the connection with a connection error: GOAWAY with the last stream id.
