@@ -57,6 +57,7 @@ srv_lighttpd() {
     sed -i -e "s/^server.max-fds = .*/server.max-fds = $(ulimit -n)/" \
         -e "s/^server.max-connections = .*/server.max-connections = $((CONNS + 500))/" "$1/lighttpd.conf"
 }
+SELVEDGE_RUNS_BIN=1 # for the report's versions line
 # selvedge: the server binary with lib.sh's config (one worker, access log off), room for
 # every idle connection.
 srv_selvedge() {

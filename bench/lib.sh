@@ -410,7 +410,11 @@ server_version() {
         selvedge)
             v=$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo "?")
             [[ -n $(git -C "$REPO_DIR" status --porcelain --untracked-files=no 2>/dev/null) ]] && v="$v+dirty"
-            echo "selvedge git $v (SELVEDGE_CMD=$SELVEDGE_CMD)" ;;
+            if [[ -n ${SELVEDGE_RUNS_BIN:-} ]]; then
+                echo "selvedge git $v ($SELVEDGE_BIN)"
+            else
+                echo "selvedge git $v (SELVEDGE_CMD=$SELVEDGE_CMD)"
+            fi ;;
         selvedge-alt) echo "selvedge-alt (SELVEDGE_ALT_CMD=${SELVEDGE_ALT_CMD:-}${SELVEDGE_ALT_BIN:+ SELVEDGE_ALT_BIN=$SELVEDGE_ALT_BIN})" ;;
         selvedge-hello) echo "selvedge-hello ($SELVEDGE_DEFAULT_CMD)" ;;
         selvedge-mt) echo "selvedge-mt (the same command with SELVEDGE_MODE=multi)" ;;
@@ -704,6 +708,7 @@ H2_BIG_WARMUP_REQUESTS=${H2_BIG_WARMUP_REQUESTS:-40}
 
 h2_servers_init() {
     srv_selvedge() { srv_selvedge_bin "$@"; }
+    SELVEDGE_RUNS_BIN=1
     srv_selvedge-alt() {
         [[ -n ${SELVEDGE_ALT_BIN:-} ]] || { SRV_WHY="SELVEDGE_ALT_BIN is not set"; return 1; }
         srv_selvedge_bin "$1" "$2" "$3" "$SELVEDGE_ALT_BIN"
