@@ -103,12 +103,14 @@ fn a_connection_parked_before_its_first_byte_negotiates_as_usual() {
     parked(0);
 }
 
-/// A GET on `stream` of an HTTP/2 connection: the body of its answer.
+/// A GET on `stream` of an HTTP/2 connection: the body of its answer (a 200; every
+/// response head is decoded, keeping the client's HPACK context in step).
 fn h2_get(c: &mut common::h2::Client, stream: u32, path: &str) -> String {
     c.get(stream, path);
     let mut body = Vec::new();
     while let Some(f) = c.next() {
         match f {
+            selvedge::h2::frame::Frame::Headers(h) => assert_eq!(c.status(&h), "200"),
             selvedge::h2::frame::Frame::Data(d) if d.stream == stream => {
                 body.extend_from_slice(&d.data);
                 if d.end_stream {

@@ -512,7 +512,12 @@ async fn receiver<A: App>(
                     shared.lock().shutdown();
                     continue;
                 }
-                Wait::Claimed => return Recv::Over,
+                Wait::Claimed => {
+                    // The task is being stopped: the sender too.
+                    shared.closed.store(true, Ordering::SeqCst);
+                    shared.wake.notify_one();
+                    return Recv::Over;
+                }
             }
         } else {
             tokio::select! {
@@ -574,7 +579,9 @@ async fn idle_wait(
         };
     }
     let r = tokio::select! {
-        r = sock.idle_read(rbuf, fill, timer) => r,
+        // Drain or shutdown first: a connection asked to park as draining begins is told
+        // (GOAWAY) instead of parking.
+        biased;
         _ = timer.wait_shutdown() => {
             if !timer.leave_idle() {
                 return Wait::Claimed;
@@ -582,8 +589,16 @@ async fn idle_wait(
             bye.armed = false;
             return Wait::Shutdown;
         }
+        r = sock.idle_read(rbuf, fill, timer) => r,
     };
     match r {
+        Ok(None) if timer.shutting_down() => {
+            if !timer.leave_idle() {
+                return Wait::Claimed;
+            }
+            bye.armed = false;
+            Wait::Shutdown
+        }
         Ok(None) if can_park(shared) => {
             bye.armed = false;
             Wait::Park
@@ -651,14 +666,14 @@ async fn sender(
     loop {
         let notified = shared.wake.notified();
         date::current(&mut date);
-        let (done, failed, streams) = {
+        let (done, failed, streams, quiet) = {
             let mut p = shared.lock();
             p.set_now(now_ms());
             p.fill(&mut wbuf, batch, &date, &mut reads);
             if p.take_timers_changed() {
                 shared.timers.notify_one();
             }
-            (p.is_done() && !p.has_output(), p.failed(), p.has_streams())
+            (p.is_done() && !p.has_output(), p.failed(), p.has_streams(), p.is_quiet())
         };
         open.set_phase(if streams { Phase::Send } else { Phase::Idle });
         if !wbuf.is_empty() {
@@ -684,14 +699,9 @@ async fn sender(
                 shared.closed.store(true, Ordering::SeqCst);
                 return None;
             }
-            let quiet = {
+            {
                 let p = shared.lock();
                 arm(shared, &p, timer, cfg);
-                !p.has_streams() && !p.has_output()
-            };
-            if quiet {
-                // The last bytes are out: the receiver may now wait as an idle connection.
-                shared.quiet.notify_one();
             }
             if bulk {
                 // A full batch of file data: let the reactor and the worker's other
@@ -714,6 +724,11 @@ async fn sender(
         if wbuf.capacity() > 0 && !streams {
             wbuf = Vec::new();
             shared.lock().release_idle();
+        }
+        if quiet {
+            // Nothing left to write and no stream open: the receiver may now wait as an
+            // idle connection (and park).
+            shared.quiet.notify_one();
         }
         notified.await;
         if wbuf.capacity() == 0 {

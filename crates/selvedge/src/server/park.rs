@@ -146,9 +146,24 @@ impl<A: App> Lot<A> {
         }
         // Under the table's lock: the manager's close for this key waits until it is here.
         let lot: Weak<dyn timeout::Lot> = self.me.clone();
-        timer.parked(lot, key);
+        if !timer.parked(lot, key) {
+            // The manager claimed it first (shutdown, or its deadline passed): it closes here.
+            let _ = self.registry.deregister(&mut SourceFd(&fd));
+            t.free.push(index);
+            drop(t);
+            return Parked { sock, timer, peer, ip, how }.close();
+        }
+        // An HTTP/2 connection that parks once draining began may have missed the lot's
+        // pass over them (`close_h2`): it is told now.
+        let draining_h2 = matches!(how, Resume::H2(_)) && timer.shutting_down();
         t.places[index as usize].conn = Some(Parked { sock, timer, peer, ip, how });
         crate::stats::add(crate::stats::Counter::Parked, 1);
+        drop(t);
+        if draining_h2 {
+            if let Some(p) = self.take(key) {
+                p.close();
+            }
+        }
     }
 
     /// Takes the connection parked under `key` out of the table (and off the lot's epoll).

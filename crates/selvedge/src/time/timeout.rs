@@ -297,10 +297,12 @@ impl Timer {
     #[inline]
     pub(crate) fn park_requested(&self, cx: &Context<'_>) -> bool {
         if !self.waker_set.load(Ordering::Relaxed) {
+            // Until the task's abort handle is in the slot (a task spawned on another
+            // thread may run before `set_abort`), the next poll tries again.
             if let Owner::Task { waker, .. } = &mut *self.slot.owner() {
                 *waker = Some(cx.waker().clone());
+                self.waker_set.store(true, Ordering::Relaxed);
             }
-            self.waker_set.store(true, Ordering::Relaxed);
         }
         self.slot.phase.load(Ordering::Acquire) == PHASE_PARK
     }
@@ -315,10 +317,21 @@ impl Timer {
     /// The connection leaves its task for parking lot `lot` under `key`: the task's abort
     /// handle and waker are let go (they hold the finished task's memory), and the manager
     /// now closes it through the lot. Called by the lot, with the connection in it.
-    pub(crate) fn parked(&self, lot: Weak<dyn Lot>, key: u64) {
-        *self.slot.owner() = Owner::Parked { lot, key };
+    ///
+    /// `false` (the lot then closes it itself): the manager moved first, claiming it for
+    /// shutdown or finding its deadline passed, and has stopped watching it.
+    pub(crate) fn parked(&self, lot: Weak<dyn Lot>, key: u64) -> bool {
+        // Under the owner's lock, as the manager decides to abort: either it found the
+        // task (and set `expired` or claimed the phase first), or it will find the lot.
+        let mut owner = self.slot.owner();
+        if self.slot.expired.load(Ordering::Relaxed)
+            || self.slot.phase.compare_exchange(PHASE_PARK, PHASE_PARKED, Ordering::SeqCst, Ordering::SeqCst).is_err()
+        {
+            return false;
+        }
+        *owner = Owner::Parked { lot, key };
         self.waker_set.store(false, Ordering::Relaxed);
-        self.slot.phase.store(PHASE_PARKED, Ordering::SeqCst);
+        true
     }
 
     /// A parked connection's socket turned readable and its lot takes it out to spawn a
@@ -334,8 +347,16 @@ impl Timer {
 
 impl TimerHandle {
     /// Gives the manager the means to stop the connection's task.
+    ///
+    /// A waker left by the new task before this call (it may run first on another thread)
+    /// is kept.
     pub fn set_abort(&self, handle: AbortHandle) {
-        *self.slot.owner() = Owner::Task { abort: handle, waker: None };
+        let mut owner = self.slot.owner();
+        let waker = match &mut *owner {
+            Owner::Task { waker, .. } => waker.take(),
+            _ => None,
+        };
+        *owner = Owner::Task { abort: handle, waker };
     }
 
     /// Moves the deadline to `timeout` from now: one relaxed store.

@@ -364,7 +364,6 @@ impl Proto {
             && self.streams.is_empty()
             && self.control.is_empty()
             && self.queue.is_empty()
-            && self.conn_blocked.is_empty()
             && self.block.is_none()
             && self.events.is_empty()
             && self.stuck_since.is_none()
