@@ -300,6 +300,18 @@ impl Encoder {
         Encoder { table: EncTable::new(DEFAULT_TABLE_SIZE), pending_update: None, huffman: true }
     }
 
+    /// An encoder with an empty table of `max_size` bytes, for a connection whose peer's
+    /// decoder may still hold entries of an earlier encoder: its first block starts by
+    /// emptying that table too (a size update to 0, then back to `max_size`, RFC 7541
+    /// §4.2), so the earlier entries need not be kept (a parked HTTP/2 connection keeps
+    /// none).
+    pub fn emptying(max_size: usize) -> Encoder {
+        let mut e = Encoder::new();
+        e.table.set_max_size(max_size);
+        e.pending_update = Some(0);
+        e
+    }
+
     /// Changes the dynamic table's maximum size, evicting entries as
     /// needed; the change is signalled at the start of the next block.
     ///
@@ -483,6 +495,30 @@ mod tests {
     use super::*;
     use crate::hpack::rfc_examples::{hex, Example, XorShift, C3, C4, C5, C6};
     use crate::hpack::Decoder;
+
+    #[test]
+    fn an_emptying_encoder_empties_the_peers_table_first() {
+        let (mut enc, mut dec) = (Encoder::new(), Decoder::new(4096));
+        let mut block = BytesMut::new();
+        enc.encode([("x-a", "1"), ("x-b", "2")], &mut block);
+        dec.decode(&block, |_| {}).unwrap();
+        assert_eq!(dec.table_len(), 2);
+        // A new encoder in place of the first: its block starts with the size updates to
+        // 0 and back to 4096, and the decoder's table holds only what it inserts.
+        let mut enc = Encoder::emptying(4096);
+        block.clear();
+        enc.encode([("x-c", "3")], &mut block);
+        assert_eq!(&block[..4], &[0x20, 0x3f, 0xe1, 0x1f]);
+        let mut got = Vec::new();
+        dec.decode(&block, |f| got.push((f.name.as_bytes().to_vec(), f.value.to_vec()))).unwrap();
+        assert_eq!(got, vec![(b"x-c".to_vec(), b"3".to_vec())]);
+        assert_eq!((dec.table_len(), enc.table_len()), (1, 1));
+        // Later blocks carry no update.
+        block.clear();
+        enc.encode([("x-c", "3")], &mut block);
+        assert_eq!(&block[..], &[0xbe]);
+        dec.decode(&block, |_| {}).unwrap();
+    }
 
     impl Encoder {
         /// An encoder that starts with a `max_size` table without signalling

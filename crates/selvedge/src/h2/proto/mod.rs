@@ -128,7 +128,9 @@ const CLOSED_MEMORY: usize = 64;
 /// What a parked connection keeps of its [`Proto`] (see [`Proto::park`]).
 pub(crate) struct Parked {
     hdec: hpack::Decoder,
-    henc: hpack::Encoder,
+    /// Our encoder's table size: its entries are dropped, and the first response after
+    /// the park empties the peer's table too (`hpack::Encoder::emptying`).
+    henc_max: usize,
     closed: VecDeque<(u32, Cause)>,
     budget: Budget,
     send_flow: FlowControl,
@@ -373,7 +375,8 @@ impl Proto {
     }
 
     /// A quiet connection parks (see [`Proto::is_quiet`]): it keeps its peer's settings,
-    /// the windows, the HPACK tables, the flood budget, its idle clock and the ids of the
+    /// the windows, the HPACK decoder's table (our encoder's entries are dropped: its
+    /// next block empties the peer's table), the flood budget, its idle clock and the ids of the
     /// streams we reset (their late frames are still ignored; the streams that ended
     /// normally are forgotten, as they are after `CLOSED_MEMORY` newer ones). Our own
     /// settings, the timeouts and every buffer, queue and cache are rebuilt by
@@ -384,7 +387,7 @@ impl Proto {
         closed.shrink_to_fit();
         Parked {
             hdec: self.hdec,
-            henc: self.henc,
+            henc_max: self.henc.max_size(),
             closed,
             budget: self.budget,
             send_flow: self.send_flow,
@@ -405,7 +408,7 @@ impl Proto {
             closed: p.closed,
             last_id: p.last_id,
             hdec: p.hdec,
-            henc: p.henc,
+            henc: hpack::Encoder::emptying(p.henc_max),
             peer_initial_window: p.peer_initial_window,
             peer_max_frame: p.peer_max_frame,
             send_flow: p.send_flow,
