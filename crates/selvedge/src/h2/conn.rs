@@ -19,6 +19,11 @@
 //! one gets GOAWAY(NO_ERROR). Either GOAWAY is flushed before the FIN. The connection's
 //! timer stays armed behind them, later by the linger time and a second ([`BACKSTOP`]), in
 //! case the socket itself takes nothing; a write in progress has `send_timeout`.
+//!
+//! Parking: a quiet connection (no stream open, nothing to send: `Proto::is_quiet`) waits
+//! as an idle one, and when the timeout manager asks it to park, its task ends: the
+//! `Proto` leaves as a small record ([`Ended::Park`], `server::park`) and [`resume`]
+//! rebuilds it when bytes arrive.
 
 use std::collections::HashMap;
 use std::fmt;

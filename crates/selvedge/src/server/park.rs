@@ -5,15 +5,17 @@
 //! for as long as it waits. So a connection that stays idle for one to two ticks of the
 //! timeout manager is asked to park (see `time::timeout`): its task hands the socket's
 //! descriptor, its timer and what it must remember (its client, its place in the
-//! per-address count, whether it speaks HTTP/1.1 already, its TLS session) to the lot of
-//! its listener and ends. The lot watches every parked descriptor with one epoll instance
+//! per-address count, the protocol it speaks if it chose one, its TLS session; for HTTP/2
+//! with no stream open, the protocol state it keeps: `h2::conn::Idle`) to the lot of its
+//! listener and ends. The lot watches every parked descriptor with one epoll instance
 //! of its own (through mio), itself one registration on the worker's reactor, and spawns
 //! a task for a connection again when its socket turns readable: it reads the next request
 //! as any idle connection does, into a buffer from the thread's pool.
 //!
 //! The timeout manager stays the one clock: a parked connection keeps its timer, and when
 //! its deadline passes (or shutdown claims it) the manager closes it here
-//! ([`time::timeout::Lot::close`](crate::time::timeout::Lot)). A parked connection costs a
+//! ([`time::timeout::Lot::close`](crate::time::timeout::Lot)); an HTTP/2 connection says
+//! GOAWAY first, there and when the server drains. A parked connection costs a
 //! slot in the lot's table (about a hundred bytes) and its timer's slot; its buffers went
 //! back to the pool before it parked.
 
