@@ -174,7 +174,7 @@ pub(crate) async fn serve<A: App>(
     if over == Over::Park {
         return park(guard, shared, sock, &cfg, timer, open);
     }
-    end(over, &shared, &sock, &cfg, &open).await;
+    end(over, guard, shared, &sock, &cfg, &open).await;
     Ended::Closed
 }
 
@@ -195,7 +195,7 @@ pub(crate) async fn resume<A: App>(
     if over == Over::Park {
         return park(guard, shared, sock, &cfg, timer, open);
     }
-    end(over, &shared, &sock, &cfg, &open).await;
+    end(over, guard, shared, &sock, &cfg, &open).await;
     Ended::Closed
 }
 
@@ -234,12 +234,15 @@ fn park(
     }
 }
 
-/// After the exchange: the close is counted, and a GOAWAY we sent is followed by a
-/// lingering close.
-async fn end(over: Over, shared: &Shared, sock: &Transport, cfg: &Settings, open: &OpenConn) {
+/// After the exchange: the close is counted, the connection's state goes (stream tasks
+/// stopped, tables freed), and a GOAWAY we sent is followed by a lingering close, which
+/// needs only the socket.
+async fn end(over: Over, guard: TaskGuard, shared: Arc<Shared>, sock: &Transport, cfg: &Settings, open: &OpenConn) {
     if let Some(why) = shared.lock().close_reason() {
         open.close_as(why);
     }
+    drop(guard);
+    drop(shared);
     if let Over::Linger(reason) = over {
         if reason != Reason::NO_ERROR {
             cfg.exception(&Error::new(Kind::BadRequest, "HTTP/2 connection error (GOAWAY sent)"));
