@@ -171,11 +171,7 @@ pub(crate) async fn serve<A: App>(
         return Ended::Closed;
     };
     let over = exchange(&parts, &peer, Watch { timer: &timer, open: &open }, rbuf, wbuf).await;
-    if over == Over::Park {
-        return park(guard, shared, sock, &cfg, timer, open);
-    }
-    end(over, guard, shared, &sock, &cfg, &open).await;
-    Ended::Closed
+    finish(over, guard, shared, sock, &cfg, timer, open).await
 }
 
 /// A parked HTTP/2 connection whose socket turned readable: it goes on where it stopped,
@@ -192,11 +188,7 @@ pub(crate) async fn resume<A: App>(
     let guard = TaskGuard(Some(shared.clone()));
     let parts = Parts { shared: &shared, sock: &sock, app: &app, cfg: &cfg };
     let over = exchange(&parts, &peer, Watch { timer: &timer, open: &open }, BytesMut::new(), Vec::new()).await;
-    if over == Over::Park {
-        return park(guard, shared, sock, &cfg, timer, open);
-    }
-    end(over, guard, shared, &sock, &cfg, &open).await;
-    Ended::Closed
+    finish(over, guard, shared, sock, &cfg, timer, open).await
 }
 
 /// The shared state of a resumed connection (a plain function: the `Proto` moves into it
@@ -234,10 +226,21 @@ fn park(
     }
 }
 
-/// After the exchange: the close is counted, the connection's state goes (stream tasks
-/// stopped, tables freed), and a GOAWAY we sent is followed by a lingering close, which
-/// needs only the socket.
-async fn end(over: Over, guard: TaskGuard, shared: Arc<Shared>, sock: &Transport, cfg: &Settings, open: &OpenConn) {
+/// After the exchange: the connection parks, or its close is counted, its state goes
+/// (stream tasks stopped, tables freed), and a GOAWAY we sent is followed by a lingering
+/// close, which needs only the socket (and the timer, behind it).
+async fn finish(
+    over: Over,
+    guard: TaskGuard,
+    shared: Arc<Shared>,
+    sock: Arc<Transport>,
+    cfg: &Settings,
+    timer: Timer,
+    open: OpenConn,
+) -> Ended {
+    if over == Over::Park {
+        return park(guard, shared, sock, cfg, timer, open);
+    }
     if let Some(why) = shared.lock().close_reason() {
         open.close_as(why);
     }
@@ -247,8 +250,10 @@ async fn end(over: Over, guard: TaskGuard, shared: Arc<Shared>, sock: &Transport
         if reason != Reason::NO_ERROR {
             cfg.exception(&Error::new(Kind::BadRequest, "HTTP/2 connection error (GOAWAY sent)"));
         }
-        linger(sock, cfg).await;
+        linger(&sock, cfg).await;
     }
+    drop(timer);
+    Ended::Closed
 }
 
 impl Shared {

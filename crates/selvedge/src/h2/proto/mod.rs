@@ -153,12 +153,16 @@ impl Parked {
     /// The GOAWAY(NO_ERROR) it closes with where it waits (its deadline passed, or the
     /// server shuts down).
     pub(crate) fn farewell(&self) -> [u8; FAREWELL_LEN] {
-        crate::stats::h2_goaway_sent(0);
-        let mut out = [0u8; FAREWELL_LEN];
-        frame::GoAway { last_stream: self.last_id, reason: Reason::NO_ERROR, debug: Bytes::new() }
-            .encode(&mut &mut out[..]);
-        out
+        farewell(self.last_id)
     }
+}
+
+/// GOAWAY(NO_ERROR) with `last_stream`, counted as sent.
+fn farewell(last_stream: u32) -> [u8; FAREWELL_LEN] {
+    crate::stats::h2_goaway_sent(0);
+    let mut out = [0u8; FAREWELL_LEN];
+    frame::GoAway { last_stream, reason: Reason::NO_ERROR, debug: Bytes::new() }.encode(&mut &mut out[..]);
+    out
 }
 
 /// A GOAWAY frame without debug data: its head and two 32-bit fields.
@@ -224,11 +228,40 @@ pub(crate) struct Proto {
 impl Proto {
     /// A new connection: our SETTINGS and the connection window increase are queued.
     pub(crate) fn new(cfg: H2Settings, server_name: Option<&'static str>) -> Proto {
+        let mut p = Proto::blank(cfg, server_name);
+        p.closed.reserve(CLOSED_MEMORY);
+        p.control.reserve(256);
+        let mut values = vec![
+            (Setting::MAX_CONCURRENT_STREAMS, p.cfg.max_concurrent_streams),
+            (Setting::INITIAL_WINDOW_SIZE, p.cfg.initial_window_size),
+            (Setting::MAX_HEADER_LIST_SIZE, p.cfg.max_header_list_size),
+        ];
+        // No SETTINGS_ENABLE_PUSH: only clients use it (some client stacks reject it from a
+        // server), and we never push.
+        if p.cfg.enable_connect_protocol {
+            values.push((Setting::ENABLE_CONNECT_PROTOCOL, 1));
+        }
+        if p.cfg.max_frame_size != frame::DEFAULT_MAX_FRAME_SIZE {
+            values.push((Setting::MAX_FRAME_SIZE, p.cfg.max_frame_size));
+        }
+        if p.cfg.header_table_size != hpack::DEFAULT_TABLE_SIZE as u32 {
+            values.push((Setting::HEADER_TABLE_SIZE, p.cfg.header_table_size));
+        }
+        frame::Settings { ack: false, values }.encode(&mut p.control);
+        let extra = p.recv_flow.window() - frame::DEFAULT_WINDOW as i64;
+        if extra > 0 {
+            frame::WindowUpdate { stream: 0, increment: extra as u32 }.encode(&mut p.control);
+        }
+        p
+    }
+
+    /// A connection's state before anything is exchanged, with nothing queued.
+    fn blank(cfg: H2Settings, server_name: Option<&'static str>) -> Proto {
         let mut hdec = hpack::Decoder::new(cfg.header_table_size as usize);
         hdec.set_max_header_list_size(cfg.max_header_list_size as usize);
-        let mut p = Proto {
+        Proto {
             streams: store::Store::default(),
-            closed: VecDeque::with_capacity(CLOSED_MEMORY),
+            closed: VecDeque::new(),
             last_id: 0,
             hdec,
             henc: hpack::Encoder::new(),
@@ -236,7 +269,7 @@ impl Proto {
             peer_max_frame: frame::DEFAULT_MAX_FRAME_SIZE,
             send_flow: FlowControl::new(frame::DEFAULT_WINDOW as i64),
             recv_flow: FlowControl::new(cfg.connection_window.max(frame::DEFAULT_WINDOW) as i64),
-            control: Vec::with_capacity(256),
+            control: Vec::new(),
             queue: Queue::new(),
             conn_blocked: Vec::new(),
             win_blocked: 0,
@@ -260,29 +293,7 @@ impl Proto {
             stuck_since: None,
             active_at: None,
             cfg,
-        };
-        let mut values = vec![
-            (Setting::MAX_CONCURRENT_STREAMS, p.cfg.max_concurrent_streams),
-            (Setting::INITIAL_WINDOW_SIZE, p.cfg.initial_window_size),
-            (Setting::MAX_HEADER_LIST_SIZE, p.cfg.max_header_list_size),
-        ];
-        // No SETTINGS_ENABLE_PUSH: only clients use it (some client stacks reject it from a
-        // server), and we never push.
-        if p.cfg.enable_connect_protocol {
-            values.push((Setting::ENABLE_CONNECT_PROTOCOL, 1));
         }
-        if p.cfg.max_frame_size != frame::DEFAULT_MAX_FRAME_SIZE {
-            values.push((Setting::MAX_FRAME_SIZE, p.cfg.max_frame_size));
-        }
-        if p.cfg.header_table_size != hpack::DEFAULT_TABLE_SIZE as u32 {
-            values.push((Setting::HEADER_TABLE_SIZE, p.cfg.header_table_size));
-        }
-        frame::Settings { ack: false, values }.encode(&mut p.control);
-        let extra = p.recv_flow.window() - frame::DEFAULT_WINDOW as i64;
-        if extra > 0 {
-            frame::WindowUpdate { stream: 0, increment: extra as u32 }.encode(&mut p.control);
-        }
-        p
     }
 
     /// Stream 1 of an `Upgrade: h2c` connection: the upgrade request (the driver runs it),
@@ -403,40 +414,36 @@ impl Proto {
 
     /// A parked connection goes on: `cfg`, `server_name` and `timeouts` as it had them.
     pub(crate) fn unpark(p: Parked, cfg: H2Settings, server_name: Option<&'static str>, timeouts: Timeouts) -> Proto {
+        let Parked {
+            hdec,
+            henc_max,
+            closed,
+            budget,
+            send_flow,
+            recv_flow,
+            peer_initial_window,
+            active_at,
+            last_id,
+            peer_max_frame,
+            requests,
+            no_rfc7540,
+        } = p;
         Proto {
-            streams: store::Store::default(),
-            closed: p.closed,
-            last_id: p.last_id,
-            hdec: p.hdec,
-            henc: hpack::Encoder::emptying(p.henc_max),
-            peer_initial_window: p.peer_initial_window,
-            peer_max_frame: p.peer_max_frame,
-            send_flow: p.send_flow,
-            recv_flow: p.recv_flow,
-            control: Vec::new(),
-            queue: Queue::new(),
-            conn_blocked: Vec::new(),
-            win_blocked: 0,
-            block: None,
+            closed,
+            last_id,
+            hdec,
+            henc: hpack::Encoder::emptying(henc_max),
+            peer_initial_window,
+            peer_max_frame,
+            send_flow,
+            recv_flow,
             got_settings: true,
-            draining: false,
-            failed: None,
-            peer_goaway: false,
-            timed_out: None,
-            requests: p.requests,
-            no_rfc7540: p.no_rfc7540,
-            budget: p.budget,
-            events: Vec::new(),
-            scratch: BytesMut::new(),
-            head_cache: HeadCache::default(),
-            arena: BytesMut::new(),
-            server_name,
-            now: 0,
+            requests,
+            no_rfc7540,
+            budget,
             timeouts,
-            timers_changed: false,
-            stuck_since: None,
-            active_at: p.active_at,
-            cfg,
+            active_at,
+            ..Proto::blank(cfg, server_name)
         }
     }
 
@@ -449,11 +456,7 @@ impl Proto {
             return None;
         }
         self.failed = Some(Reason::NO_ERROR);
-        crate::stats::h2_goaway_sent(0);
-        let mut out = [0u8; FAREWELL_LEN];
-        frame::GoAway { last_stream: self.last_id, reason: Reason::NO_ERROR, debug: Bytes::new() }
-            .encode(&mut &mut out[..]);
-        Some(out)
+        Some(farewell(self.last_id))
     }
 
     /// Ends the connection with a connection error: GOAWAY with the last stream id.
