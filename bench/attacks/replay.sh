@@ -166,6 +166,15 @@ rss_kb() {
     echo "$total"
 }
 
+# reset_hwm PID: resets VmHWM of the process tree to its RSS now (`clear_refs` 5), so that
+# the peak reported is the one reached during the attack, not during start-up.
+reset_hwm() {
+    local p
+    for p in $(proc_tree "$1"); do
+        echo 5 >"/proc/$p/clear_refs" 2>/dev/null || true
+    done
+}
+
 # anon_sampler OUT TREE...: samples the private (anonymous) resident memory of each process
 # tree (TREE: its pids, comma-separated) every 50 ms until SIGTERM, then writes each tree's
 # peak in kB to OUT, a line each. VmHWM counts the binary's and libraries' mapped pages too
@@ -276,6 +285,8 @@ run_class() {
     for i in "${!names[@]}"; do
         cpu0[i]=$(cpu_ns "${pids[i]}")
         rss0[i]=$(rss_kb "${pids[i]}" VmRSS)
+        # The peak is the attack's: start-up's (before the server served anything) is reset.
+        reset_hwm "${pids[i]}"
         anon0[i]=$(rss_kb "${pids[i]}" RssAnon)
         trees[i]=$(proc_tree "${pids[i]}" | paste -sd,)
     done
@@ -462,7 +473,7 @@ FAILED=0
         done
     done
     echo
-    echo "streams taken: streams the server accepted (answered, or covered by its GOAWAY's last stream id); µs / stream = server CPU over the run / streams taken; peak RSS = VmHWM of the server's processes (its binary's and libraries' mapped pages included), private = the peak of their anonymous resident memory (RssAnon, sampled every 50 ms), what the server allocated. Raw lines per class and server:"
+    echo "streams taken: streams the server accepted (answered, or covered by its GOAWAY's last stream id); µs / stream = server CPU over the run / streams taken; peak RSS = VmHWM of the server's processes from the attack's start (reset then; its binary's and libraries' mapped pages included), private = the peak of their anonymous resident memory (RssAnon, sampled every 50 ms), what the server allocated. Raw lines per class and server:"
     echo
     echo '```'
     for c in $CLASSES; do

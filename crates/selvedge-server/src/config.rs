@@ -237,6 +237,9 @@ pub struct Config {
     pub compress: crate::compression::CompressConfig,
     /// The admin listener, if any (metrics are collected only with one).
     pub admin: Option<AdminConfig>,
+    /// `[server] release_startup_code`: after start and each reload, let go of the code
+    /// pages only start-up used (`selvedge::server::release_code_pages`): true.
+    pub release_startup_code: bool,
 }
 
 impl Config {
@@ -275,6 +278,7 @@ impl Config {
             acme: None,
             compress: Default::default(),
             admin: None,
+            release_startup_code: true,
         }
     }
 
@@ -657,6 +661,7 @@ impl Config {
             hsts: raw.server.hsts.clone(),
             workers,
             pid_file: raw.server.pid_file.as_deref().map(abs),
+            release_startup_code: raw.server.release_startup_code.unwrap_or(true),
             settings,
             cache,
             log,
@@ -770,6 +775,7 @@ struct RawServer {
     hsts: Option<String>,
     trusted_proxies: Option<Spanned<Vec<String>>>,
     resolver: Option<Spanned<Vec<String>>>,
+    release_startup_code: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -1082,6 +1088,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.workers, Some(3));
+        assert!(c.release_startup_code);
         assert_eq!(c.pid_file, Some(PathBuf::from("/tmp/run/x.pid")));
         assert_eq!(c.listen[0], Listen::Tcp(SocketAddr::from(([0, 0, 0, 0], 9000))));
         assert_eq!(c.settings.idle_timeout, Duration::from_secs(5));
@@ -1092,7 +1099,7 @@ mod tests {
         assert_eq!(c.vhosts[0].routes[0].static_opts().unwrap().max_age, Some(60));
         assert!(c.vhosts[0].routes[0].static_opts().unwrap().error_pages.contains_key(&404));
         let c = parse(
-            "[server]\nserver_tokens = false\nbacklog = 64\n[timeouts]\ntls_handshake = \"3s\"\n\
+            "[server]\nserver_tokens = false\nbacklog = 64\nrelease_startup_code = false\n[timeouts]\ntls_handshake = \"3s\"\n\
              [http2]\nmax_concurrent_streams = 10\ninitial_window_size = \"1MiB\"\nhandshake_timeout = \"2s\"\n\
              enable_connect_protocol = false\n[[listen]]\naddress = \"[::]:443\"\n[[listen]]\naddress = \"unix:run/s.sock\"\n\
              [[listen]]\naddress = \"0.0.0.0:80\"\n[[vhost]]\nhosts = [\"*.Example.com\", \"example.com\"]\n\
@@ -1101,6 +1108,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.settings.server_name, None);
         assert_eq!(c.settings.backlog, 64);
+        assert!(!c.release_startup_code);
         assert_eq!(c.settings.tls_handshake_timeout, Duration::from_secs(3));
         assert_eq!((c.settings.h2.max_concurrent_streams, c.settings.h2.initial_window_size), (10, 1 << 20));
         assert_eq!(c.settings.h2.handshake_timeout, Duration::from_secs(2));

@@ -381,6 +381,7 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
     }
     notify::ready("serving");
     service::tell_upgrading_parent();
+    release_startup_code(&cfg);
 
     let running = Running {
         cfg,
@@ -445,6 +446,7 @@ fn signal_loop(
                     notify::reloading();
                     reload(&mut r);
                     notify::ready("serving (reloaded)");
+                    release_startup_code(&r.cfg);
                 }
                 _ = s.usr1.recv() => {
                     reopen_logs(&r, &r.cfg.log.clone(), &r.cfg.error_log.target.clone());
@@ -640,6 +642,19 @@ fn reload(r: &mut Running) {
         a.set_info(admin_info(&r.cfg, &r.front.site.load(), r.urls.clone()));
     }
     info!("reloaded configuration");
+}
+
+/// Lets go of the executable's code pages that start-up (or a reload) brought in and the
+/// request paths do not use (`[server] release_startup_code`): they come back from the
+/// page cache if ever needed.
+fn release_startup_code(cfg: &Config) {
+    if !cfg.release_startup_code {
+        return;
+    }
+    match selvedge::server::release_code_pages() {
+        Ok(kb) => tracing::debug!("released {kb} kB of start-up code pages"),
+        Err(e) => warn!("releasing start-up code pages: {e}"),
+    }
 }
 
 /// Records that the configuration in force was loaded now.

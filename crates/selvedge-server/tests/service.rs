@@ -338,3 +338,54 @@ fn binary_upgrade_under_load_drops_nothing() {
             || std::fs::read_to_string(format!("/proc/{new_pid}/stat")).is_ok_and(|s| s.contains(") Z "))
     });
 }
+
+/// Kilobytes of the executable's code (its `r-xp` mapping) resident in process `pid`.
+fn code_resident_kb(pid: u32) -> u64 {
+    let smaps = read(std::path::Path::new(&format!("/proc/{pid}/smaps")));
+    let mut in_code = false;
+    let mut kb = 0;
+    for line in smaps.lines() {
+        let mut f = line.split_ascii_whitespace();
+        match f.next() {
+            Some(range) if range.contains('-') && range.chars().all(|c| c.is_ascii_hexdigit() || c == '-') => {
+                let perms = f.next().unwrap_or("");
+                in_code = perms == "r-xp" && line.trim_end().ends_with("/selvedge");
+            }
+            Some("Rss:") if in_code => kb += f.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0),
+            _ => {}
+        }
+    }
+    kb
+}
+
+#[test]
+fn start_up_code_pages_are_let_go_and_the_server_still_serves() {
+    let d = TempDir::new("codepages");
+    d.write("site/a.txt", "code pages");
+    let kept_dir = TempDir::new("codepages-kept");
+    kept_dir.write("site/a.txt", "code pages");
+    let released_cfg = config(&d, "site", "");
+    let kept_cfg = config(&kept_dir, "site", "release_startup_code = false");
+    let (mut released, addr) = start_logged(&d, &released_cfg);
+    let (mut kept, kept_addr) = start_logged(&kept_dir, &kept_cfg);
+    // The release comes right after the startup line; both have served a request since.
+    let mut last = (0, 0);
+    eventually(10, "the released server's code resident well below the kept one's", || {
+        assert_eq!(get(addr, "/a.txt").text(), "code pages");
+        assert_eq!(get(kept_addr, "/a.txt").text(), "code pages");
+        last = (code_resident_kb(released.id()), code_resident_kb(kept.id()));
+        last.0 > 0 && last.0 + 1024 < last.1
+    });
+    // A reload runs the configuration code again and lets go of it again; requests over a
+    // new connection still run.
+    kill("HUP", released.id());
+    eventually(10, "the reload in the error log", || read(&d.path().join("logs/error.log")).contains("reloaded"));
+    for _ in 0..20 {
+        assert_eq!(get(addr, "/a.txt").text(), "code pages");
+    }
+    eprintln!("code resident: released {} kB, kept {} kB", last.0, last.1);
+    for (s, p) in [(&mut released, &d), (&mut kept, &kept_dir)] {
+        kill("TERM", s.id());
+        assert!(s.wait().unwrap().success(), "{}", read(&p.path().join("logs/error.log")));
+    }
+}

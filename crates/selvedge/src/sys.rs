@@ -5,7 +5,8 @@
 //! ([`BorrowedFd`], or anything [`AsFd`]), so a descriptor is open for as long as a call
 //! uses it. The set is small on purpose: `accept4` (non-blocking and close-on-exec in one
 //! call), `read`, `writev`, `send` with `MSG_MORE`, `recv` (with `MSG_PEEK` for the PROXY
-//! header), `sendfile`, `pread`, `shutdown`, and two socket options.
+//! header), `sendfile`, `pread`, `shutdown`, two socket options, and `madvise` to let go of
+//! start-up's code pages.
 
 use std::io;
 use std::io::IoSlice;
@@ -248,6 +249,26 @@ fn set_tcp_int(fd: &impl AsFd, name: libc::c_int, val: libc::c_int) -> io::Resul
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `madvise(addr, len, MADV_DONTNEED)` on a clean, read-only, private file mapping: its
+/// resident pages are unmapped, and come back from the file on their next use.
+///
+/// # Errors
+/// The kernel's error (`EINVAL` for a locked mapping or an unaligned address).
+pub(crate) fn drop_clean_pages(addr: usize, len: usize) -> io::Result<()> {
+    // SAFETY: the caller (`server::code_pages`) passes a whole mapping of the executable
+    // that is private, not writable and has no written page (no Anonymous memory in smaps,
+    // which is where a private mapping's written pages go): every page of it is the file's
+    // page-cache page, so dropping them changes no byte any code can see; the next access
+    // maps the same page again. No Rust reference covers the range as mutable, and the
+    // mapping itself stays.
+    let r = unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {

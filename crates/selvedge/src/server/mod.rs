@@ -17,9 +17,12 @@
 //! with [`Server::bind_fd`]; [`ServerHandle::listener_fds`] duplicates the running server's
 //! sockets for a new process. [`Server::listen`] binds without serving yet, so a process can
 //! bind privileged ports and then drop its privileges before the workers start.
+//! [`release_code_pages`] lets go of the code pages start-up brought in.
 
+mod code_pages;
 mod inherit;
 
+pub use code_pages::release_code_pages;
 pub use inherit::{listen_fds, local_listen, Inherited, LISTEN_FDS_START};
 
 use std::io;
