@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Idle connections: memory per idle connection for `selvedge serve` and the peers, one
 # worker each, in the same run. For each protocol, each server: start it, warm it up
-# (WARM connections that each make one request, then close), read the RSS of its process
+# (WARM connections that each make one request, idle a second, then close: the paths the
+# measured connections take, run once, so that the code they bring into memory is not
+# counted against the connections; selvedge lets go of start-up's code pages, see
+# `[server] release_startup_code`), read the RSS of its process
 # tree, open CONNS connections that each GET the 612-byte page once and then idle, wait
 # SETTLE seconds, read the RSS again: bytes per idle connection = RSS growth / CONNS.
 # See bench/README.md. Env: SERVERS PROTOS CONNS WARM SETTLE ROUNDS SELVEDGE_BIN
@@ -88,10 +91,6 @@ rss_kib() {
 
 # client ARGS...: the client in the foreground; `client_bg ARGS... &` in the background,
 # with the client's own PID in $! (taskset execs it).
-client() {
-    taskset -c "$CLIENT_CPU" python3 "$BENCH_DIR/idle_client.py" --port "$SRV_PORT" --expect "$EXPECT_FILE" \
-        --path "$REQ_PATH" "$@"
-}
 client_bg() {
     exec taskset -c "$CLIENT_CPU" python3 "$BENCH_DIR/idle_client.py" --port "$SRV_PORT" --expect "$EXPECT_FILE" \
         --path "$REQ_PATH" "$@"
@@ -109,7 +108,19 @@ idle_round() {
         return 0
     fi
     out=$SRV_DIR/client.out
-    if ! client --mode "$proto" --conns "$WARM" --close >"$out" 2>&1 || ! grep -q "^ready $WARM$" "$out"; then
+    (client_bg --mode "$proto" --conns "$WARM") >"$out" 2>&1 &
+    cpid=$!
+    _LOAD_PID=$cpid
+    for ((i = 0; i < 600; i++)); do
+        grep -q '^ready' "$out" && break
+        kill -0 "$cpid" 2>/dev/null || break
+        sleep 0.1
+    done
+    sleep 1
+    kill -TERM "$cpid" 2>/dev/null || true
+    wait "$cpid" 2>/dev/null || true
+    _LOAD_PID=
+    if ! grep -q "^ready $WARM$" "$out"; then
         log "$name $proto: warm-up failed: $(tail -n 2 "$out" | tr '\n' ' ')"
         SRV_FAILED[$name/$proto]="warm-up failed: $(grep -m1 errors "$out" || tail -n 1 "$out")"
         server_stop "$SRV_PID"
