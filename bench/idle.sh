@@ -89,8 +89,8 @@ rss_kib() {
     echo "$total"
 }
 
-# client ARGS...: the client in the foreground; `client_bg ARGS... &` in the background,
-# with the client's own PID in $! (taskset execs it).
+# `client_bg ARGS... &`: the client in the background, with its own PID in $! (taskset
+# execs it).
 client_bg() {
     exec taskset -c "$CLIENT_CPU" python3 "$BENCH_DIR/idle_client.py" --port "$SRV_PORT" --expect "$EXPECT_FILE" \
         --path "$REQ_PATH" "$@"

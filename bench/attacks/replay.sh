@@ -171,7 +171,7 @@ rss_kb() {
 reset_hwm() {
     local p
     for p in $(proc_tree "$1"); do
-        echo 5 >"/proc/$p/clear_refs" 2>/dev/null || true
+        { echo 5 >"/proc/$p/clear_refs"; } 2>/dev/null || log "could not reset VmHWM of $p"
     done
 }
 

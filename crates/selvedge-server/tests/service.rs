@@ -376,10 +376,14 @@ fn start_up_code_pages_are_let_go_and_the_server_still_serves() {
         last = (code_resident_kb(released.id()), code_resident_kb(kept.id()));
         last.0 > 0 && last.0 + 1024 < last.1
     });
-    // A reload runs the configuration code again and lets go of it again; requests over a
-    // new connection still run.
+    // A reload runs the configuration code again and lets go of it again (the request
+    // path's pages too, until a request brings them back); requests still run.
+    let served = code_resident_kb(released.id());
     kill("HUP", released.id());
     eventually(10, "the reload in the error log", || read(&d.path().join("logs/error.log")).contains("reloaded"));
+    eventually(10, "the code resident after the reload below the figure before it", || {
+        code_resident_kb(released.id()) + 512 < served
+    });
     for _ in 0..20 {
         assert_eq!(get(addr, "/a.txt").text(), "code pages");
     }

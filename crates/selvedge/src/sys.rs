@@ -263,11 +263,12 @@ fn set_tcp_int(fd: &impl AsFd, name: libc::c_int, val: libc::c_int) -> io::Resul
 /// The kernel's error (`EINVAL` for a locked mapping or an unaligned address).
 pub(crate) fn drop_clean_pages(addr: usize, len: usize) -> io::Result<()> {
     // SAFETY: the caller (`server::code_pages`) passes a whole mapping of the executable
-    // that is private, not writable and has no written page (no Anonymous memory in smaps,
-    // which is where a private mapping's written pages go): every page of it is the file's
-    // page-cache page, so dropping them changes no byte any code can see; the next access
-    // maps the same page again. No Rust reference covers the range as mutable, and the
-    // mapping itself stays.
+    // that is private, not writable and has no written page (no Anonymous or Swap memory
+    // in smaps, which is where a private mapping's written pages go, resident or swapped):
+    // every page of it is the file's page-cache page, so dropping them changes no byte any
+    // code can see; the next access maps the same page again. No Rust reference covers the
+    // range as mutable, and the mapping itself stays. (A write by a debugger between the
+    // caller's reading of smaps and this call would be lost; see `server::code_pages`.)
     let r = unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
     if r < 0 {
         Err(io::Error::last_os_error())
