@@ -178,8 +178,19 @@ pub fn monotonic_ns() -> u64 {
 pub fn pread_append(fd: BorrowedFd<'_>, buf: &mut Vec<u8>, len: usize, offset: u64) -> io::Result<usize> {
     buf.reserve(len);
     let spare = &mut buf.spare_capacity_mut()[..len];
+    // The raw system call, as `read_into` makes, where the offset is one argument (64-bit
+    // Linux): glibc's `pread` wrapper adds a cancellation point (two calls around each
+    // read) that no thread here uses.
     // SAFETY: `spare` is writable memory of `len` bytes owned by `buf`; the kernel writes at
     // most that many.
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    let n =
+        cvt(
+            unsafe { libc::syscall(libc::SYS_pread64, fd.as_raw_fd(), spare.as_mut_ptr(), len, offset as libc::off_t) }
+                as libc::ssize_t,
+        )?;
+    // SAFETY: as above.
+    #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
     let n = cvt(unsafe { libc::pread(fd.as_raw_fd(), spare.as_mut_ptr().cast(), len, offset as libc::off_t) })?;
     // SAFETY: the kernel initialised the first `n` bytes of the spare capacity.
     unsafe { buf.set_len(buf.len() + n) };

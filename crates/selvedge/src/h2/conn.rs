@@ -754,24 +754,44 @@ async fn sender(
 /// batch order), outside the connection's lock; returns where each payload starts in
 /// `fbuf`, and the streams whose read failed or came up short (the file shrank): their
 /// frames are left out of what is sent ([`pieces`]), and the `Proto` gives their window
-/// back and resets them.
+/// back and resets them. Frames that follow each other in one stream's file (a batch holds
+/// several of a large file) are read with one `pread` (four 16 KB frames of a 64 KB batch:
+/// one system call instead of four).
 fn read_files(shared: &Shared, fbuf: &mut Vec<u8>, reads: &[FileRead]) -> (Vec<usize>, Vec<u32>) {
     let mut at = Vec::with_capacity(reads.len());
     let mut failed: Vec<u32> = Vec::new();
-    for r in reads {
+    let mut i = 0;
+    while i < reads.len() {
+        let r = &reads[i];
+        // The run of frames continuing this one's range of the same stream.
+        let mut end = i + 1;
+        let mut len = r.len;
+        while end < reads.len()
+            && reads[end].stream == r.stream
+            && reads[end].offset == r.offset + len as u64
+            && Arc::ptr_eq(&reads[end].file, &r.file)
+        {
+            len += reads[end].len;
+            end += 1;
+        }
         let start = fbuf.len();
-        at.push(start);
+        let mut next = start;
+        for f in &reads[i..end] {
+            at.push(next);
+            next += f.len;
+        }
+        i = end;
         if failed.contains(&r.stream) {
             continue;
         }
-        while fbuf.len() - start < r.len {
+        while fbuf.len() - start < len {
             let got = fbuf.len() - start;
-            match crate::sys::pread_append(r.file.as_fd(), fbuf, r.len - got, r.offset + got as u64) {
+            match crate::sys::pread_append(r.file.as_fd(), fbuf, len - got, r.offset + got as u64) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }
         }
-        if fbuf.len() - start < r.len {
+        if fbuf.len() - start < len {
             fbuf.truncate(start);
             failed.push(r.stream);
         }
