@@ -96,10 +96,30 @@ client_bg() {
         --path "$REQ_PATH" "$@"
 }
 
+# clients_open PROTO N OUT: N client connections that each make one request and then
+# idle, in the background (output in OUT); returns once they are all open ("ready N" in
+# OUT), the client has exited, or 120 s have passed. clients_close ends them.
+clients_open() {
+    local i
+    (client_bg --mode "$1" --conns "$2") >"$3" 2>&1 &
+    CLIENT_PID=$!
+    _LOAD_PID=$CLIENT_PID   # lib.sh's exit trap stops it if we are interrupted
+    for ((i = 0; i < 1200; i++)); do
+        grep -q '^ready' "$3" && break
+        kill -0 "$CLIENT_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+}
+clients_close() {
+    kill -TERM "$CLIENT_PID" 2>/dev/null || true
+    wait "$CLIENT_PID" 2>/dev/null || true
+    _LOAD_PID=
+}
+
 # idle_round NAME PROTO ROUND: one measurement, appended to $RESULTS as
 # "round server proto conns rss0 rss1 bytes/conn".
 idle_round() {
-    local name=$1 proto=$2 round=$3 rss0 rss1 held cpid out i
+    local name=$1 proto=$2 round=$3 rss0 rss1 held out
     [[ -z ${SRV_FAILED[$name/$proto]:-} ]] || return 0
     if ! server_start "$name" "$(server_proto "$name" "$proto")"; then
         log "$name $proto: not measured: $SRV_WHY"
@@ -108,18 +128,9 @@ idle_round() {
         return 0
     fi
     out=$SRV_DIR/client.out
-    (client_bg --mode "$proto" --conns "$WARM") >"$out" 2>&1 &
-    cpid=$!
-    _LOAD_PID=$cpid
-    for ((i = 0; i < 600; i++)); do
-        grep -q '^ready' "$out" && break
-        kill -0 "$cpid" 2>/dev/null || break
-        sleep 0.1
-    done
+    clients_open "$proto" "$WARM" "$out"
     sleep 1
-    kill -TERM "$cpid" 2>/dev/null || true
-    wait "$cpid" 2>/dev/null || true
-    _LOAD_PID=
+    clients_close
     if ! grep -q "^ready $WARM$" "$out"; then
         log "$name $proto: warm-up failed: $(tail -n 2 "$out" | tr '\n' ' ')"
         SRV_FAILED[$name/$proto]="warm-up failed: $(grep -m1 errors "$out" || tail -n 1 "$out")"
@@ -128,20 +139,11 @@ idle_round() {
     fi
     sleep 1
     rss0=$(rss_kib "$SRV_PID")
-    (client_bg --mode "$proto" --conns "$CONNS") >"$out" 2>&1 &
-    cpid=$!
-    _LOAD_PID=$cpid   # lib.sh's exit trap stops it if we are interrupted
-    for ((i = 0; i < 1200; i++)); do
-        grep -q '^ready' "$out" && break
-        kill -0 "$cpid" 2>/dev/null || break
-        sleep 0.1
-    done
+    clients_open "$proto" "$CONNS" "$out"
     held=$(awk '/^ready/ { print $2 }' "$out")
     sleep "$SETTLE"
     rss1=$(rss_kib "$SRV_PID")
-    kill -TERM "$cpid" 2>/dev/null || true
-    wait "$cpid" 2>/dev/null || true
-    _LOAD_PID=
+    clients_close
     if ! kill -0 "$SRV_PID" 2>/dev/null; then
         log "$name $proto: the server died"
         server_tail

@@ -280,12 +280,7 @@ pub(crate) fn drop_clean_pages(addr: usize, len: usize) -> io::Result<()> {
     // code can see; the next access maps the same page again. No Rust reference covers the
     // range as mutable, and the mapping itself stays. (A write by a debugger between the
     // caller's reading of smaps and this call would be lost; see `server::code_pages`.)
-    let r = unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    cvt(unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) } as libc::ssize_t).map(drop)
 }
 
 /// Registers an owned descriptor with the current runtime's reactor.

@@ -775,11 +775,7 @@ fn read_files(shared: &Shared, fbuf: &mut Vec<u8>, reads: &[FileRead]) -> (Vec<u
             end += 1;
         }
         let start = fbuf.len();
-        let mut next = start;
-        for f in &reads[i..end] {
-            at.push(next);
-            next += f.len;
-        }
+        at.extend(reads[i..end].iter().map(|f| start + (f.offset - r.offset) as usize));
         i = end;
         if failed.contains(&r.stream) {
             continue;

@@ -108,6 +108,11 @@ pub(crate) fn releasable(maps: &[Mapping], code: usize) -> Vec<&Mapping> {
         .collect()
 }
 
+/// An address in this code (the function itself).
+fn here() -> usize {
+    here as fn() -> usize as usize
+}
+
 /// Unmaps the resident pages of the clean read-only mappings of the file holding this code
 /// (see the module documentation); call it once start-up is over. Returns the kilobytes
 /// that were resident in the mappings it released. No `/proc` (not Linux): nothing
@@ -123,7 +128,7 @@ pub fn release_code_pages() -> io::Result<u64> {
         Err(e) => return Err(e),
     };
     let maps = parse_smaps(&text);
-    let code = release_code_pages as fn() -> io::Result<u64> as usize;
+    let code = here();
     let (mut released, mut done, mut refused) = (0u64, 0, None);
     for m in releasable(&maps, code) {
         match crate::sys::drop_clean_pages(m.start, m.end - m.start) {
@@ -257,7 +262,7 @@ VmFlags: rd ex mr mw me sd
     fn the_running_binary_gives_back_its_start_up_pages() {
         // Touch the code, release, and check that this process still runs it.
         let before = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let code = release_code_pages as fn() -> io::Result<u64> as usize;
+        let code = here();
         let resident: u64 = releasable(&parse_smaps(&before), code).iter().map(|m| m.rss_kb.unwrap_or(0)).sum();
         assert!(resident > 0, "the test binary's code is resident");
         assert!(release_code_pages().unwrap() > 0);
