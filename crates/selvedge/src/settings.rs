@@ -209,7 +209,7 @@ pub struct H2Settings {
     pub max_requests: u32,
     /// Bytes a streaming response may queue before its writer waits: 64 KiB.
     pub stream_buffer: usize,
-    /// The sender's batch: frames are packed until about this many bytes: 64 KiB.
+    /// The sender's batch: frames are packed until about this many bytes: 128 KiB.
     pub write_batch: usize,
     /// `TCP_NOTSENT_LOWAT` on an HTTP/2 connection's socket, set once when HTTP/2 is chosen
     /// if it differs from the listener's `Settings::notsent_lowat`: 0, the kernel's default.
@@ -250,7 +250,7 @@ impl Default for H2Settings {
             max_control_queue: 64 * 1024,
             max_requests: u32::MAX,
             stream_buffer: 64 * 1024,
-            write_batch: 64 * 1024,
+            write_batch: 128 * 1024,
             notsent_lowat: 0,
             handshake_timeout: Duration::from_secs(10),
             enable_connect_protocol: true,
