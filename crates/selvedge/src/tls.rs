@@ -451,22 +451,50 @@ impl Session {
         c.process_new_packets().map(|s| s.plaintext_bytes_to_read() > 0 || s.peer_has_closed()).unwrap_or(true)
     }
 
+    /// Encrypts `bufs` and sends them. The plaintext goes to rustls `WRITE_PIECE` bytes at a
+    /// time across the slices' boundaries, so records are full (16 KB) whatever the slices
+    /// are: an HTTP/2 frame's 9-byte header shares a record with its payload, a response
+    /// head with its body (one record each would double the records, and the client's
+    /// work, for a file sent over HTTP/2).
     pub(crate) async fn write_all(&self, sock: &Socket, bufs: &[&[u8]]) -> io::Result<()> {
         let _w = self.wlock.lock().await;
         let mut pending = Vec::new();
-        for b in bufs {
-            for piece in b.chunks(WRITE_PIECE) {
-                {
-                    let mut c = self.lock();
-                    c.writer().write_all(piece)?;
+        let mut group: Vec<io::IoSlice<'_>> = Vec::new();
+        // Where the next plaintext starts: byte `at` of slice `i`.
+        let (mut i, mut at) = (0, 0);
+        while i < bufs.len() {
+            group.clear();
+            let mut n = 0;
+            while i < bufs.len() && n < WRITE_PIECE {
+                let take = (bufs[i].len() - at).min(WRITE_PIECE - n);
+                if take > 0 {
+                    group.push(io::IoSlice::new(&bufs[i][at..at + take]));
+                }
+                n += take;
+                at += take;
+                if at == bufs[i].len() {
+                    i += 1;
+                    at = 0;
+                }
+            }
+            {
+                let mut c = self.lock();
+                let mut rest = &mut group[..];
+                while !rest.is_empty() {
+                    let k = c.writer().write_vectored(rest)?;
+                    let drained = c.wants_write();
                     while c.wants_write() {
                         c.write_tls(&mut pending)?;
                     }
+                    if k == 0 && !drained {
+                        return Err(io::ErrorKind::WriteZero.into());
+                    }
+                    io::IoSlice::advance_slices(&mut rest, k);
                 }
-                if pending.len() >= WRITE_PIECE {
-                    sock.write_all(&pending).await?;
-                    pending.clear();
-                }
+            }
+            if pending.len() >= WRITE_PIECE {
+                sock.write_all(&pending).await?;
+                pending.clear();
             }
         }
         if !pending.is_empty() {

@@ -8,10 +8,12 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::app::app;
 use common::*;
+use rustls::pki_types::pem::PemObject;
 use selvedge::tls::{server_config, server_config_with_store, CertKey, CertStore, ManagedCerts};
 use selvedge::Server;
 
@@ -266,4 +268,135 @@ fn managed_certificates_and_acme_tls_alpn_challenges() {
     h.shutdown();
     h.join();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A file sent over HTTP/2 and TLS goes out in full records: each DATA frame's 9-byte header
+/// shares a record with payload bytes instead of taking a record of its own (which would
+/// double the records, and the client's decryptions, for a large file). The client reads
+/// the ciphertext itself and counts the records that carry the 1 MiB response.
+#[test]
+fn http2_file_data_goes_out_in_full_records() {
+    const SIZE: usize = 1 << 20;
+    let t = start_tls(false, settings());
+    let file = Arc::new(t.dir.join("big.bin"));
+    std::fs::write(&*file, (0..SIZE).map(|i| (i % 251) as u8).collect::<Vec<u8>>()).unwrap();
+    let (c, k) = (t.dir.join("localhost.crt"), t.dir.join("localhost.key"));
+    let tc =
+        server_config(vec![CertKey::from_pem_files(vec!["localhost".into()], &c, &k).unwrap()], false, true).unwrap();
+    let served = file.clone();
+    let h = Server::new(settings())
+        .bind_tls("127.0.0.1:0".parse::<SocketAddr>().unwrap(), tc)
+        .start(move |_req: selvedge::Request| {
+            let f = served.clone();
+            async move { selvedge::Response::file(selvedge::http::StatusCode::OK, &*f).unwrap() }
+        })
+        .unwrap();
+
+    let mut roots = rustls::RootCertStore::empty();
+    for der in rustls::pki_types::CertificateDer::pem_file_iter(&c).unwrap() {
+        roots.add(der.unwrap()).unwrap();
+    }
+    let mut cc = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cc.alpn_protocols = vec![b"h2".to_vec()];
+    let mut conn = rustls::ClientConnection::new(Arc::new(cc), "localhost".try_into().unwrap()).unwrap();
+    let mut sock = TcpStream::connect(h.tcp_addr().unwrap()).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // rustls takes a few KB per read_tls.
+    let feed = |conn: &mut rustls::ClientConnection, mut rec: &[u8]| {
+        while !rec.is_empty() {
+            conn.read_tls(&mut rec).unwrap();
+        }
+    };
+    // Ciphertext goes to rustls one whole record at a time (from the handshake on, so the
+    // reads stay on record boundaries).
+    let mut raw = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut next_record = |raw: &mut Vec<u8>, sock: &mut TcpStream| -> Vec<u8> {
+        loop {
+            if raw.len() >= 5 {
+                let len = 5 + u16::from_be_bytes([raw[3], raw[4]]) as usize;
+                if raw.len() >= len {
+                    return raw.drain(..len).collect();
+                }
+            }
+            let n = sock.read(&mut buf).expect("the server's records before the timeout");
+            assert!(n > 0, "the server closed the connection");
+            raw.extend_from_slice(&buf[..n]);
+        }
+    };
+    while conn.is_handshaking() {
+        while conn.wants_write() {
+            conn.write_tls(&mut sock).unwrap();
+        }
+        if conn.is_handshaking() {
+            let rec = next_record(&mut raw, &mut sock);
+            feed(&mut conn, &rec);
+            conn.process_new_packets().unwrap();
+        }
+    }
+    assert_eq!(conn.alpn_protocol(), Some(&b"h2"[..]));
+
+    // The preface, a 1 GiB stream window and connection window, the request.
+    let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
+        let mut v = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        v.extend([kind, flags]);
+        v.extend(stream.to_be_bytes());
+        v.extend(payload);
+        v
+    };
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(4, 0, 0, &[0, 4, 0x40, 0, 0, 0]));
+    out.extend(frame(8, 0, 0, &(1u32 << 30).to_be_bytes()));
+    // :method GET, :scheme https, :path /big.bin (literal), :authority localhost (literal).
+    let mut block = vec![0x82, 0x87, 0x04, 8];
+    block.extend(b"/big.bin");
+    block.extend([0x01, 9]);
+    block.extend(b"localhost");
+    out.extend(frame(1, 0x5, 1, &block));
+    conn.writer().write_all(&out).unwrap();
+    while conn.wants_write() {
+        conn.write_tls(&mut sock).unwrap();
+    }
+
+    // Read record by record until stream 1 ends, counting the records from the response's
+    // first byte on.
+    let mut plain = Vec::new();
+    let (mut got, mut records, mut ended, mut response_seen) = (0usize, 0usize, false, false);
+    while !ended {
+        let rec = next_record(&mut raw, &mut sock);
+        feed(&mut conn, &rec);
+        conn.process_new_packets().unwrap();
+        let before = plain.len();
+        let _ = conn.reader().read_to_end(&mut plain);
+        if response_seen && plain.len() > before {
+            records += 1;
+        }
+        // Whole frames: DATA on stream 1 counts, its END_STREAM ends the test.
+        while plain.len() >= 9 {
+            let flen = u32::from_be_bytes([0, plain[0], plain[1], plain[2]]) as usize;
+            if plain.len() < 9 + flen {
+                break;
+            }
+            let (kind, flags, stream) = (plain[3], plain[4], u32::from_be_bytes(plain[5..9].try_into().unwrap()));
+            if stream == 1 && kind == 1 {
+                response_seen = true;
+            }
+            if stream == 1 && kind == 0 {
+                got += flen;
+                ended = flags & 1 == 1;
+            }
+            plain.drain(..9 + flen);
+        }
+    }
+    assert_eq!(got, SIZE);
+    // 64 full records, and a short one at the end of each write (a 128 KiB batch is eight
+    // frames and their headers, a little over eight records); a record per frame header
+    // would make it 128.
+    let full = SIZE.div_ceil(16_384);
+    assert!(records <= full * 5 / 4, "{records} records for {got} bytes of DATA ({full} would be full records)");
+    drop(h);
 }
