@@ -46,8 +46,45 @@ pub enum Action {
 #[derive(Debug, Clone)]
 pub struct Rule {
     from: Regex,
+    /// What every match starts with ([`anchored_prefix`]): a path without it is passed over
+    /// without running the expression.
+    starts: Box<[u8]>,
     to: String,
     action: Action,
+}
+
+/// The literal text every match of `pattern` starts with, when the pattern is anchored at
+/// the start and has no alternation: `^/old/(.*)$` gives `/old/`; `^/a+` gives `/a`;
+/// `/old/`, `^/a?`, `^/(?i)x` and `^/a|/b` give less or nothing. Escaped punctuation
+/// (`\.`) is literal; a class (`\d`, `[...]`), a group, `.` or a quantifier ends it.
+fn anchored_prefix(pattern: &str) -> Vec<u8> {
+    let mut out = String::new();
+    let Some(rest) = pattern.strip_prefix('^') else { return Vec::new() };
+    if pattern.contains('|') {
+        return Vec::new();
+    }
+    let mut chars = rest.chars().peekable();
+    while let Some(c) = chars.next() {
+        let lit = match c {
+            '\\' => match chars.next() {
+                Some(n) if n.is_ascii_punctuation() => n,
+                _ => break,
+            },
+            '.' | '+' | '*' | '?' | '(' | ')' | '[' | ']' | '{' | '}' | '^' | '$' | '#' | ' ' => break,
+            c => c,
+        };
+        match chars.peek() {
+            // Optional or repeated from zero: not part of every match.
+            Some('?' | '*' | '{') => break,
+            // At least once: it is, but nothing after it is fixed.
+            Some('+') => {
+                out.push(lit);
+                break;
+            }
+            _ => out.push(lit),
+        }
+    }
+    out.into_bytes()
 }
 
 impl Rule {
@@ -77,7 +114,13 @@ impl Rule {
                 s => return Err(format!("redirect status {s}: 301, 302, 307 or 308")),
             },
         };
-        Ok(Rule { from, to: r.to.clone(), action })
+        let starts = anchored_prefix(&r.from).into_boxed_slice();
+        Ok(Rule { from, starts, to: r.to.clone(), action })
+    }
+
+    /// Whether the rule applies to `path`.
+    fn matches(&self, path: &[u8]) -> bool {
+        path.starts_with(&self.starts) && self.from.is_match(path)
     }
 
     /// The target for `path` (`None`: no match), the query kept unless the target has one.
@@ -129,7 +172,7 @@ impl Redirects {
     }
 
     fn first(&self, path: &[u8], query: Option<&str>) -> Option<(&Rule, String)> {
-        let rule = self.rules.iter().find(|r| r.from.is_match(path))?;
+        let rule = self.rules.iter().find(|r| r.matches(path))?;
         Some((rule, rule.target(path, query)?))
     }
 
@@ -137,8 +180,9 @@ impl Redirects {
     pub fn apply(&self, req: &mut Request) -> Outcome {
         let mut chain: Vec<String> = Vec::new();
         loop {
-            // A path no rule matches costs a match test per rule (no captures, no query).
-            let Some(rule) = self.rules.iter().find(|r| r.from.is_match(req.path_bytes())) else {
+            // A path no rule matches costs a prefix comparison or a match test per rule (no
+            // captures, no query).
+            let Some(rule) = self.rules.iter().find(|r| r.matches(req.path_bytes())) else {
                 return Outcome::Route;
             };
             let Some(target) = rule.target(req.path_bytes(), req.query()) else { return Outcome::Route };
@@ -239,6 +283,46 @@ mod tests {
 
     fn req(target: &str) -> Request {
         selvedge::http::Request::builder().uri(target).body(Bytes::new()).unwrap().into()
+    }
+
+    #[test]
+    fn the_fixed_start_of_a_pattern() {
+        for (pattern, prefix) in [
+            ("^/old/(.*)$", "/old/"),
+            ("^/old/", "/old/"),
+            ("/old/", ""),
+            ("^/a+b", "/a"),
+            ("^/ab?c", "/a"),
+            ("^/ab*", "/a"),
+            ("^/ab{2}", "/a"),
+            ("^/a\\.html$", "/a.html"),
+            ("^/a\\d", "/a"),
+            ("^/a[bc]", "/a"),
+            ("^/(?i)x", "/"),
+            ("^/a|/b", ""),
+            ("^/(a|b)", ""),
+            ("^.*", ""),
+            ("^/é/x", "/é/x"),
+        ] {
+            assert_eq!(anchored_prefix(pattern), prefix.as_bytes(), "{pattern}");
+        }
+    }
+
+    #[test]
+    fn the_fixed_start_never_passes_over_a_match() {
+        let patterns =
+            ["^/old/(.*)$", "^/a+b", "^/ab?c", "^/a\\.html$", "^/(?i)X", "^/a|/b", "^/ab{0,2}c", "^/a\\d+", "^/x y"];
+        let paths = [
+            "/old/x", "/old", "/ab", "/aab", "/ac", "/abc", "/a.html", "/aXhtml", "/x", "/X", "/b", "/a1", "/x y", "/a",
+        ];
+        for p in patterns {
+            let rule =
+                Rule::from_raw(&RawRedirect { from: p.into(), to: "/t".into(), status: None, rewrite: Some(true) })
+                    .unwrap();
+            for path in paths {
+                assert_eq!(rule.matches(path.as_bytes()), rule.from.is_match(path.as_bytes()), "{p} on {path}");
+            }
+        }
     }
 
     fn location(o: Outcome) -> (u16, Option<String>) {
