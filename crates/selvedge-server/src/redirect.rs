@@ -56,7 +56,7 @@ pub struct Rule {
 /// The literal text every match of `pattern` starts with, when the pattern is anchored at
 /// the start and has no alternation: `^/old/(.*)$` gives `/old/`; `^/a+` gives `/a`;
 /// `/old/`, `^/a?`, `^/(?i)x` and `^/a|/b` give less or nothing. Escaped punctuation
-/// (`\.`) is literal; a class (`\d`, `[...]`), a group, `.` or a quantifier ends it.
+/// (`\.`, not `\<` or `\>`) is literal; a class (`\d`, `[...]`), a group, `.` or a quantifier ends it.
 fn anchored_prefix(pattern: &str) -> Vec<u8> {
     let mut out = String::new();
     let Some(rest) = pattern.strip_prefix('^') else { return Vec::new() };
@@ -67,7 +67,8 @@ fn anchored_prefix(pattern: &str) -> Vec<u8> {
     while let Some(c) = chars.next() {
         let lit = match c {
             '\\' => match chars.next() {
-                Some(n) if n.is_ascii_punctuation() => n,
+                // `\<` and `\>` are word boundaries, not literals.
+                Some(n) if n.is_ascii_punctuation() && n != '<' && n != '>' => n,
                 _ => break,
             },
             '.' | '+' | '*' | '?' | '(' | ')' | '[' | ']' | '{' | '}' | '^' | '$' | '#' | ' ' => break,
@@ -303,6 +304,9 @@ mod tests {
             ("^/(a|b)", ""),
             ("^.*", ""),
             ("^/é/x", "/é/x"),
+            ("^/docs\\>", "/docs"),
+            ("^/\\<old", "/"),
+            ("^\\/a", "/a"),
         ] {
             assert_eq!(anchored_prefix(pattern), prefix.as_bytes(), "{pattern}");
         }
@@ -310,10 +314,22 @@ mod tests {
 
     #[test]
     fn the_fixed_start_never_passes_over_a_match() {
-        let patterns =
-            ["^/old/(.*)$", "^/a+b", "^/ab?c", "^/a\\.html$", "^/(?i)X", "^/a|/b", "^/ab{0,2}c", "^/a\\d+", "^/x y"];
+        let patterns = [
+            "^/old/(.*)$",
+            "^/a+b",
+            "^/ab?c",
+            "^/a\\.html$",
+            "^/(?i)X",
+            "^/a|/b",
+            "^/ab{0,2}c",
+            "^/a\\d+",
+            "^/x y",
+            "^/old\\>",
+            "^/\\<old",
+        ];
         let paths = [
-            "/old/x", "/old", "/ab", "/aab", "/ac", "/abc", "/a.html", "/aXhtml", "/x", "/X", "/b", "/a1", "/x y", "/a",
+            "/old/x", "/old", "/ab", "/aab", "/ac", "/abc", "/a.html", "/aXhtml", "/x", "/X", "/b", "/a1", "/x y",
+            "/a", "/oldx",
         ];
         for p in patterns {
             let rule =

@@ -732,10 +732,11 @@ async fn sender(
         if shared.closed.load(Ordering::SeqCst) {
             return None;
         }
-        // With no stream open, the connection waits without its write buffer and its
-        // decoded-fields arena.
+        // With no stream open, the connection waits without its write buffer, its file
+        // payload buffer (a batch of a file: 128 KiB) and its decoded-fields arena.
         if wbuf.capacity() > 0 && !streams {
             wbuf = Vec::new();
+            fbuf = Vec::new();
             shared.lock().release_idle();
         }
         if quiet {
