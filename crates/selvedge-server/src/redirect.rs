@@ -58,11 +58,8 @@ pub struct Rule {
 /// `/old/`, `^/a?`, `^/(?i)x` and `^/a|/b` give less or nothing. Escaped punctuation
 /// (`\.`, not `\<` or `\>`) is literal; a class (`\d`, `[...]`), a group, `.` or a quantifier ends it.
 fn anchored_prefix(pattern: &str) -> Vec<u8> {
+    let Some(rest) = pattern.strip_prefix('^').filter(|_| !pattern.contains('|')) else { return Vec::new() };
     let mut out = String::new();
-    let Some(rest) = pattern.strip_prefix('^') else { return Vec::new() };
-    if pattern.contains('|') {
-        return Vec::new();
-    }
     let mut chars = rest.chars().peekable();
     while let Some(c) = chars.next() {
         let lit = match c {

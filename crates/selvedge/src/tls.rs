@@ -482,11 +482,11 @@ impl Session {
                 let mut rest = &mut group[..];
                 while !rest.is_empty() {
                     let k = c.writer().write_vectored(rest)?;
-                    let drained = c.wants_write();
+                    let sealed = c.wants_write();
                     while c.wants_write() {
                         c.write_tls(&mut pending)?;
                     }
-                    if k == 0 && !drained {
+                    if k == 0 && !sealed {
                         return Err(io::ErrorKind::WriteZero.into());
                     }
                     io::IoSlice::advance_slices(&mut rest, k);

@@ -11,9 +11,13 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use common::app::app;
 use common::*;
 use rustls::pki_types::pem::PemObject;
+use selvedge::h2::codec::{decode_frame, PREFACE};
+use selvedge::h2::frame::{self, kind, Frame};
+use selvedge::hpack;
 use selvedge::tls::{server_config, server_config_with_store, CertKey, CertStore, ManagedCerts};
 use selvedge::Server;
 
@@ -41,7 +45,11 @@ fn cert(dir: &std::path::Path, name: &str) -> (PathBuf, PathBuf) {
     (c, k)
 }
 
-fn start_tls(strict_sni: bool, mut cfg: selvedge::Settings) -> Tls {
+fn start_tls(strict_sni: bool, cfg: selvedge::Settings) -> Tls {
+    start_tls_app(strict_sni, cfg, app)
+}
+
+fn start_tls_app<A: selvedge::App>(strict_sni: bool, mut cfg: selvedge::Settings, app: A) -> Tls {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let dir = std::env::temp_dir().join(format!("selvedge-tls-{}-{n}", std::process::id()));
@@ -277,20 +285,16 @@ fn managed_certificates_and_acme_tls_alpn_challenges() {
 #[test]
 fn http2_file_data_goes_out_in_full_records() {
     const SIZE: usize = 1 << 20;
-    let t = start_tls(false, settings());
-    let file = Arc::new(t.dir.join("big.bin"));
+    let dir = std::env::temp_dir().join(format!("selvedge-tls-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = Arc::new(dir.join("big.bin"));
     std::fs::write(&*file, (0..SIZE).map(|i| (i % 251) as u8).collect::<Vec<u8>>()).unwrap();
-    let (c, k) = (t.dir.join("localhost.crt"), t.dir.join("localhost.key"));
-    let tc =
-        server_config(vec![CertKey::from_pem_files(vec!["localhost".into()], &c, &k).unwrap()], false, true).unwrap();
     let served = file.clone();
-    let h = Server::new(settings())
-        .bind_tls("127.0.0.1:0".parse::<SocketAddr>().unwrap(), tc)
-        .start(move |_req: selvedge::Request| {
-            let f = served.clone();
-            async move { selvedge::Response::file(selvedge::http::StatusCode::OK, &*f).unwrap() }
-        })
-        .unwrap();
+    let t = start_tls_app(false, settings(), move |_req: selvedge::Request| {
+        let f = served.clone();
+        async move { selvedge::Response::file(selvedge::http::StatusCode::OK, &*f).unwrap() }
+    });
+    let c = t.dir.join("localhost.crt");
 
     let mut roots = rustls::RootCertStore::empty();
     for der in rustls::pki_types::CertificateDer::pem_file_iter(&c).unwrap() {
@@ -303,7 +307,7 @@ fn http2_file_data_goes_out_in_full_records() {
         .with_no_client_auth();
     cc.alpn_protocols = vec![b"h2".to_vec()];
     let mut conn = rustls::ClientConnection::new(Arc::new(cc), "localhost".try_into().unwrap()).unwrap();
-    let mut sock = TcpStream::connect(h.tcp_addr().unwrap()).unwrap();
+    let mut sock = TcpStream::connect(t.addr).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     // rustls takes a few KB per read_tls.
     let feed = |conn: &mut rustls::ClientConnection, mut rec: &[u8]| {
@@ -341,22 +345,13 @@ fn http2_file_data_goes_out_in_full_records() {
     assert_eq!(conn.alpn_protocol(), Some(&b"h2"[..]));
 
     // The preface, a 1 GiB stream window and connection window, the request.
-    let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
-        let mut v = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-        v.extend([kind, flags]);
-        v.extend(stream.to_be_bytes());
-        v.extend(payload);
-        v
-    };
-    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    out.extend(frame(4, 0, 0, &[0, 4, 0x40, 0, 0, 0]));
-    out.extend(frame(8, 0, 0, &(1u32 << 30).to_be_bytes()));
-    // :method GET, :scheme https, :path /big.bin (literal), :authority localhost (literal).
-    let mut block = vec![0x82, 0x87, 0x04, 8];
-    block.extend(b"/big.bin");
-    block.extend([0x01, 9]);
-    block.extend(b"localhost");
-    out.extend(frame(1, 0x5, 1, &block));
+    let mut out = PREFACE.to_vec();
+    out.extend(h2::raw(kind::SETTINGS, 0, 0, &[0, 4, 0x40, 0, 0, 0]));
+    out.extend(h2::raw(kind::WINDOW_UPDATE, 0, 0, &(1u32 << 30).to_be_bytes()));
+    let fields = [(":method", "GET"), (":scheme", "https"), (":path", "/big.bin"), (":authority", "localhost")];
+    let mut block = BytesMut::new();
+    hpack::Encoder::new().encode(fields.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())), &mut block);
+    frame::Headers::encode(1, &block, true, 16_384, &mut out);
     conn.writer().write_all(&out).unwrap();
     while conn.wants_write() {
         conn.write_tls(&mut sock).unwrap();
@@ -364,32 +359,28 @@ fn http2_file_data_goes_out_in_full_records() {
 
     // Read record by record until stream 1 ends, counting the records from the response's
     // first byte on.
-    let mut plain = Vec::new();
+    let mut plain = BytesMut::new();
     let (mut got, mut records, mut ended, mut response_seen) = (0usize, 0usize, false, false);
     while !ended {
         let rec = next_record(&mut raw, &mut sock);
         feed(&mut conn, &rec);
         conn.process_new_packets().unwrap();
-        let before = plain.len();
-        let _ = conn.reader().read_to_end(&mut plain);
-        if response_seen && plain.len() > before {
+        let mut piece = Vec::new();
+        let _ = conn.reader().read_to_end(&mut piece);
+        if response_seen && !piece.is_empty() {
             records += 1;
         }
+        plain.extend_from_slice(&piece);
         // Whole frames: DATA on stream 1 counts, its END_STREAM ends the test.
-        while plain.len() >= 9 {
-            let flen = u32::from_be_bytes([0, plain[0], plain[1], plain[2]]) as usize;
-            if plain.len() < 9 + flen {
-                break;
+        while let Some(f) = decode_frame(&mut plain, frame::MAX_MAX_FRAME_SIZE).unwrap() {
+            match f {
+                Frame::Headers(h) if h.stream == 1 => response_seen = true,
+                Frame::Data(d) if d.stream == 1 => {
+                    got += d.data.len();
+                    ended = d.end_stream;
+                }
+                _ => {}
             }
-            let (kind, flags, stream) = (plain[3], plain[4], u32::from_be_bytes(plain[5..9].try_into().unwrap()));
-            if stream == 1 && kind == 1 {
-                response_seen = true;
-            }
-            if stream == 1 && kind == 0 {
-                got += flen;
-                ended = flags & 1 == 1;
-            }
-            plain.drain(..9 + flen);
         }
     }
     assert_eq!(got, SIZE);
@@ -398,5 +389,6 @@ fn http2_file_data_goes_out_in_full_records() {
     // would make it 128.
     let full = SIZE.div_ceil(16_384);
     assert!(records <= full * 5 / 4, "{records} records for {got} bytes of DATA ({full} would be full records)");
-    drop(h);
+    drop(t);
+    let _ = std::fs::remove_dir_all(&dir);
 }
