@@ -17,7 +17,8 @@
 # no access log.
 #
 # See bench/README.md. Env: SERVERS ("selvedge nginx") ROUNDS CONNS DURATION THREADS WARMUP
-# FPM_CHILDREN SELVEDGE_BIN SELVEDGE_BUILD SERVER_CPU CLIENT_CPU FPM_CPU KEEP_TMP.
+# FPM_CHILDREN SELVEDGE_BIN SELVEDGE_ALT_BIN (SERVERS may add selvedge-alt) SELVEDGE_BUILD
+# SERVER_CPU CLIENT_CPU FPM_CPU KEEP_TMP.
 set -euo pipefail
 
 FPM_CHILDREN=${FPM_CHILDREN:-16}
@@ -104,6 +105,13 @@ fastcgi = { address = "unix:$FPM_SOCK", root = "$PHP_ROOT", max_connections = $F
 EOF
     SRV_CMD=("$SELVEDGE_BIN" run -c "$dir/selvedge.toml")
     SRV_LOG=$dir/stdout.log
+}
+
+# selvedge-alt: the same route with another build ($SELVEDGE_ALT_BIN), for A/B runs.
+srv_selvedge-alt() {
+    [[ -n ${SELVEDGE_ALT_BIN:-} ]] || { SRV_WHY="SELVEDGE_ALT_BIN is not set"; return 1; }
+    srv_selvedge "$@"
+    SRV_CMD[0]=$SELVEDGE_ALT_BIN
 }
 
 # nginx: fastcgi_pass to an upstream keepalive pool of $FPM_CHILDREN connections with

@@ -29,7 +29,8 @@
 #
 # See bench/README.md. Env: SERVERS ("selvedge nginx") UPSTREAM (selvedge|nginx) UPSTREAMS (1)
 # UPSTREAM_TLS UPSTREAM_H2 ROUNDS
-# CONNS DURATION THREADS WARMUP SELVEDGE_BIN SELVEDGE_BUILD SERVER_CPU CLIENT_CPU
+# CONNS DURATION THREADS WARMUP SELVEDGE_BIN SELVEDGE_ALT_BIN (SERVERS may add selvedge-alt)
+# SELVEDGE_BUILD SERVER_CPU CLIENT_CPU
 # UPSTREAM_CPU KEEP_TMP.
 set -euo pipefail
 
@@ -131,6 +132,14 @@ $SELVEDGE_PROXY
 EOF
     SRV_CMD=("$SELVEDGE_BIN" --config "$dir/selvedge.toml")
     SRV_LOG=$dir/stdout.log
+}
+
+# selvedge-alt: the same proxy with another build ($SELVEDGE_ALT_BIN), for A/B runs (the
+# upstream stays $SELVEDGE_BIN).
+srv_selvedge-alt() {
+    [[ -n ${SELVEDGE_ALT_BIN:-} ]] || { SRV_WHY="SELVEDGE_ALT_BIN is not set"; return 1; }
+    srv_selvedge "$@"
+    SRV_CMD[0]=$SELVEDGE_ALT_BIN
 }
 
 # nginx: proxy_pass with an upstream keepalive pool of 64 idle connections (selvedge's

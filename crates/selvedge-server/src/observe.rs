@@ -7,6 +7,9 @@
 //! `X-Request-Id` when the configuration trusts it.
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use selvedge::Request;
@@ -36,15 +39,29 @@ tokio::task_local! {
 }
 
 /// Runs `fut` with `ex` as its [`Exchange`]; returns its output and what was reported.
-pub async fn scope<F: std::future::Future>(ex: Exchange, fut: F) -> (F::Output, Exchange) {
-    let cell = RefCell::new(ex);
-    EXCHANGE
-        .scope(cell, async move {
-            let out = fut.await;
-            let ex = EXCHANGE.with(|c| std::mem::take(&mut *c.borrow_mut()));
-            (out, ex)
-        })
-        .await
+///
+/// Written as a plain future around tokio's task-local scope rather than as an `async fn`:
+/// an `async` wrapper keeps `fut` twice (as its captured argument and as the awaited
+/// future), and a proxied request's future is boxed and moved, so every byte of it costs.
+pub fn scope<F: Future>(ex: Exchange, fut: F) -> impl Future<Output = (F::Output, Exchange)> {
+    EXCHANGE.scope(RefCell::new(ex), TakeExchange { fut })
+}
+
+pin_project_lite::pin_project! {
+    /// `fut`, then the exchange it reported (taken while still inside the scope).
+    struct TakeExchange<F> {
+        #[pin]
+        fut: F,
+    }
+}
+
+impl<F: Future> Future for TakeExchange<F> {
+    type Output = (F::Output, Exchange);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let out = std::task::ready!(self.project().fut.poll(cx));
+        Poll::Ready((out, EXCHANGE.with(|c| std::mem::take(&mut *c.borrow_mut()))))
+    }
 }
 
 /// The proxy: the upstream `addr` answered (or `failed`) after `since`.

@@ -59,7 +59,8 @@ impl RouteApp {
             RouteApp::Static(s) => s.respond(&req),
             RouteApp::Cgi(c) => Box::pin(c.handle(req)).await,
             RouteApp::Fastcgi(f) => Box::pin(f.handle(req)).await,
-            RouteApp::Proxy(p) => Box::pin(p.handle(req)).await,
+            // Boxed inside: only the future of the way it is sent (HTTP/1.1 in the common case).
+            RouteApp::Proxy(p) => p.handle(req).await,
         }
     }
 

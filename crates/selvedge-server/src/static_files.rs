@@ -264,15 +264,28 @@ impl StaticFiles {
                     };
                     return (self.error(StatusCode::MOVED_PERMANENTLY).header(header::LOCATION, loc), false);
                 }
+                // The index file's path is built on the directory's, in the same buffer.
+                let dir_len = buf.len();
                 let found = self.opts.index.iter().find_map(|name| {
-                    let p = path.join(name);
-                    let e = self.cache.lookup(&p);
-                    e.file().is_some().then_some((p, e))
+                    buf.truncate(dir_len);
+                    if buf.last() != Some(&b'/') {
+                        buf.push(b'/');
+                    }
+                    buf.extend_from_slice(name.as_bytes());
+                    let e = self.cache.lookup(Path::new(OsStr::from_bytes(buf)));
+                    e.file().is_some().then_some(e)
                 });
                 match found {
-                    Some((p, e)) => self.serve(get, &fields, &e, &p),
-                    None if self.opts.listing => (self.listing(req, &entry, path), false),
-                    None => self.missing(req, get),
+                    Some(e) => self.serve(get, &fields, &e, Path::new(OsStr::from_bytes(buf))),
+                    None => {
+                        buf.truncate(dir_len);
+                        let path = Path::new(OsStr::from_bytes(buf));
+                        if self.opts.listing {
+                            (self.listing(req, &entry, path), false)
+                        } else {
+                            self.missing(req, get)
+                        }
+                    }
                 }
             }
         }

@@ -50,7 +50,9 @@ mod h2;
 mod head;
 mod tunnel;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -507,19 +509,25 @@ impl Proxy {
     }
 
     /// Serves one request.
-    pub async fn handle(&self, mut req: Request) -> Response {
+    ///
+    /// The future is boxed here, and holds only what the request's way needs: a plain
+    /// request's is [`Proxy::handle_h1`]'s, with no wrapper keeping a second copy of the
+    /// request beside it.
+    pub fn handle(&self, mut req: Request) -> Pin<Box<dyn Future<Output = Response> + Send + '_>> {
         let route = &self.route;
         if req.upgrade().is_some() {
-            return Box::pin(route.clone().tunnel(req)).await;
+            return Box::pin(route.clone().tunnel(req));
         }
         if route.cfg.http2 {
-            return match Box::pin(route.clone().handle_h2(req)).await {
-                Ok(res) => res,
-                Err((req, body)) => Box::pin(self.handle_h1(req, body)).await,
-            };
+            return Box::pin(async move {
+                match Box::pin(route.clone().handle_h2(req)).await {
+                    Ok(res) => res,
+                    Err((req, body)) => Box::pin(self.handle_h1(req, body)).await,
+                }
+            });
         }
         let body = req.take_body();
-        self.handle_h1(req, body).await
+        Box::pin(self.handle_h1(req, body))
     }
 
     /// Serves one request over HTTP/1.1 (`body`: the request's, taken off it).
@@ -961,7 +969,9 @@ fn relay_fields(
     } else {
         Vec::new()
     };
-    out.reserve(fields.len());
+    // One more than relayed: a compressing route adds `Vary`, and growing the vector then
+    // would copy it.
+    out.reserve(fields.len() + 1);
     for f in fields {
         let name = &head[f.name.range()];
         if forward::dropped_response_field(name) || tokens.iter().any(|t| t.eq_ignore_ascii_case(name)) {

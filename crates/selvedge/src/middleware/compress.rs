@@ -135,25 +135,23 @@ pub(crate) fn negotiate(accept: &[u8], gzip: bool, brotli: bool) -> Option<Codin
 /// Whether a `Content-Type` is worth compressing (text, JSON, XML, JavaScript, SVG, WASM,
 /// TTF/OTF fonts...; not images, audio, video or archives, which are compressed already).
 pub fn compressible(ct: &[u8]) -> bool {
-    let ct = ct.split(|&b| b == b';').next().map(trim_ows).unwrap_or_default();
-    let lower: Vec<u8> = ct.to_ascii_lowercase();
-    let l = lower.as_slice();
-    l.starts_with(b"text/")
-        || l.ends_with(b"+json")
-        || l.ends_with(b"+xml")
-        || matches!(
-            l,
-            b"application/json"
-                | b"application/javascript"
-                | b"application/xml"
-                | b"application/wasm"
-                | b"application/x-javascript"
-                | b"application/manifest+json"
-                | b"image/svg+xml"
-                | b"image/x-icon"
-                | b"font/ttf"
-                | b"font/otf"
-        )
+    let l = ct.split(|&b| b == b';').next().map(trim_ows).unwrap_or_default();
+    // Compared without case and without a lowered copy (this runs once per response).
+    let starts = |p: &[u8]| l.len() >= p.len() && l[..p.len()].eq_ignore_ascii_case(p);
+    let ends = |p: &[u8]| l.len() >= p.len() && l[l.len() - p.len()..].eq_ignore_ascii_case(p);
+    const WHOLE: [&[u8]; 10] = [
+        b"application/json",
+        b"application/javascript",
+        b"application/xml",
+        b"application/wasm",
+        b"application/x-javascript",
+        b"application/manifest+json",
+        b"image/svg+xml",
+        b"image/x-icon",
+        b"font/ttf",
+        b"font/otf",
+    ];
+    starts(b"text/") || ends(b"+json") || ends(b"+xml") || WHOLE.iter().any(|w| l.eq_ignore_ascii_case(w))
 }
 
 /// A streaming compressor.
@@ -426,6 +424,14 @@ mod tests {
         assert!(!compressible(b"image/png"));
         assert!(!compressible(b"application/zip"));
         assert!(!compressible(b"font/woff2"));
+        // Without regard to case, parameters and spaces.
+        assert!(compressible(b"Text/HTML"));
+        assert!(compressible(b" APPLICATION/JSON ; charset=utf-8"));
+        assert!(compressible(b"application/LD+JSON"));
+        assert!(compressible(b"Font/OTF"));
+        assert!(!compressible(b"text"));
+        assert!(!compressible(b"json"));
+        assert!(!compressible(b""));
     }
 
     #[test]
