@@ -485,6 +485,32 @@ fn path_safety() {
     assert_eq!(body(&s.get("/")), "index of /index.php");
 }
 
+#[test]
+fn script_lookups_are_remembered_for_script_cache() {
+    // One worker, so every request sees the same remembered lookups.
+    let (d, _fpm, s) = start(2, 1, ", script_cache = \"1500ms\"");
+    let code = |p: &str| s.get(p).status;
+    assert_eq!(code("/late.php"), 404);
+    d.write("root/late.php", "<?php echo 'late';\n");
+    // Within script_cache the worker still knows the path as missing: no walk on disk.
+    assert_eq!(code("/late.php"), 404);
+    std::thread::sleep(Duration::from_millis(1800));
+    let r = s.get("/late.php");
+    assert_eq!((r.status, body(&r).as_str()), (200, "late"));
+    // A removed script: remembered as found, then missing (PHP answers for the file it
+    // cannot open meanwhile, with its own 404).
+    std::fs::remove_file(d.path().join("root/late.php")).unwrap();
+    std::thread::sleep(Duration::from_millis(1800));
+    assert_eq!(code("/late.php"), 404);
+
+    // script_cache = "0s": every request walks the path.
+    let (d, _fpm, s) = start(2, 1, ", script_cache = \"0s\"");
+    assert_eq!(s.get("/late.php").status, 404);
+    d.write("root/late.php", "<?php echo 'late';\n");
+    let r = s.get("/late.php");
+    assert_eq!((r.status, body(&r).as_str()), (200, "late"));
+}
+
 /// The pid of the php-fpm worker that served a request.
 fn pid_of(s: &Srv) -> String {
     let r = s.get("/answers.php?q=pid");

@@ -32,7 +32,7 @@
 
 pub mod record;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
@@ -47,7 +47,7 @@ use serde::Deserialize;
 use self::record::{Event, Params, ProtocolStatus, RecordType, Role};
 use crate::backend::conn::{Addr, Conn, Ready, Wait};
 use crate::backend::pool::{self, PoolLimits};
-use crate::config::units::{Count, NonZeroDur, Size};
+use crate::config::units::{Count, Dur, NonZeroDur, Size};
 use crate::gateway::head::{self, Head};
 use crate::gateway::script::{self, Miss, Rule, Script};
 use crate::gateway::{env, plain};
@@ -87,6 +87,8 @@ pub struct RawFastcgi {
     pub params: Option<BTreeMap<String, String>>,
     /// Pass `Authorization` as `HTTP_AUTHORIZATION`: on (PHP's `PHP_AUTH_USER` needs it).
     pub pass_authorization: Option<bool>,
+    /// How long a path's script lookup is remembered per worker: 1 s (0: not remembered).
+    pub script_cache: Option<Dur>,
 }
 
 /// A checked FastCGI route configuration.
@@ -119,6 +121,9 @@ pub struct FastcgiConfig {
     pub params: Vec<(String, OsString)>,
     /// Pass `Authorization`.
     pub pass_authorization: bool,
+    /// How long a path's script lookup (found, or why not) is remembered per worker
+    /// (`Duration::ZERO`: every request walks the path on disk).
+    pub script_cache: Duration,
 }
 
 impl FastcgiConfig {
@@ -170,6 +175,7 @@ impl FastcgiConfig {
             max_buffered_input: raw.max_buffered_input.map_or(1 << 20, Size::get_usize),
             params,
             pass_authorization: raw.pass_authorization.unwrap_or(true),
+            script_cache: raw.script_cache.map_or(Duration::from_secs(1), Dur::get),
         })
     }
 }
@@ -213,6 +219,54 @@ struct Route {
     prefix: String,
     /// This application's pool slot in every worker.
     slot: usize,
+    /// Tells this route's remembered script lookups from another's (never reused, unlike
+    /// an address after a reload).
+    id: u64,
+}
+
+/// Route ids ([`Route::id`]).
+static NEXT_ROUTE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Most script lookups a worker remembers; past it the worker forgets them all (a scan of
+/// distinct paths costs one map's worth of memory, never more).
+const SCRIPT_CACHE_MAX: usize = 1024;
+
+/// A remembered lookup: whose, until when ([`selvedge::sys::monotonic_ns`]), and what it found.
+type Located = (u64, u64, Result<Arc<Script>, Miss>);
+
+thread_local! {
+    /// This worker's remembered script lookups, by request path: no lock, no system call
+    /// for a path looked up within `script_cache`.
+    static LOCATED: std::cell::RefCell<HashMap<Box<str>, Located>> = std::cell::RefCell::new(HashMap::new());
+}
+
+impl Route {
+    /// The script for `path`: remembered for `script_cache` per worker, as the file cache
+    /// remembers files for its sweep interval (a script added, removed or replaced is seen
+    /// within that time); otherwise found on disk ([`script::locate`]).
+    fn locate(&self, path: &str) -> Result<Arc<Script>, Miss> {
+        let cfg = &self.cfg;
+        let rule = Rule::Fastcgi { ext: &cfg.split_path, index: cfg.index.as_deref() };
+        let ttl = cfg.script_cache.as_nanos().min(u128::from(u64::MAX)) as u64;
+        if ttl == 0 {
+            return script::locate(&self.root, &self.prefix, path, rule).map(Arc::new);
+        }
+        let now = selvedge::sys::monotonic_ns();
+        LOCATED.with(|m| {
+            let mut m = m.borrow_mut();
+            if let Some((id, until, found)) = m.get(path) {
+                if *id == self.id && now < *until {
+                    return found.clone();
+                }
+            }
+            let found = script::locate(&self.root, &self.prefix, path, rule).map(Arc::new);
+            if m.len() >= SCRIPT_CACHE_MAX && !m.contains_key(path) {
+                m.clear();
+            }
+            m.insert(path.into(), (self.id, now.saturating_add(ttl), found.clone()));
+            found
+        })
+    }
 }
 
 /// Why an exchange failed.
@@ -269,7 +323,8 @@ impl Fastcgi {
     pub fn new(cfg: &FastcgiConfig, prefix: &str) -> std::io::Result<Fastcgi> {
         let root = cfg.root.canonicalize()?;
         let slot = pool::slot_of(&format!("fastcgi {}", cfg.address));
-        Ok(Fastcgi { route: Arc::new(Route { cfg: cfg.clone(), root, prefix: prefix.to_string(), slot }) })
+        let id = NEXT_ROUTE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Fastcgi { route: Arc::new(Route { cfg: cfg.clone(), root, prefix: prefix.to_string(), slot, id }) })
     }
 
     /// What the startup line shows.
@@ -281,8 +336,7 @@ impl Fastcgi {
     pub async fn handle(&self, mut req: Request) -> Response {
         let route = &self.route;
         let cfg = &route.cfg;
-        let rule = Rule::Fastcgi { ext: &cfg.split_path, index: cfg.index.as_deref() };
-        let script = match script::locate(&route.root, &route.prefix, req.path(), rule) {
+        let script = match route.locate(req.path()) {
             Ok(s) => s,
             Err(Miss::Status(s)) => return plain(s),
             Err(Miss::AddSlash) => {
@@ -308,7 +362,6 @@ impl Fastcgi {
         let keep = cfg.pool.max_idle > 0;
         let is_head = req.method() == selvedge::http::Method::HEAD;
         let due = length.unwrap_or(0);
-        let mut script = script;
         // The request's records, composed once into the first connection's buffer (kept
         // for a retry); the script's name, moved into the exchange for its log lines.
         let mut request: Option<Vec<u8>> = None;
@@ -334,7 +387,7 @@ impl Fastcgi {
                 route.compose(&mut b, &req, &script, length, keep);
                 b
             });
-            let nm = name.take().unwrap_or_else(|| std::mem::take(&mut script.script_name));
+            let nm = name.take().unwrap_or_else(|| script.script_name.clone());
             let mut ex = Exchange::new(conn, route.clone(), nm, body, lead, due);
             ex.fresh = fresh;
             match ex.read_head().await {
