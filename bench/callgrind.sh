@@ -16,9 +16,9 @@
 #     compress  Accept-Encoding: br on every request (the page's kept brotli copy)
 #   bench/callgrind.sh fastcgi          # selvedge with a fastcgi route to php-fpm (16 processes,
 #                                       # outside valgrind), a PHP page printing the same page
-#   bench/callgrind.sh proxy            # selvedge with a proxy route to two upstream entries
-#                                       # (one `selvedge serve` outside valgrind, reached as
-#                                       # 127.0.0.1 and localhost; round robin, keep-alive)
+#   bench/callgrind.sh proxy            # selvedge with a proxy route to two upstreams (two
+#                                       # `selvedge serve` outside valgrind; round robin,
+#                                       # keep-alive), the same page
 #   bench/callgrind.sh server-h2        # the server binary over cleartext HTTP/2 (h2load
 #   bench/callgrind.sh hello-h2         # -c100 -m100, H2_REQUESTS requests): the same page
 #   bench/callgrind.sh server-h3        # the server binary over HTTP/3 (the engine's h3_load,
@@ -49,8 +49,8 @@ done
 tmp=$(mktemp -d)
 wrk_args=()
 fpm_pid=
-up_pid=
-trap '[[ -n $fpm_pid ]] && kill -QUIT "$fpm_pid" 2>/dev/null; [[ -n $up_pid ]] && kill "$up_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+up_pids=()
+trap '[[ -n $fpm_pid ]] && kill -QUIT "$fpm_pid" 2>/dev/null; [[ ${#up_pids[@]} -gt 0 ]] && kill "${up_pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 case $what in
     hello)
         cargo build -q --release -p selvedge --example hello
@@ -142,9 +142,10 @@ TOML
         WRK_CONNS=16 ;;
     proxy)
         cargo build -q --release -p selvedge-server
-        up_port=$((PORT + 1))
-        target/release/selvedge serve bench/site --host 127.0.0.1 --port "$up_port" --workers 1 >/dev/null 2>&1 &
-        up_pid=$!
+        for up_port in $((PORT + 1)) $((PORT + 2)); do
+            target/release/selvedge serve bench/site --host 127.0.0.1 --port "$up_port" --workers 1 >/dev/null 2>&1 &
+            up_pids+=($!)
+        done
         cat >"$tmp/selvedge.toml" <<TOML
 [server]
 workers = 1
@@ -156,7 +157,7 @@ access = "off"
 [[vhost.route]]
 path = "/"
 [vhost.route.proxy]
-upstreams = ["http://127.0.0.1:$up_port", "http://localhost:$up_port"]
+upstreams = ["http://127.0.0.1:$((PORT + 1))", "http://127.0.0.1:$((PORT + 2))"]
 TOML
         cmd=(target/release/selvedge --config "$tmp/selvedge.toml")
         path=/index.html ;;

@@ -508,6 +508,10 @@ impl Config {
 
                         let mut opts = StaticOptions::default();
                         if let Some(i) = r.index {
+                            let plain = |n: &String| !n.is_empty() && n != "." && n != ".." && !n.contains(['/', '\0']);
+                            if let Some(bad) = i.iter().find(|n| !plain(n)) {
+                                return Err(err(None, format!("index {bad:?}: a file name, without '/'")));
+                            }
                             opts.index = i;
                         }
                         opts.dotfiles = r.dotfiles.unwrap_or(opts.dotfiles);
@@ -1193,6 +1197,17 @@ mod tests {
             let e = parse(text).unwrap_err();
             assert_eq!(e.line, line, "{text}: {e}");
         }
+        // A static route's index names are file names.
+        for bad in ["\"/etc/passwd\"", "\"a/b.html\"", "\"..\"", "\"\""] {
+            let text =
+                format!("[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/tmp\"\nindex = [\"index.html\", {bad}]\n");
+            let e = parse(&text).unwrap_err();
+            assert!(e.reason.contains("a file name"), "{bad}: {e}");
+        }
+        assert!(parse(
+            "[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"/tmp\"\nindex = [\"index.htm\", \"default.html\"]\n"
+        )
+        .is_ok());
         let e = parse("this is not toml").unwrap_err();
         assert_eq!(e.line, 1, "{e}");
         assert!(parse("").is_err());

@@ -5,8 +5,10 @@
 //! 1. [`script::locate`] walks the route's `root` for the script, with CGI's path rules
 //!    (400/403/404; a file is a script when its name ends in `split_path`, `.php`; a
 //!    directory is served by its `index` file, and redirected to its `/` form first). So
-//!    `SCRIPT_FILENAME` always names an existing script under the root, and `PATH_INFO` is
-//!    what follows it: `/up/x.jpg/a.php` is never sent to the application.
+//!    `SCRIPT_FILENAME` names a script that was under the root when the path was walked,
+//!    and `PATH_INFO` is what follows it: `/up/x.jpg/a.php` is never sent to the
+//!    application. Each worker remembers a path's walk for `script_cache` (1 s): a script
+//!    added, removed or replaced on disk is seen within that time.
 //! 2. A body of unknown length (chunked, or HTTP/2 without `content-length`) is read first,
 //!    up to `max_buffered_input` (411 beyond), since `CONTENT_LENGTH` must be given.
 //! 3. A connection from this worker's pool (`FCGI_KEEP_CONN`; see `backend::pool`) or a new one
@@ -227,17 +229,29 @@ struct Route {
 /// Route ids ([`Route::id`]).
 static NEXT_ROUTE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Most script lookups a worker remembers; past it the worker forgets them all (a scan of
-/// distinct paths costs one map's worth of memory, never more).
+/// Most script lookups a worker remembers; past it the worker forgets them all, so a scan
+/// of distinct paths holds at most this many entries of at most [`SCRIPT_CACHE_PATH_MAX`]
+/// bytes of path each.
 const SCRIPT_CACHE_MAX: usize = 1024;
 
-/// A remembered lookup: whose, until when ([`selvedge::sys::monotonic_ns`]), and what it found.
-type Located = (u64, u64, Result<Arc<Script>, Miss>);
+/// Longer request paths are looked up on disk every time (their script's name and
+/// `PATH_INFO` are copies of the path: remembering them could hold much more memory).
+const SCRIPT_CACHE_PATH_MAX: usize = 512;
+
+/// A remembered lookup: until when ([`selvedge::sys::monotonic_ns`]), and what it found.
+type Located = (u64, Result<Arc<Script>, Miss>);
+
+/// This worker's remembered lookups: by route ([`Route::id`]), then by request path.
+#[derive(Default)]
+struct Remembered {
+    routes: HashMap<u64, HashMap<Box<str>, Located>>,
+    len: usize,
+}
 
 thread_local! {
-    /// This worker's remembered script lookups, by request path: no lock, no system call
-    /// for a path looked up within `script_cache`.
-    static LOCATED: std::cell::RefCell<HashMap<Box<str>, Located>> = std::cell::RefCell::new(HashMap::new());
+    /// This worker's remembered script lookups: no lock, and no system call for a path
+    /// looked up within `script_cache`.
+    static LOCATED: std::cell::RefCell<Remembered> = std::cell::RefCell::new(Remembered::default());
 }
 
 impl Route {
@@ -247,23 +261,26 @@ impl Route {
     fn locate(&self, path: &str) -> Result<Arc<Script>, Miss> {
         let cfg = &self.cfg;
         let rule = Rule::Fastcgi { ext: &cfg.split_path, index: cfg.index.as_deref() };
+        let walk = || script::locate(&self.root, &self.prefix, path, rule).map(Arc::new);
         let ttl = cfg.script_cache.as_nanos().min(u128::from(u64::MAX)) as u64;
-        if ttl == 0 {
-            return script::locate(&self.root, &self.prefix, path, rule).map(Arc::new);
+        if ttl == 0 || path.len() > SCRIPT_CACHE_PATH_MAX {
+            return walk();
         }
         let now = selvedge::sys::monotonic_ns();
-        LOCATED.with(|m| {
-            let mut m = m.borrow_mut();
-            if let Some((id, until, found)) = m.get(path) {
-                if *id == self.id && now < *until {
-                    return found.clone();
+        LOCATED.with(|r| {
+            let mut r = r.borrow_mut();
+            if let Some((until, found)) = r.routes.get_mut(&self.id).and_then(|m| m.get_mut(path)) {
+                if now >= *until {
+                    (*until, *found) = (now.saturating_add(ttl), walk());
                 }
+                return found.clone();
             }
-            let found = script::locate(&self.root, &self.prefix, path, rule).map(Arc::new);
-            if m.len() >= SCRIPT_CACHE_MAX && !m.contains_key(path) {
-                m.clear();
+            if r.len >= SCRIPT_CACHE_MAX {
+                *r = Remembered::default();
             }
-            m.insert(path.into(), (self.id, now.saturating_add(ttl), found.clone()));
+            let found = walk();
+            r.routes.entry(self.id).or_default().insert(path.into(), (now.saturating_add(ttl), found.clone()));
+            r.len += 1;
             found
         })
     }
@@ -363,9 +380,8 @@ impl Fastcgi {
         let is_head = req.method() == selvedge::http::Method::HEAD;
         let due = length.unwrap_or(0);
         // The request's records, composed once into the first connection's buffer (kept
-        // for a retry); the script's name, moved into the exchange for its log lines.
+        // for a retry).
         let mut request: Option<Vec<u8>> = None;
-        let mut name: Option<Vec<u8>> = None;
         let mut retried = false;
         let (mut ex, head, first) = loop {
             let pooled = if retried { None } else { pool::checkout(route.slot, &cfg.pool) };
@@ -375,8 +391,7 @@ impl Fastcgi {
                 None => match Box::pin(route.connect()).await {
                     Ok(c) => c,
                     Err(f) => {
-                        let name = Lossy(name.as_deref().unwrap_or(&script.script_name));
-                        tracing::warn!("fastcgi {}: {name}: {f}", cfg.address);
+                        tracing::warn!("fastcgi {}: {}: {f}", cfg.address, Lossy(&script.script_name));
                         return plain(f.status());
                     }
                 },
@@ -387,8 +402,7 @@ impl Fastcgi {
                 route.compose(&mut b, &req, &script, length, keep);
                 b
             });
-            let nm = name.take().unwrap_or_else(|| script.script_name.clone());
-            let mut ex = Exchange::new(conn, route.clone(), nm, body, lead, due);
+            let mut ex = Exchange::new(conn, route.clone(), script.clone(), body, lead, due);
             ex.fresh = fresh;
             match ex.read_head().await {
                 Ok((head, first)) => break (ex, head, first),
@@ -397,10 +411,13 @@ impl Fastcgi {
                     let lead;
                     (body, lead) = ex.feed.take_back();
                     request = Some(lead);
-                    name = Some(std::mem::take(&mut ex.name));
                 }
                 Err(f) => {
-                    tracing::warn!("fastcgi {}: {}: {f} before the response head", cfg.address, Lossy(&ex.name));
+                    tracing::warn!(
+                        "fastcgi {}: {}: {f} before the response head",
+                        cfg.address,
+                        Lossy(&ex.script.script_name)
+                    );
                     return plain(f.status());
                 }
             }
@@ -412,7 +429,11 @@ impl Fastcgi {
         let mut res = if bodiless {
             // The script's output is read to its end, so the connection can be reused.
             if let Err(f) = ex.drain().await {
-                tracing::warn!("fastcgi {}: {}: {f} after the response head", cfg.address, Lossy(&ex.name));
+                tracing::warn!(
+                    "fastcgi {}: {}: {f} after the response head",
+                    cfg.address,
+                    Lossy(&ex.script.script_name)
+                );
             }
             ex.finish();
             match head.content_length {
@@ -428,7 +449,7 @@ impl Fastcgi {
                             tracing::warn!(
                                 "fastcgi {}: {}: output shorter than its Content-Length",
                                 cfg.address,
-                                Lossy(&ex.name)
+                                Lossy(&ex.script.script_name)
                             );
                             return plain(StatusCode::BAD_GATEWAY);
                         }
@@ -638,8 +659,8 @@ impl Feed {
 struct Exchange {
     conn: Option<Conn>,
     route: Arc<Route>,
-    /// The script, for log lines.
-    name: Vec<u8>,
+    /// The script (its name is in the log lines).
+    script: Arc<Script>,
     feed: Feed,
     /// Bytes were received from the application.
     got_any: bool,
@@ -650,11 +671,11 @@ struct Exchange {
 }
 
 impl Exchange {
-    fn new(conn: Conn, route: Arc<Route>, name: Vec<u8>, body: Body, lead: Vec<u8>, due: u64) -> Exchange {
+    fn new(conn: Conn, route: Arc<Route>, script: Arc<Script>, body: Body, lead: Vec<u8>, due: u64) -> Exchange {
         Exchange {
             conn: Some(conn),
             route,
-            name,
+            script,
             feed: Feed::new(lead, body, due),
             got_any: false,
             ended: false,
@@ -671,7 +692,7 @@ impl Exchange {
             match record::decode(&mut conn.rbuf, ID) {
                 Ok(Some(Event::Stdout(b))) => return Ok(Some(b)),
                 Ok(Some(Event::Stderr(b))) => {
-                    log_stderr(&self.route.cfg.address, Lossy(&self.name), &b);
+                    log_stderr(&self.route.cfg.address, Lossy(&self.script.script_name), &b);
                     continue;
                 }
                 Ok(Some(Event::End { protocol_status, app_status })) => {
@@ -684,7 +705,7 @@ impl Exchange {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!("fastcgi {}: {}: {e}", self.route.cfg.address, Lossy(&self.name));
+                    tracing::warn!("fastcgi {}: {}: {e}", self.route.cfg.address, Lossy(&self.script.script_name));
                     conn.closing = true;
                     return Err(Fail::Bad);
                 }
@@ -739,7 +760,7 @@ impl Exchange {
                 tracing::warn!(
                     "fastcgi {}: {}: the request ended without a response head",
                     self.route.cfg.address,
-                    Lossy(&self.name)
+                    Lossy(&self.script.script_name)
                 );
                 return Err(Fail::Bad);
             };
@@ -755,7 +776,7 @@ impl Exchange {
                 Ok(None) if buf.is_empty() => buf.extend_from_slice(&b),
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!("fastcgi {}: {}: {e}", self.route.cfg.address, Lossy(&self.name));
+                    tracing::warn!("fastcgi {}: {}: {e}", self.route.cfg.address, Lossy(&self.script.script_name));
                     if let Some(c) = self.conn.as_mut() {
                         c.closing = true;
                     }
@@ -776,7 +797,7 @@ impl Exchange {
                 Ok(Some(Event::Stdout(b))) => {
                     more.get_or_insert_with(|| BytesMut::from(&first[..])).extend_from_slice(&b);
                 }
-                Ok(Some(Event::Stderr(b))) => log_stderr(&self.route.cfg.address, Lossy(&self.name), &b),
+                Ok(Some(Event::Stderr(b))) => log_stderr(&self.route.cfg.address, Lossy(&self.script.script_name), &b),
                 Ok(Some(Event::End { .. })) => {
                     self.ended = true;
                     break true;
@@ -822,7 +843,7 @@ impl Exchange {
                     tracing::warn!(
                         "fastcgi {}: {}: {f}; response cut short",
                         self.route.cfg.address,
-                        Lossy(&self.name)
+                        Lossy(&self.script.script_name)
                     );
                     self.abandon();
                     return Err(std::io::Error::other(f.to_string()));
@@ -833,7 +854,7 @@ impl Exchange {
             tracing::warn!(
                 "fastcgi {}: {}: output shorter than its Content-Length; response cut short",
                 self.route.cfg.address,
-                Lossy(&self.name)
+                Lossy(&self.script.script_name)
             );
             self.abandon();
             return Err(std::io::ErrorKind::UnexpectedEof.into());

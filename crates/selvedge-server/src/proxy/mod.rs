@@ -511,7 +511,7 @@ impl Proxy {
     /// Serves one request.
     ///
     /// The future is boxed here, and holds only what the request's way needs: a plain
-    /// request's is [`Proxy::handle_h1`]'s, with no wrapper keeping a second copy of the
+    /// request's is `handle_h1`'s, with no wrapper keeping a second copy of the
     /// request beside it.
     pub fn handle(&self, mut req: Request) -> Pin<Box<dyn Future<Output = Response> + Send + '_>> {
         let route = &self.route;
@@ -969,9 +969,9 @@ fn relay_fields(
     } else {
         Vec::new()
     };
-    // One more than relayed: a compressing route adds `Vary`, and growing the vector then
-    // would copy it.
-    out.reserve(fields.len() + 1);
+    // Room for two more: a compressing route adds `Vary` (and `Content-Encoding` when it
+    // compresses), and growing the vector then would copy it.
+    out.reserve(fields.len() + 2);
     for f in fields {
         let name = &head[f.name.range()];
         if forward::dropped_response_field(name) || tokens.iter().any(|t| t.eq_ignore_ascii_case(name)) {
