@@ -152,9 +152,21 @@ impl Request {
         self.query.map(|q| ascii(self.slice(q)))
     }
 
+    /// [`query`](Self::query) as bytes, without the UTF-8 check.
+    #[inline]
+    pub fn query_bytes(&self) -> Option<&[u8]> {
+        self.query.map(|q| self.slice(q))
+    }
+
     /// The authority: the absolute-form target's, else the `Host` header's (or `:authority`).
     pub fn authority(&self) -> Option<&str> {
         self.authority.map(|a| ascii(self.slice(a)))
+    }
+
+    /// [`authority`](Self::authority) as bytes, without the UTF-8 check.
+    #[inline]
+    pub fn authority_bytes(&self) -> Option<&[u8]> {
+        self.authority.map(|a| self.slice(a))
     }
 
     /// The path's segments, split and percent-decoded lazily: nothing is decoded or

@@ -158,44 +158,42 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     dst.extend_from_slice(req.method().as_str().as_bytes());
     dst.push(b' ');
     let target_start = dst.len();
-    let mut path = req.path();
+    // Bytes, not `&str`: the parser admitted only visible ASCII here, and the UTF-8 checks
+    // of `path()`, `query()` and `headers()` cost a pass over each per request.
+    let mut path = req.path_bytes();
     if !rw.strip.is_empty() {
-        if let Some(rest) = path.strip_prefix(rw.strip.as_str()) {
+        if let Some(rest) = path.strip_prefix(rw.strip.as_bytes()) {
             path = rest;
         }
     }
     dst.extend_from_slice(rw.base.as_bytes());
-    if !path.starts_with('/') {
+    if !path.starts_with(b"/") {
         dst.push(b'/');
     }
-    dst.extend_from_slice(path.as_bytes());
-    if let Some(q) = req.query() {
+    dst.extend_from_slice(path);
+    if let Some(q) = req.query_bytes() {
         dst.push(b'?');
-        dst.extend_from_slice(q.as_bytes());
+        dst.extend_from_slice(q);
     }
     if h2 && !dst[target_start..].iter().all(|&b| (0x21..=0x7e).contains(&b)) {
         dst.truncate(start);
         return Err(ComposeError::Unrepresentable);
     }
     dst.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-    let client_host = req.authority().filter(|a| !a.is_empty());
-    if h2 && client_host.is_some_and(|a| !a.bytes().all(|b| (0x21..=0x7e).contains(&b))) {
+    let client_host = req.authority_bytes().filter(|a| !a.is_empty());
+    if h2 && client_host.is_some_and(|a| !a.iter().all(|b| (0x21..=0x7e).contains(b))) {
         dst.truncate(start);
         return Err(ComposeError::Unrepresentable);
     }
     match (&rw.host, client_host) {
-        (HostMode::Preserve, Some(h)) => dst.extend_from_slice(h.as_bytes()),
+        (HostMode::Preserve, Some(h)) => dst.extend_from_slice(h),
         (HostMode::Fixed(h), _) => dst.extend_from_slice(h.as_bytes()),
         _ => dst.extend_from_slice(rw.upstream_host.as_bytes()),
     }
     dst.extend_from_slice(b"\r\n");
 
     // The client's fields, minus hop-by-hop ones.
-    let tokens = if req.header("connection").is_some() {
-        connection_tokens(req.headers().map(|(n, v)| (n.as_bytes(), v)))
-    } else {
-        Vec::new()
-    };
+    let tokens = if req.header("connection").is_some() { connection_tokens(req.header_bytes()) } else { Vec::new() };
     // The client's forwarding fields are kept from a trusted proxy (see crate::client).
     let trust = rw.trust_forwarded || crate::client::peer_trusted(req);
     let mut xff_prev: Vec<&[u8]> = Vec::new();
@@ -203,8 +201,7 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     let (mut has_proto, mut has_xhost) = (false, false);
     let mut cookies = 0usize;
     let request_id = crate::observe::request_id();
-    for (name, value) in req.headers() {
-        let n = name.as_bytes();
+    for (n, value) in req.header_bytes() {
         if dropped_request_field(n) || (!tokens.is_empty() && named_in(&tokens, n)) {
             continue;
         }
@@ -248,7 +245,7 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     }
     if cookies > 0 {
         dst.extend_from_slice(b"cookie: ");
-        for (i, (_, v)) in req.headers().filter(|(n, _)| *n == "cookie").enumerate() {
+        for (i, (_, v)) in req.header_bytes().filter(|(n, _)| *n == b"cookie").enumerate() {
             if i > 0 {
                 dst.extend_from_slice(b"; ");
             }
@@ -285,7 +282,7 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     }
     if let (Some(h), false) = (client_host, has_xhost) {
         dst.extend_from_slice(b"x-forwarded-host: ");
-        dst.extend_from_slice(h.as_bytes());
+        dst.extend_from_slice(h);
         dst.extend_from_slice(b"\r\n");
     }
     dst.extend_from_slice(b"forwarded: ");
@@ -305,7 +302,7 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     }
     if let Some(h) = client_host {
         dst.extend_from_slice(b";host=");
-        put_token_or_quoted(dst, h.as_bytes());
+        put_token_or_quoted(dst, h);
     }
     dst.extend_from_slice(b";proto=");
     dst.extend_from_slice(proto);
@@ -333,12 +330,26 @@ pub(crate) fn put_u64(dst: &mut Vec<u8>, n: u64) {
 fn put_ip(dst: &mut Vec<u8>, ip: IpAddr) {
     match ip {
         IpAddr::V4(v4) => {
+            // Composed on the stack and appended once (this runs twice per proxied request).
+            let mut text = [0u8; 15];
+            let mut n = 0;
             for (i, o) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    dst.push(b'.');
+                    text[n] = b'.';
+                    n += 1;
                 }
-                put_u64(dst, o as u64);
+                if o >= 100 {
+                    text[n] = b'0' + o / 100;
+                    n += 1;
+                }
+                if o >= 10 {
+                    text[n] = b'0' + o / 10 % 10;
+                    n += 1;
+                }
+                text[n] = b'0' + o % 10;
+                n += 1;
             }
+            dst.extend_from_slice(&text[..n]);
         }
         IpAddr::V6(v6) => {
             use std::io::Write;
@@ -354,11 +365,16 @@ fn put_token_or_quoted(dst: &mut Vec<u8>, v: &[u8]) {
         return;
     }
     dst.push(b'"');
-    for &b in v {
-        if b == b'"' || b == b'\\' {
-            dst.push(b'\\');
+    if v.iter().any(|&b| b == b'"' || b == b'\\') {
+        for &b in v {
+            if b == b'"' || b == b'\\' {
+                dst.push(b'\\');
+            }
+            dst.push(b);
         }
-        dst.push(b);
+    } else {
+        // The usual case (a host with a port): nothing to escape, one copy.
+        dst.extend_from_slice(v);
     }
     dst.push(b'"');
 }
@@ -390,6 +406,21 @@ mod tests {
             b = b.header(*n, *v);
         }
         Request::from(b.body(bytes::Bytes::new()).unwrap())
+    }
+
+    #[test]
+    fn addresses_are_written_as_std_writes_them() {
+        let v4 = [[0, 0, 0, 0], [127, 0, 0, 1], [9, 10, 99, 100], [255, 255, 255, 255], [1, 20, 205, 3]];
+        for o in v4 {
+            let ip = IpAddr::from(o);
+            let mut out = b"x".to_vec();
+            put_ip(&mut out, ip);
+            assert_eq!(out, format!("x{ip}").as_bytes());
+        }
+        let ip: IpAddr = "2001:db8::1".parse().unwrap();
+        let mut out = Vec::new();
+        put_ip(&mut out, ip);
+        assert_eq!(out, b"2001:db8::1");
     }
 
     #[test]

@@ -117,17 +117,23 @@ fn scan_value(buf: &[u8], mut at: usize) -> Option<usize> {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
     while let Some(w) = buf.get(at..at + 8) {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(w);
-        let x = u64::from_le_bytes(word);
-        // Non-zero iff some byte is below 0x20 / equal to 0x7f (exact for thresholds <= 0x80).
+        let x = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        // Non-zero iff some byte is below 0x20 / equal to 0x7f (exact for thresholds <= 0x80);
+        // the lowest flag is the first such byte (flags above it may be wrong).
         let below_space = x.wrapping_sub(LO * 0x20) & !x & HI;
         let del = x ^ (LO * 0x7f);
         let is_del = del.wrapping_sub(LO) & !del & HI;
-        if below_space | is_del != 0 {
-            break;
+        let stop = below_space | is_del;
+        if stop == 0 {
+            at += 8;
+            continue;
         }
-        at += 8;
+        // The first control byte: the end of the value, unless it is an HTAB (allowed).
+        at += (stop.trailing_zeros() / 8) as usize;
+        if buf[at] != b'\t' {
+            return Some(at);
+        }
+        at += 1;
     }
     scan(buf, at, &VALUE)
 }
@@ -400,6 +406,17 @@ mod tests {
                 v[pos] = b;
                 let want = scan(&v, 0, &VALUE);
                 assert_eq!(scan_value(&v, 0), want, "byte {b:#x} at {pos}");
+            }
+        }
+        // An HTAB (allowed) before the byte, in the same word or an earlier one.
+        for b in [b'\r', b'\n', 0, 0x1f, 0x7f, b'\t', b'x'] {
+            for tab in 0..16 {
+                for pos in tab + 1..24 {
+                    let mut v = vec![b'a'; 24];
+                    v[tab] = b'\t';
+                    v[pos] = b;
+                    assert_eq!(scan_value(&v, 0), scan(&v, 0, &VALUE), "tab at {tab}, byte {b:#x} at {pos}");
+                }
             }
         }
     }

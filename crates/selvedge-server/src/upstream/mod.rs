@@ -415,7 +415,7 @@ impl Pool {
     /// A new request's attempts.
     pub fn attempts(&self, req: &Request) -> Attempts {
         let key = if self.cfg.policy == Policy::Hash { self.cfg.hash_key.hash(req) } else { None };
-        Attempts { tried: Vec::new(), retries_left: self.cfg.retries, key }
+        Attempts { tried: Tried::default(), retries_left: self.cfg.retries, key }
     }
 
     /// The member for the next attempt: by the policy among the usable members not tried
@@ -532,7 +532,7 @@ thread_local! {
 #[derive(Debug)]
 pub struct Attempts {
     /// Slots of the members tried.
-    tried: Vec<usize>,
+    tried: Tried,
     retries_left: u32,
     /// The request's hash (hash policy).
     key: Option<u64>,
@@ -542,6 +542,40 @@ impl Attempts {
     /// How many members were tried.
     pub fn count(&self) -> usize {
         self.tried.len()
+    }
+}
+
+/// The slots of the members a request tried: the first few in place (most requests try
+/// one, and a vector would be allocated for it), more in a vector.
+#[derive(Debug, Default)]
+struct Tried {
+    first: [usize; Tried::IN_PLACE],
+    n: usize,
+    more: Vec<usize>,
+}
+
+impl Tried {
+    const IN_PLACE: usize = 4;
+
+    fn len(&self) -> usize {
+        self.n
+    }
+
+    fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    fn contains(&self, slot: &usize) -> bool {
+        self.first[..self.n.min(Self::IN_PLACE)].contains(slot) || self.more.contains(slot)
+    }
+
+    fn push(&mut self, slot: usize) {
+        if self.n < Self::IN_PLACE {
+            self.first[self.n] = slot;
+        } else {
+            self.more.push(slot);
+        }
+        self.n += 1;
     }
 }
 
@@ -605,4 +639,23 @@ pub fn resolve_targets(targets: &mut [Target], resolver: &Resolver, tolerate: bo
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tried;
+
+    #[test]
+    fn tried_slots_past_the_ones_kept_in_place() {
+        let mut t = Tried::default();
+        assert!(t.is_empty() && !t.contains(&0));
+        for slot in [7, 3, 9, 1, 4, 8] {
+            assert!(!t.contains(&slot));
+            t.push(slot);
+            assert!(t.contains(&slot));
+        }
+        assert_eq!(t.len(), 6);
+        assert!(!t.contains(&0) && !t.contains(&2));
+        assert_eq!(t.more, [4, 8]);
+    }
 }

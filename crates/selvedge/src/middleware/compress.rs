@@ -240,18 +240,33 @@ impl<A: App> App for CompressApp<A> {
 
 fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Response {
     let status = res.status;
-    if crate::message::bodiless(status)
-        || status == StatusCode::PARTIAL_CONTENT
-        || res.header_value(&CONTENT_ENCODING).is_some()
-    {
+    if crate::message::bodiless(status) || status == StatusCode::PARTIAL_CONTENT {
         return res;
     }
-    let Some(ct) = res.header_value(&CONTENT_TYPE) else { return res };
-    if !compressible(ct.as_bytes()) {
+    // One pass over the fields for everything that decides (most responses a compressing
+    // route sends are left as they are, and each lookup would be a pass of its own).
+    let mut compressible_type = None;
+    let (mut encoded, mut no_transform, mut varies) = (false, false, false);
+    // Two slices chained (`headers()` flattens an `Option` first, a dearer step per field).
+    let shared: &[_] = res.shared.as_deref().map_or(&[], |s| s.fields());
+    for (n, v) in shared.iter().chain(&res.headers) {
+        if *n == CONTENT_TYPE {
+            compressible_type.get_or_insert_with(|| compressible(v.as_bytes()));
+        } else if *n == CONTENT_ENCODING {
+            encoded = true;
+        } else if *n == CACHE_CONTROL {
+            no_transform |= has_token(v.as_bytes(), b"no-transform");
+        } else if *n == VARY {
+            varies |= has_token(v.as_bytes(), b"accept-encoding") || v.as_bytes() == b"*";
+        }
+    }
+    if encoded || compressible_type != Some(true) {
         return res;
     }
-    add_vary(&mut res);
-    if res.header_value(&CACHE_CONTROL).is_some_and(|v| has_token(v.as_bytes(), b"no-transform")) {
+    if !varies {
+        res.headers_mut().push((VARY, HeaderValue::from_static("accept-encoding")));
+    }
+    if no_transform {
         return res;
     }
     let Some(coding) = coding else { return res };
@@ -386,15 +401,6 @@ fn with_body(mut res: Response, body: ResponseBody) -> Response {
     res
 }
 
-fn add_vary(res: &mut Response) {
-    for (n, v) in res.headers() {
-        if n == VARY && (has_token(v.as_bytes(), b"accept-encoding") || v.as_bytes() == b"*") {
-            return;
-        }
-    }
-    res.headers_mut().push((VARY, HeaderValue::from_static("accept-encoding")));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,6 +438,40 @@ mod tests {
         assert!(!compressible(b"text"));
         assert!(!compressible(b"json"));
         assert!(!compressible(b""));
+    }
+
+    /// What decides is read from every field in one pass: a later `Cache-Control` line,
+    /// a `Vary` already naming the coding, a `Content-Encoding` anywhere.
+    #[test]
+    fn fields_that_decide() {
+        let body = Bytes::from(vec![b'a'; 1000]);
+        let res = |fields: &[(&'static str, &'static str)]| {
+            let mut r = Response::bytes(StatusCode::OK, body.clone());
+            for &(n, v) in fields {
+                r.headers_mut().push((http::HeaderName::from_static(n), HeaderValue::from_static(v)));
+            }
+            r
+        };
+        let run = |r| compress(r, Some(Coding::Gzip), &Compress::new());
+        let values = |r: &Response, name| r.headers().filter(|(n, _)| *n == name).count();
+        let zipped = |r: &Response| r.header_value(&CONTENT_ENCODING).is_some_and(|v| v == "gzip");
+
+        let r = run(res(&[("content-type", "text/html")]));
+        assert!(zipped(&r) && values(&r, VARY) == 1);
+        let r = run(res(&[
+            ("cache-control", "max-age=1"),
+            ("content-type", "text/html"),
+            ("cache-control", "no-transform"),
+        ]));
+        assert!(!zipped(&r) && values(&r, VARY) == 1, "no-transform on the second line");
+        let r = run(res(&[("vary", "Accept-Encoding"), ("content-type", "text/plain")]));
+        assert!(zipped(&r) && values(&r, VARY) == 1, "Vary not repeated");
+        let r = run(res(&[("content-type", "text/plain"), ("content-encoding", "br")]));
+        assert!(r.header_value(&CONTENT_ENCODING).is_some_and(|v| v == "br") && values(&r, VARY) == 0);
+        let r = run(res(&[("content-type", "image/png"), ("content-type", "text/html")]));
+        assert!(!zipped(&r) && values(&r, VARY) == 0, "the first Content-Type decides");
+        let r = run(res(&[]));
+        assert!(!zipped(&r) && values(&r, VARY) == 0);
     }
 
     #[test]
