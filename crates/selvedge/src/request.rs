@@ -126,6 +126,12 @@ impl Request {
         ascii(self.slice(self.target))
     }
 
+    /// [`target`](Self::target) as bytes, without the UTF-8 check.
+    #[inline]
+    pub fn target_bytes(&self) -> &[u8] {
+        self.slice(self.target)
+    }
+
     /// The raw (still percent-encoded) path, without the query. Always starts with `/`
     /// except for `CONNECT` (the authority) and `OPTIONS *`.
     #[inline]

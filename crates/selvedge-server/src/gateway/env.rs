@@ -81,20 +81,24 @@ pub fn meta_variables(
     };
     out.var(b"SERVER_PROTOCOL", protocol);
     let secure = req.is_secure();
-    let (name, port) = server_name_port(req.authority().unwrap_or(""), secure);
-    out.var(b"SERVER_NAME", name.as_bytes());
-    out.var(b"SERVER_PORT", port.as_bytes());
+    // Bytes throughout: the parser admitted only visible ASCII in the target and the
+    // authority, and a UTF-8 check of each per request is a pass for nothing.
+    let (name, port) = server_name_port(req.authority_bytes().unwrap_or(b""), secure);
+    out.var(b"SERVER_NAME", name);
+    out.var(b"SERVER_PORT", port);
     out.var(b"REQUEST_SCHEME", if secure { b"https" } else { b"http" });
     if secure {
         out.var(b"HTTPS", b"on");
     }
     out.var(b"REQUEST_METHOD", req.method().as_str().as_bytes());
-    out.var(b"REQUEST_URI", req.target().as_bytes());
-    out.var(b"QUERY_STRING", req.query().unwrap_or("").as_bytes());
+    out.var(b"REQUEST_URI", req.target_bytes());
+    out.var(b"QUERY_STRING", req.query_bytes().unwrap_or(b""));
     out.var(b"SCRIPT_NAME", &script.script_name);
     out.var(b"SCRIPT_FILENAME", script.path.as_os_str().as_bytes());
     out.var(b"DOCUMENT_ROOT", root.as_os_str().as_bytes());
-    let mut scratch = Vec::new();
+    // Room for a field's variable name and a few joined values at once (it grew two or
+    // three times per request from empty).
+    let mut scratch = Vec::with_capacity(256);
     if !script.path_info.is_empty() {
         out.var(b"PATH_INFO", &script.path_info);
         scratch.extend_from_slice(root.as_os_str().as_bytes());
@@ -164,8 +168,8 @@ fn http_fields(req: &Request, pass_authorization: bool, scratch: &mut Vec<u8>, o
         out.var(var, if joined { rest } else { value });
     }
     if !has_host {
-        if let Some(a) = req.authority() {
-            out.var(b"HTTP_HOST", a.as_bytes());
+        if let Some(a) = req.authority_bytes() {
+            out.var(b"HTTP_HOST", a);
         }
     }
 }
@@ -198,15 +202,19 @@ fn ip_text(buf: &mut [u8; 64], ip: std::net::IpAddr) -> &[u8] {
 
 /// `SERVER_NAME` and `SERVER_PORT` from the request's authority (the `Host` header): the
 /// name the client used, and its port or the scheme's default.
-fn server_name_port(authority: &str, secure: bool) -> (&str, &str) {
-    let default = if secure { "443" } else { "80" };
-    let split = if authority.starts_with('[') { authority.find("]:").map(|i| i + 1) } else { authority.rfind(':') };
+fn server_name_port(authority: &[u8], secure: bool) -> (&[u8], &[u8]) {
+    let default: &[u8] = if secure { b"443" } else { b"80" };
+    let split = if authority.starts_with(b"[") {
+        authority.windows(2).position(|w| w == b"]:").map(|i| i + 1)
+    } else {
+        authority.iter().rposition(|&b| b == b':')
+    };
     let (name, port) = match split {
         Some(i) => (&authority[..i], &authority[i + 1..]),
-        None => (authority, ""),
+        None => (authority, &b""[..]),
     };
-    let port = if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) { port } else { default };
-    (if name.is_empty() { "localhost" } else { name }, port)
+    let port = if !port.is_empty() && port.iter().all(u8::is_ascii_digit) { port } else { default };
+    (if name.is_empty() { b"localhost" } else { name }, port)
 }
 
 #[cfg(test)]
@@ -215,11 +223,16 @@ mod tests {
 
     #[test]
     fn server_names() {
-        assert_eq!(server_name_port("example.com:8080", false), ("example.com", "8080"));
-        assert_eq!(server_name_port("example.com", true), ("example.com", "443"));
-        assert_eq!(server_name_port("[::1]:81", false), ("[::1]", "81"));
-        assert_eq!(server_name_port("[::1]", false), ("[::1]", "80"));
-        assert_eq!(server_name_port("", false), ("localhost", "80"));
+        let s = |a: &'static str, secure| {
+            let (n, p) = server_name_port(a.as_bytes(), secure);
+            (std::str::from_utf8(n).unwrap(), std::str::from_utf8(p).unwrap())
+        };
+        assert_eq!(s("example.com:8080", false), ("example.com", "8080"));
+        assert_eq!(s("example.com", true), ("example.com", "443"));
+        assert_eq!(s("[::1]:81", false), ("[::1]", "81"));
+        assert_eq!(s("[::1]", false), ("[::1]", "80"));
+        assert_eq!(s("", false), ("localhost", "80"));
+        assert_eq!(s("h:x1", false), ("h", "80"));
     }
 
     #[test]
