@@ -384,6 +384,69 @@ fn reused_connection_closed_unanswered_is_retried_only_when_idempotent() {
     assert_eq!(conns, 4, "one new connection per request (the retried GETs and the /stats one)");
 }
 
+/// One HTTP/2 GET on a new connection, the fields written as HPACK literals (so any bytes
+/// can be sent); the response's status (its first field, as the server's encoder writes it).
+fn h2_get_status(addr: SocketAddr, path: &[u8], authority: &[u8]) -> u16 {
+    let mut block = Vec::new();
+    for (n, v) in [(&b":method"[..], &b"GET"[..]), (b":scheme", b"http"), (b":path", path), (b":authority", authority)]
+    {
+        block.push(0); // literal without indexing, new name
+        block.push(n.len() as u8);
+        block.extend_from_slice(n);
+        block.push(v.len() as u8);
+        block.extend_from_slice(v);
+    }
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS
+    let len = block.len() as u32;
+    out.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, 1, 0x5, 0, 0, 0, 1]); // HEADERS
+    out.extend_from_slice(&block);
+    let mut s = connect(addr);
+    s.write_all(&out).unwrap();
+    loop {
+        let mut h = [0u8; 9];
+        s.read_exact(&mut h).expect("a frame before the response");
+        let len = (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload).unwrap();
+        let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+        assert!(!(h[3] == 3 && stream == 1), "stream 1 reset instead of answered");
+        if h[3] != 1 || stream != 1 {
+            continue;
+        }
+        // :status is the static table's (index 8 to 14) or a literal with its name indexed.
+        let statuses = [200, 204, 206, 304, 400, 404, 500];
+        return match payload[0] {
+            b if b & 0x80 != 0 && (8..=14).contains(&(b & 0x7f)) => statuses[usize::from(b & 0x7f) - 8],
+            b if b & 0xc0 != 0x80 && payload[1] == 3 => std::str::from_utf8(&payload[2..5]).unwrap().parse().unwrap(),
+            b => panic!("status encoded as {b:#x} {:?}", &payload[..payload.len().min(8)]),
+        };
+    }
+}
+
+/// An HTTP/2 `:path` or `:authority` that HTTP/1.1 cannot carry (a space, bytes that are not
+/// UTF-8) is answered 400 and never reaches the upstream; a plain one goes through.
+#[test]
+fn h2_targets_http11_cannot_carry_are_refused() {
+    let d = TempDir::new("px-h2-target");
+    let up = Py::start(&d, "0");
+    let px = proxy(&d, &route("/", &format!("upstream = \"{}\"", up.url())));
+    for (path, authority) in
+        [(&b"/a b"[..], &b"example.test"[..]), (b"/\xff", b"example.test"), (b"/ok", b"ex\xffmple")]
+    {
+        assert_eq!(
+            h2_get_status(px.addr, path, authority),
+            400,
+            "{:?} {:?}",
+            path.escape_ascii(),
+            authority.escape_ascii()
+        );
+    }
+    assert!(up.captured().is_empty(), "{:?}", String::from_utf8_lossy(&up.captured()));
+    assert_eq!(h2_get_status(px.addr, b"/ok", b"example.test"), 200);
+    assert!(contains(&up.captured(), "GET /ok HTTP/1.1"), "{:?}", String::from_utf8_lossy(&up.captured()));
+}
+
 #[test]
 fn refused_upstream_is_502() {
     let d = TempDir::new("px-502");

@@ -85,8 +85,8 @@ impl fmt::Debug for Request {
 
 #[inline]
 fn ascii(b: &[u8]) -> &str {
-    // The parser admits only visible ASCII in targets and token characters in names, so
-    // this never fails for parsed requests; the fallback keeps it total.
+    // HTTP/1.1's parser admits only visible ASCII in targets and token characters in
+    // names; HTTP/2 and HTTP/3 heads may carry other bytes, and then the text is empty.
     std::str::from_utf8(b).unwrap_or("")
 }
 
@@ -126,7 +126,9 @@ impl Request {
         ascii(self.slice(self.target))
     }
 
-    /// [`target`](Self::target) as bytes, without the UTF-8 check.
+    /// [`target`](Self::target) as bytes, without the UTF-8 check: the same for every
+    /// HTTP/1.1 request (its parser admits only visible ASCII), the bytes as received where
+    /// an HTTP/2 or HTTP/3 client sent some that are not UTF-8 (`target()` gives "" then).
     #[inline]
     pub fn target_bytes(&self) -> &[u8] {
         self.slice(self.target)
@@ -158,7 +160,9 @@ impl Request {
         self.query.map(|q| ascii(self.slice(q)))
     }
 
-    /// [`query`](Self::query) as bytes, without the UTF-8 check.
+    /// [`query`](Self::query) as bytes, without the UTF-8 check: the same for every
+    /// HTTP/1.1 request (its parser admits only visible ASCII), the bytes as received where
+    /// an HTTP/2 or HTTP/3 client sent some that are not UTF-8 (`query()` gives `Some("")` then).
     #[inline]
     pub fn query_bytes(&self) -> Option<&[u8]> {
         self.query.map(|q| self.slice(q))
@@ -169,7 +173,9 @@ impl Request {
         self.authority.map(|a| ascii(self.slice(a)))
     }
 
-    /// [`authority`](Self::authority) as bytes, without the UTF-8 check.
+    /// [`authority`](Self::authority) as bytes, without the UTF-8 check: the same for every
+    /// HTTP/1.1 request (its parser admits only visible ASCII), the bytes as received where
+    /// an HTTP/2 or HTTP/3 client sent some that are not UTF-8 (`authority()` gives "" then).
     #[inline]
     pub fn authority_bytes(&self) -> Option<&[u8]> {
         self.authority.map(|a| self.slice(a))

@@ -81,8 +81,8 @@ pub fn meta_variables(
     };
     out.var(b"SERVER_PROTOCOL", protocol);
     let secure = req.is_secure();
-    // Bytes throughout: the parser admitted only visible ASCII in the target and the
-    // authority, and a UTF-8 check of each per request is a pass for nothing.
+    // Bytes throughout, as received (HTTP/1.1 admits only visible ASCII there; HTTP/2 and
+    // HTTP/3 any byte but NUL, CR and LF, passed on as nginx does): no UTF-8 pass per request.
     let (name, port) = server_name_port(req.authority_bytes().unwrap_or(b""), secure);
     out.var(b"SERVER_NAME", name);
     out.var(b"SERVER_PORT", port);

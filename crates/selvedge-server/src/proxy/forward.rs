@@ -57,7 +57,8 @@ pub(crate) struct Rewrite {
 /// Why a request cannot be forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ComposeError {
-    /// A target or field value HTTP/1.1 cannot carry (only possible from HTTP/2 clients).
+    /// A target or field value HTTP/1.1 cannot carry (only possible from HTTP/2 and HTTP/3
+    /// clients: their heads are checked for NUL, CR and LF only).
     Unrepresentable,
 }
 
@@ -148,18 +149,21 @@ fn named_in(tokens: &[&[u8]], name: &[u8]) -> bool {
 /// Appends the upstream request head for `req` (prefix `route` already matched) to `dst`.
 ///
 /// # Errors
-/// [`ComposeError::Unrepresentable`] for an HTTP/2 request whose target or fields HTTP/1.1
-/// cannot carry (spaces in `:path`, control characters).
+/// [`ComposeError::Unrepresentable`] for an HTTP/2 or HTTP/3 request whose target or fields
+/// HTTP/1.1 cannot carry (spaces or bytes outside visible ASCII in `:path` or `:authority`,
+/// control characters in a value).
 pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: Framing) -> Result<(), ComposeError> {
-    let h2 = req.version() == selvedge::http::Version::HTTP_2;
+    // HTTP/2 and HTTP/3 heads: what HTTP/1.1's parser would have refused is checked here.
+    let h2 = req.version() >= selvedge::http::Version::HTTP_2;
     let start = dst.len();
 
     // Request line: METHOD SP base + path [ "?" query ] SP HTTP/1.1
     dst.extend_from_slice(req.method().as_str().as_bytes());
     dst.push(b' ');
     let target_start = dst.len();
-    // Bytes, not `&str`: the parser admitted only visible ASCII here, and the UTF-8 checks
-    // of `path()`, `query()` and `headers()` cost a pass over each per request.
+    // Bytes, not `&str` (the UTF-8 checks of `path()`, `query()` and `headers()` cost a pass
+    // over each per request): HTTP/1.1's parser admitted only visible ASCII here, and for
+    // HTTP/2 and HTTP/3 the target is checked below.
     let mut path = req.path_bytes();
     if !rw.strip.is_empty() {
         if let Some(rest) = path.strip_prefix(rw.strip.as_bytes()) {
