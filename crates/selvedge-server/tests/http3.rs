@@ -128,6 +128,56 @@ fn config_quic_listener_limits_and_errors() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("quic = true needs tls"), "{out:?}");
 }
 
+/// An HTTP/3 `:path` that HTTP/1.1 cannot carry (a space) is answered 400 by a proxy route
+/// and never reaches the upstream; a plain one does (HTTP/3 heads are checked only for NUL,
+/// CR and LF, so the proxy checks what it writes into the upstream's request line).
+#[test]
+fn http3_target_http11_cannot_carry_is_refused_by_a_proxy_route() {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    let dir = TempDir::new("h3-proxy");
+    let (c, k, _) = cert(dir.path(), "localhost", "a");
+    // The upstream: records every request head and answers each with 200 "ok".
+    let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up_port = up.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for conn in up.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let record = record.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = conn.read(&mut chunk) {
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        record.lock().unwrap().extend(buf.drain(..end + 4));
+                        let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+                    }
+                }
+            });
+        }
+    });
+    let port = free_udp_tcp_port();
+    let cfg = format!(
+        "[[listen]]\nport = {port}\ntls = {{ cert = \"{c}\", key = \"{k}\" }}\nquic = true\n\
+         [[vhost]]\n[[vhost.route]]\npath = \"/\"\nproxy = {{ upstream = \"http://127.0.0.1:{up_port}\" }}\n"
+    );
+    let file = dir.write("selvedge.toml", cfg);
+    let _srv = Srv::start(&["--config", file.to_str().unwrap()]);
+    let r = h3(port, &["get", "/a b"]);
+    assert_eq!(r["responses"][0]["status"], 400, "{r}");
+    let r = h3(port, &["get", "/ok"]);
+    assert_eq!(r["responses"][0]["status"], 200, "{r}");
+    let seen = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+    assert!(seen.starts_with("GET /ok HTTP/1.1\r\n"), "the upstream saw: {seen:?}");
+    assert!(!seen.contains("/a b"), "the upstream saw: {seen:?}");
+}
+
 /// A port free for both TCP and UDP on 127.0.0.1.
 fn free_udp_tcp_port() -> u16 {
     loop {

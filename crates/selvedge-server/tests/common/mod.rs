@@ -91,7 +91,12 @@ impl Srv {
                 let Ok(line) = line else { break };
                 // Recorded before the address is announced: a test may read it at once.
                 l2.lock().unwrap().push(line.clone());
-                let at = line.find("http://").map(|i| i + 7).or_else(|| line.find("https://").map(|i| i + 8));
+                // The first URL of the line (a proxy route's upstream may follow it).
+                let at = match (line.find("http://"), line.find("https://")) {
+                    (Some(h), Some(s)) if s < h => Some(s + 8),
+                    (Some(h), _) => Some(h + 7),
+                    (None, s) => s.map(|s| s + 8),
+                };
                 if let Some(i) = at {
                     let rest = &line[i..];
                     let addr = &rest[..rest.find('/').unwrap_or(rest.len())];
