@@ -111,9 +111,7 @@ EOF
 
 # selvedge-alt: the same route with another build ($SELVEDGE_ALT_BIN), for A/B runs.
 srv_selvedge-alt() {
-    [[ -n ${SELVEDGE_ALT_BIN:-} ]] || { SRV_WHY="SELVEDGE_ALT_BIN is not set"; return 1; }
-    srv_selvedge "$@"
-    SRV_CMD[0]=$SELVEDGE_ALT_BIN
+    srv_alt_bin srv_selvedge "$@"
 }
 
 # nginx: fastcgi_pass to an upstream keepalive pool of $FPM_CHILDREN connections with

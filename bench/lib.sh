@@ -337,6 +337,15 @@ srv_selvedge-alt() {
     SELVEDGE_CMD=$SELVEDGE_ALT_CMD srv_selvedge_app "$@"
 }
 
+# srv_alt_bin FN ARGS...: the server FN sets up (a script's own srv_selvedge, whose command
+# starts with $SELVEDGE_BIN), run by another build ($SELVEDGE_ALT_BIN) instead: the
+# selvedge-alt slot of the scripts that measure the server binary, for A/B runs.
+srv_alt_bin() {
+    [[ -n ${SELVEDGE_ALT_BIN:-} ]] || { SRV_WHY="SELVEDGE_ALT_BIN is not set"; return 1; }
+    "$@" || return 1
+    SRV_CMD[0]=$SELVEDGE_ALT_BIN
+}
+
 # selvedge-hello: examples/hello (the page from memory, the engine's floor), as a second
 # entry beside the server binary in the scripts whose `selvedge` is the binary (h2.sh,
 # tls.sh). Always the default example, whatever SELVEDGE_CMD says.

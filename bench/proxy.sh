@@ -137,9 +137,7 @@ EOF
 # selvedge-alt: the same proxy with another build ($SELVEDGE_ALT_BIN), for A/B runs (the
 # upstream stays $SELVEDGE_BIN).
 srv_selvedge-alt() {
-    [[ -n ${SELVEDGE_ALT_BIN:-} ]] || { SRV_WHY="SELVEDGE_ALT_BIN is not set"; return 1; }
-    srv_selvedge "$@"
-    SRV_CMD[0]=$SELVEDGE_ALT_BIN
+    srv_alt_bin srv_selvedge "$@"
 }
 
 # nginx: proxy_pass with an upstream keepalive pool of 64 idle connections (selvedge's

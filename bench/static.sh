@@ -67,8 +67,7 @@ EOF
 
 # selvedge-alt: the same config with another build ($SELVEDGE_ALT_BIN), for A/B runs.
 srv_selvedge-alt() {
-    [[ -n ${SELVEDGE_ALT_BIN:-} ]] || { SRV_WHY="SELVEDGE_ALT_BIN is not set"; return 1; }
-    SELVEDGE_BIN=$SELVEDGE_ALT_BIN srv_selvedge "$@"
+    srv_alt_bin srv_selvedge "$@"
 }
 
 # selvedge-features: the same with the everyday route features configured but not

@@ -21,6 +21,41 @@ use arc_swap::ArcSwapOption;
 use ipnet::IpNet;
 use selvedge::{PeerAddr, Request};
 
+/// An address as text in `buf`, as `Display` writes it (IPv4 digit by digit on the stack,
+/// without the formatting machinery: the common case, written for every proxied and CGI
+/// request): CGI's `REMOTE_ADDR` and the proxy's forwarding fields.
+pub fn ip_text(buf: &mut [u8; 64], ip: IpAddr) -> &[u8] {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut n = 0;
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    buf[n] = b'.';
+                    n += 1;
+                }
+                if o >= 100 {
+                    buf[n] = b'0' + o / 100;
+                    n += 1;
+                }
+                if o >= 10 {
+                    buf[n] = b'0' + o / 10 % 10;
+                    n += 1;
+                }
+                buf[n] = b'0' + o % 10;
+                n += 1;
+            }
+            &buf[..n]
+        }
+        IpAddr::V6(v6) => {
+            use std::io::Write;
+            let mut cur = std::io::Cursor::new(&mut buf[..]);
+            let _ = write!(cur, "{v6}");
+            let n = cur.position() as usize;
+            &buf[..n]
+        }
+    }
+}
+
 /// `trusted_proxies`, checked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrustedProxies {

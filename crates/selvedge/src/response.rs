@@ -407,7 +407,9 @@ impl Response {
 
     /// The headers, in order: the shared fields, if any, then the response's own.
     pub fn headers(&self) -> impl Iterator<Item = &(HeaderName, HeaderValue)> + '_ {
-        self.shared.iter().flat_map(|s| s.fields.iter()).chain(self.headers.iter())
+        // Two slices chained: cheaper per field than flattening the `Option` first.
+        let shared: &[_] = self.shared.as_deref().map_or(&[], |s| &s.fields);
+        shared.iter().chain(self.headers.iter())
     }
 
     /// The headers, to edit. Shared fields, if any, are first copied into the response's

@@ -17,7 +17,6 @@
 //! straight into its request buffer without building a list first.
 
 use std::ffi::{OsStr, OsString};
-use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -109,7 +108,7 @@ pub fn meta_variables(
     let mut digits = [0u8; 20];
     // The client as trusted proxies say (crate::client); its port only when it is the peer.
     let client = crate::client::client_ip(req);
-    out.var(b"REMOTE_ADDR", client.map_or(&b""[..], |ip| ip_text(&mut text, ip)));
+    out.var(b"REMOTE_ADDR", client.map_or(&b""[..], |ip| crate::client::ip_text(&mut text, ip)));
     if let PeerAddr::Tcp(a) = req.peer() {
         if client == Some(a.ip().to_canonical()) {
             out.var(b"REMOTE_PORT", decimal(u64::from(a.port()), &mut digits));
@@ -174,32 +173,6 @@ fn http_fields(req: &Request, pass_authorization: bool, scratch: &mut Vec<u8>, o
     }
 }
 
-/// An address as text in `buf` (IPv4 without the formatting machinery: the common case).
-fn ip_text(buf: &mut [u8; 64], ip: std::net::IpAddr) -> &[u8] {
-    match ip {
-        std::net::IpAddr::V4(v4) => {
-            let mut n = 0;
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    buf[n] = b'.';
-                    n += 1;
-                }
-                let mut d = [0u8; 20];
-                let s = decimal(u64::from(octet), &mut d);
-                buf[n..n + s.len()].copy_from_slice(s);
-                n += s.len();
-            }
-            &buf[..n]
-        }
-        std::net::IpAddr::V6(v6) => {
-            let mut cur = std::io::Cursor::new(&mut buf[..]);
-            let _ = write!(cur, "{v6}");
-            let n = cur.position() as usize;
-            &buf[..n]
-        }
-    }
-}
-
 /// `SERVER_NAME` and `SERVER_PORT` from the request's authority (the `Host` header): the
 /// name the client used, and its port or the scheme's default.
 fn server_name_port(authority: &[u8], secure: bool) -> (&[u8], &[u8]) {
@@ -237,6 +210,7 @@ mod tests {
 
     #[test]
     fn addresses() {
+        use crate::client::ip_text;
         let mut buf = [0u8; 64];
         assert_eq!(ip_text(&mut buf, "10.0.255.7".parse().unwrap()), b"10.0.255.7");
         assert_eq!(ip_text(&mut buf, "::ffff:1.2.3.4".parse().unwrap()), b"::ffff:1.2.3.4");

@@ -330,36 +330,9 @@ pub(crate) fn put_u64(dst: &mut Vec<u8>, n: u64) {
     dst.extend_from_slice(selvedge::message::decimal(n, &mut [0; 20]));
 }
 
-/// Appends `ip` as text (IPv4 without the formatting machinery).
+/// Appends `ip` as text ([`crate::client::ip_text`]).
 fn put_ip(dst: &mut Vec<u8>, ip: IpAddr) {
-    match ip {
-        IpAddr::V4(v4) => {
-            // Composed on the stack and appended once (this runs twice per proxied request).
-            let mut text = [0u8; 15];
-            let mut n = 0;
-            for (i, o) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    text[n] = b'.';
-                    n += 1;
-                }
-                if o >= 100 {
-                    text[n] = b'0' + o / 100;
-                    n += 1;
-                }
-                if o >= 10 {
-                    text[n] = b'0' + o / 10 % 10;
-                    n += 1;
-                }
-                text[n] = b'0' + o % 10;
-                n += 1;
-            }
-            dst.extend_from_slice(&text[..n]);
-        }
-        IpAddr::V6(v6) => {
-            use std::io::Write;
-            let _ = write!(dst, "{v6}");
-        }
-    }
+    dst.extend_from_slice(crate::client::ip_text(&mut [0; 64], ip));
 }
 
 /// RFC 7239 §4: a value is a token or a quoted-string.

@@ -247,9 +247,7 @@ fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Respon
     // route sends are left as they are, and each lookup would be a pass of its own).
     let mut compressible_type = None;
     let (mut encoded, mut no_transform, mut varies) = (false, false, false);
-    // Two slices chained (`headers()` flattens an `Option` first, a dearer step per field).
-    let shared: &[_] = res.shared.as_deref().map_or(&[], |s| s.fields());
-    for (n, v) in shared.iter().chain(&res.headers) {
+    for (n, v) in res.headers() {
         if *n == CONTENT_TYPE {
             compressible_type.get_or_insert_with(|| compressible(v.as_bytes()));
         } else if *n == CONTENT_ENCODING {
