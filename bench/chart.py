@@ -32,7 +32,8 @@ def read_tsv(path):
 def read_report(path):
     rows = []
     for line in open(path, encoding="utf-8"):
-        m = re.match(r"\|\s*([^|]+?)\s*\|\s*[\d.]+\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*$", line)
+        # | server | requests/s | µs/req | [kernel share |] ratio |
+        m = re.match(r"\|\s*([^|]+?)\s*\|\s*[\d.]+\s*\|\s*([\d.]+)\s*\|(?:\s*[\d.]+%\s*\|)?\s*([\d.]+)\s*\|\s*$", line)
         if m and not m.group(1).startswith("server"):
             rows.append((m.group(1), float(m.group(2)), float(m.group(3))))
     if not rows:

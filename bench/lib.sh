@@ -137,6 +137,17 @@ cpu_ticks() {
     echo "$total"
 }
 
+# The kernel's part of cpu_ticks (stime + cstime over the tree), in the same ticks.
+cpu_sys_ticks() {
+    local total=0 p stat f
+    for p in $(proc_tree "$1"); do
+        stat=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+        read -ra f <<<"${stat##*) }"
+        total=$((total + f[12] + f[14]))
+    done
+    echo "$total"
+}
+
 # Cross-check with nanosecond resolution: sum of on-CPU time (first field of
 # /proc/PID/task/TID/schedstat) over the live threads of the tree. Prints 0 if unavailable.
 cpu_ns() {
@@ -575,7 +586,7 @@ load_h2load_parse() {
 # bench_round NAME PROTO LOADER ROUND: start, verify, warm up, measure, stop; appends a line
 # to $RESULTS. A server that fails (start or verify) is recorded in SRV_FAILED and skipped later.
 bench_round() {
-    local name=$1 proto=$2 loader=$3 round=$4 why t0 t1 n0 n1 s0 s1 res req rps err
+    local name=$1 proto=$2 loader=$3 round=$4 why t0 t1 k0 k1 n0 n1 s0 s1 res req rps err
     if [[ -n ${SRV_FAILED[$name]:-} ]]; then return 0; fi
     if ! server_start "$name" "$proto"; then
         log "$name: failed to start: $SRV_WHY"
@@ -591,9 +602,9 @@ bench_round() {
         return 0
     fi
     "$loader" warm "$SRV_PORT" "$SRV_DIR/warmup.out"
-    t0=$(cpu_ticks "$SRV_PID"); n0=$(cpu_ns "$SRV_PID"); s0=$(date +%s%N)
+    t0=$(cpu_ticks "$SRV_PID"); k0=$(cpu_sys_ticks "$SRV_PID"); n0=$(cpu_ns "$SRV_PID"); s0=$(date +%s%N)
     "$loader" run "$SRV_PORT" "$SRV_DIR/load.out"
-    t1=$(cpu_ticks "$SRV_PID"); n1=$(cpu_ns "$SRV_PID"); s1=$(date +%s%N)
+    t1=$(cpu_ticks "$SRV_PID"); k1=$(cpu_sys_ticks "$SRV_PID"); n1=$(cpu_ns "$SRV_PID"); s1=$(date +%s%N)
     res=$("${loader}_parse" "$SRV_DIR/load.out")
     if ! kill -0 "$SRV_PID" 2>/dev/null; then
         res="${res% *} died"
@@ -603,16 +614,17 @@ bench_round() {
     server_stop "$SRV_PID"
     read -r req rps err <<<"$res"
     [[ $err != - ]] && { log "$name: round $round: ERRORS: $err"; sed 's/^/    /' "$SRV_DIR/load.out" >&2; }
-    # round server requests req/s cpu_ticks cpu_s us/req us/req(schedstat) cpu% errors
+    # round server requests req/s cpu_ticks cpu_s us/req us/req(schedstat) cpu% errors kernel%
     awk -v r="$round" -v n="$name" -v req="$req" -v rps="$rps" -v dt="$((t1 - t0))" -v hz="$CLK_TCK" \
-        -v dns="$((n1 - n0))" -v wall="$((s1 - s0))" -v err="$err" 'BEGIN {
+        -v dns="$((n1 - n0))" -v wall="$((s1 - s0))" -v err="$err" -v dk="$((k1 - k0))" 'BEGIN {
             cpu = dt / hz
             us = req > 0 ? cpu * 1e6 / req : 0
             uss = req > 0 ? dns / 1e3 / req : 0
             pct = wall > 0 ? 100 * dns / wall : 0
-            printf "%s\t%s\t%d\t%.0f\t%d\t%.2f\t%.3f\t%.3f\t%.0f\t%s\n", r, n, req, rps, dt, cpu, us, uss, pct, err
+            kpct = dt > 0 ? 100 * dk / dt : 0
+            printf "%s\t%s\t%d\t%.0f\t%d\t%.2f\t%.3f\t%.3f\t%.0f\t%s\t%.0f\n", r, n, req, rps, dt, cpu, us, uss, pct, err, kpct
         }' >>"$RESULTS"
-    tail -n 1 "$RESULTS" | awk -F'\t' '{ printf "[round %s] %-10s %9d req  %8s req/s  cpu %6ss  %7s us/req  (schedstat %s us/req, server cpu %s%%)  errors: %s\n", $1, $2, $3, $4, $6, $7, $8, $9, $10 }' >&2
+    tail -n 1 "$RESULTS" | awk -F'\t' '{ printf "[round %s] %-10s %9d req  %8s req/s  cpu %6ss  %7s us/req  (schedstat %s us/req, server cpu %s%%, kernel %s%%)  errors: %s\n", $1, $2, $3, $4, $6, $7, $8, $9, $11, $10 }' >&2
 }
 
 # bench_run PROTO LOADER: ROUNDS interleaved rounds over $SERVERS.
@@ -630,7 +642,7 @@ median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print ""; else if (N
 
 # bench_report TITLE PREFIX LOAD_DESCRIPTION: Markdown to stdout and to $OUT_DIR/PREFIX-<date>.md.
 bench_report() {
-    local title=$1 prefix=$2 load=$3 s rps us errs best="" bestname file summary col=7 cpudesc low
+    local title=$1 prefix=$2 load=$3 s rps us errs kpct best="" bestname file summary col=7 cpudesc low
     cpudesc="utime+stime of the server's process tree from /proc/PID/stat (CLK_TCK=$CLK_TCK) across the measured run"
     if [[ $CPU_SOURCE == schedstat ]]; then
         col=8
@@ -645,7 +657,8 @@ bench_report() {
         rps=$(awk -F'\t' -v s="$s" '$2 == s { print $4 }' "$RESULTS" | median)
         us=$(awk -F'\t' -v s="$s" -v c="$col" '$2 == s { print $c }' "$RESULTS" | median)
         errs=$(awk -F'\t' -v s="$s" '$2 == s && $10 != "-" { n++ } END { print n + 0 }' "$RESULTS")
-        printf '%s\t%s\t%s\t%s\n' "$s" "$rps" "$us" "$errs" >>"$summary"
+        kpct=$(awk -F'\t' -v s="$s" '$2 == s { print $11 }' "$RESULTS" | median)
+        printf '%s\t%s\t%s\t%s\t%s\n' "$s" "$rps" "$us" "$errs" "$kpct" >>"$summary"
         if [[ $s != selvedge* ]]; then
             best=$(awk -v a="$best" -v b="$us" 'BEGIN { print (a == "" || b + 0 < a + 0) ? b : a }')
         fi
@@ -660,13 +673,13 @@ bench_report() {
         echo "- versions: $(for s in $SERVERS; do server_version "$s"; done | paste -sd ';' | sed 's/;/; /g')"
         echo "- load average (1/5/15 min) at start: $LOADAVG_START, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
         echo
-        echo "| server | requests/s | server CPU µs/req (median) | ratio to best peer |"
-        echo "|---|---:|---:|---:|"
-        sort -t$'\t' -k3,3g "$summary" | while IFS=$'\t' read -r s rps us errs; do
-            awk -v s="$s" -v rps="$rps" -v us="$us" -v best="$best" -v errs="$errs" 'BEGIN {
+        echo "| server | requests/s | server CPU µs/req (median) | of it in the kernel | ratio to best peer |"
+        echo "|---|---:|---:|---:|---:|"
+        sort -t$'\t' -k3,3g "$summary" | while IFS=$'\t' read -r s rps us errs kpct; do
+            awk -v s="$s" -v rps="$rps" -v us="$us" -v best="$best" -v errs="$errs" -v k="$kpct" 'BEGIN {
                 ratio = (best != "" && best + 0 > 0) ? sprintf("%.2f", us / best) : "n/a"
                 flag = errs > 0 ? sprintf(" ⚠ errors in %d round(s)", errs) : ""
-                printf "| %s%s | %.0f | %.2f | %s |\n", s, flag, rps, us, ratio
+                printf "| %s%s | %.0f | %.2f | %.0f%% | %s |\n", s, flag, rps, us, k, ratio
             }'
         done
         # Paired view: each selvedge build against the best peer (by median) in the same
@@ -698,9 +711,9 @@ bench_report() {
         echo
         echo "Raw rounds (µs/req from /proc/PID/stat ticks; schedstat = same from /proc/PID/task/*/schedstat ns, cross-check; server CPU % = schedstat CPU / wall time):"
         echo
-        echo "| round | server | requests | requests/s | CPU ticks | CPU s | µs/req | µs/req (schedstat) | server CPU % | errors |"
-        echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"
-        awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$RESULTS"
+        echo "| round | server | requests | requests/s | CPU ticks | CPU s | µs/req | µs/req (schedstat) | server CPU % | errors | kernel % of CPU |"
+        echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+        awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }' "$RESULTS"
     } | tee "$file"
     log "wrote ${file#"$REPO_DIR"/}"
 }
