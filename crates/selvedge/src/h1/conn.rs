@@ -386,7 +386,7 @@ impl Conn {
     pub(crate) fn poll(&mut self, now: u64) -> Next {
         match &mut self.reading {
             Reading::Head { since } => {
-                let since = *since;
+                let mut since = *since;
                 if self.wbuf.len() < BATCH_MAX && !self.rbuf.is_empty() {
                     if let Some(next) = self.parse() {
                         return next;
@@ -397,6 +397,12 @@ impl Conn {
                     return Next::Flush;
                 }
                 let idle = self.rbuf.is_empty();
+                if since.is_none() && !idle {
+                    // Bytes of the next head came with the last request (pipelined, or a
+                    // leading empty line): its header clock starts now, not the idle one.
+                    since = Some(now);
+                    self.reading = Reading::Head { since };
+                }
                 self.deadline = match since {
                     Some(t) => t.saturating_add(self.cfg.header_timeout.as_millis() as u64),
                     None => {

@@ -673,6 +673,36 @@ fn deadlines_follow_the_phase() {
 }
 
 #[test]
+fn bytes_left_after_a_request_start_the_header_clock() {
+    // A partial pipelined head, or the empty line a client may send before one, that came
+    // with the last request: the rest of that head is due within the header timeout from
+    // when the connection turns to it, not after the idle timeout.
+    for tail in [&b"GET /next HT"[..], b"\r\n"] {
+        let c = cfg();
+        let (header, idle) = (c.header_timeout.as_millis() as u64, c.idle_timeout.as_millis() as u64);
+        assert!(header < idle);
+        let mut conn = Conn::new(c, bytes::BytesMut::new(), 0);
+        assert_eq!(conn.poll(1_000), Next::Read { idle: true });
+        let first = [GET, tail].concat();
+        conn.read_buf().extend_from_slice(&first);
+        conn.handle_read(first.len(), 2_000);
+        assert_eq!(conn.poll(2_000), Next::Request);
+        conn.start(false, &PeerAddr::Unix, None, |_| Body::empty(), |_| {});
+        conn.app_done(Returned::None, false);
+        assert!(matches!(conn.respond(Response::new(StatusCode::OK), false), Ok(Send::Buffered)));
+        assert_eq!(conn.poll(3_000), Next::Flush);
+        conn.handle_written();
+        assert_eq!(conn.poll(4_000), Next::Read { idle: false });
+        assert_eq!(conn.deadline(), 4_000 + header, "{tail:?}");
+        // Later reads and polls do not move it.
+        conn.read_buf().extend_from_slice(b"T");
+        conn.handle_read(1, 5_000);
+        assert_eq!(conn.poll(5_000), Next::Read { idle: false });
+        assert_eq!(conn.deadline(), 4_000 + header, "{tail:?}");
+    }
+}
+
+#[test]
 fn a_drained_body_has_the_body_deadline() {
     let c = cfg();
     let body = c.body_timeout.as_millis() as u64;
