@@ -438,6 +438,7 @@ server_version() {
         selvedge-alt) echo "selvedge-alt (SELVEDGE_ALT_CMD=${SELVEDGE_ALT_CMD:-}${SELVEDGE_ALT_BIN:+ SELVEDGE_ALT_BIN=$SELVEDGE_ALT_BIN})" ;;
         selvedge-hello) echo "selvedge-hello ($SELVEDGE_DEFAULT_CMD)" ;;
         selvedge-mt) echo "selvedge-mt (the same command with SELVEDGE_MODE=multi)" ;;
+        selvedge-floor) echo "selvedge-floor (bench/floor/proxy.c: a C relay, no HTTP)" ;;
         nginx) echo "nginx $(pkg_version nginx || true)$(pkg_version nginx-core || true)" ;;
         *) echo "$1 $(pkg_version "$1" || true)" ;;
     esac

@@ -29,7 +29,8 @@
 #
 # See bench/README.md. Env: SERVERS ("selvedge nginx") UPSTREAM (selvedge|nginx) UPSTREAMS (1)
 # UPSTREAM_TLS UPSTREAM_H2 ROUNDS
-# CONNS DURATION THREADS WARMUP SELVEDGE_BIN SELVEDGE_ALT_BIN (SERVERS may add selvedge-alt)
+# CONNS DURATION THREADS WARMUP SELVEDGE_BIN SELVEDGE_ALT_BIN (SERVERS may add selvedge-alt, and
+# selvedge-floor: the C relay of bench/floor/proxy.c)
 # SELVEDGE_BUILD SERVER_CPU CLIENT_CPU
 # UPSTREAM_CPU KEEP_TMP.
 set -euo pipefail
@@ -138,6 +139,18 @@ EOF
 # upstream stays $SELVEDGE_BIN).
 srv_selvedge-alt() {
     srv_alt_bin srv_selvedge "$@"
+}
+
+# selvedge-floor: bench/floor/proxy.c, a C epoll relay with an upstream connection per client
+# connection (round robin over the upstreams) and no HTTP at all: the least any proxy spends
+# here. Named selvedge-* so it is never taken as the best peer; plain HTTP upstreams only.
+srv_selvedge-floor() {
+    local dir=$1 port=$2
+    [[ $UPSTREAM_TLS == 1 || $UPSTREAM_H2 == 1 ]] && { SRV_WHY="the floor relays plain HTTP/1.1 only"; return 1; }
+    need cc
+    cc -O2 -o "$dir/proxy-floor" "$REPO_DIR/bench/floor/proxy.c" || { SRV_WHY="cc failed"; return 1; }
+    SRV_CMD=("$dir/proxy-floor" "$port" "${UP_PORTS[@]}")
+    SRV_LOG=$dir/stdout.log
 }
 
 # nginx: proxy_pass with an upstream keepalive pool of 64 idle connections (selvedge's

@@ -977,7 +977,7 @@ fn relay_fields(
         if forward::dropped_response_field(name) || tokens.iter().any(|t| t.eq_ignore_ascii_case(name)) {
             continue;
         }
-        let Ok(name) = HeaderName::from_bytes(name) else { continue };
+        let Ok(name) = selvedge::message::field_name(name) else { continue };
         if name == CONTENT_LENGTH && !keep_length {
             continue;
         }

@@ -600,7 +600,7 @@ impl Client {
                 bad = true;
                 return;
             }
-            match HeaderName::from_bytes(name) {
+            match crate::message::field_name(name) {
                 Ok(n) => {
                     let start = values.len();
                     values.extend_from_slice(f.value.as_bytes());

@@ -5,6 +5,7 @@
 
 mod chars;
 mod list;
+mod names;
 mod number;
 mod span;
 pub(crate) mod swar;
@@ -12,6 +13,7 @@ pub(crate) mod swar;
 pub(crate) use chars::class;
 pub use chars::{LOWER_TOKEN, TCHAR, VALUE};
 pub use list::{accept_q, has_token, parse_q, tokens, trim_ows};
+pub use names::field_name;
 pub use number::{decimal, parse_decimal, put_hex};
 pub use span::{HeaderSpan, Span};
 
