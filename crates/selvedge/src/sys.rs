@@ -4,9 +4,9 @@
 //! `// SAFETY:` comment. Callers get safe functions over borrowed descriptors
 //! ([`BorrowedFd`], or anything [`AsFd`]), so a descriptor is open for as long as a call
 //! uses it. The set is small on purpose: `accept4` (non-blocking and close-on-exec in one
-//! call), `read`, `writev`, `send` with `MSG_MORE`, `recv` (with `MSG_PEEK` for the PROXY
-//! header), `sendfile`, `pread`, `shutdown`, two socket options, and `madvise` to let go of
-//! start-up's code pages.
+//! call), `recv` (reads, and `MSG_PEEK` for the PROXY header), `writev`, `send` with
+//! `MSG_MORE`, `sendfile`, `pread`, `shutdown`, two socket options, and `madvise` to let go
+//! of start-up's code pages.
 
 use std::io;
 use std::io::IoSlice;

@@ -299,6 +299,7 @@ impl Cgi {
         if let Some(loc) = head.location {
             res = res.header(header::LOCATION, loc);
         }
+        res.reserve_headers(head.headers.len());
         res.headers_mut().extend(head.headers);
         Outcome::Response(res)
     }

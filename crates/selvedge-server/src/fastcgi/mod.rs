@@ -470,6 +470,8 @@ impl Fastcgi {
         if let Some(loc) = head.location {
             res = res.header(header::LOCATION, loc);
         }
+        // A header list recycled from a sent response, rather than one grown here.
+        res.reserve_headers(head.headers.len());
         res.headers_mut().extend(head.headers);
         res
     }

@@ -851,6 +851,9 @@ impl Route {
                 BodyKind::None => head_response(status, is_head.then_some(h.content_length).flatten()),
                 _ => Response::bytes(status, msg.slice(h.len..)),
             };
+            // A header list recycled from a sent response (room for the compressing route's
+            // two), rather than one grown here and dropped by the pool once sent.
+            res.reserve_headers(conn.fields.len() + 2);
             relay_fields(res.headers_mut(), &msg, &h, &conn.fields, false);
             if keep_alive {
                 pool::checkin(picked.ep.slot, &cfg.pool_limits, conn);
