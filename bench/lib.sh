@@ -124,27 +124,25 @@ proc_tree() {
     for c in $(pgrep -P "$1" || true); do proc_tree "$c"; done
 }
 
-# CPU time of a process tree in clock ticks (getconf CLK_TCK per second):
-# utime+stime (fields 14, 15 of /proc/PID/stat; these already cover all threads) plus
-# cutime+cstime (16, 17: children that exited and were reaped), summed over the tree.
-cpu_ticks() {
-    local total=0 p stat f
+# CPU time of a process tree in clock ticks (getconf CLK_TCK per second), and the kernel's
+# part of it, read in one pass: "TOTAL SYS". TOTAL is utime+stime (fields 14, 15 of
+# /proc/PID/stat; these already cover all threads) plus cutime+cstime (16, 17: children that
+# exited and were reaped), summed over the tree; SYS is stime+cstime.
+cpu_ticks_split() {
+    local total=0 sys=0 p stat f
     for p in $(proc_tree "$1"); do
         stat=$(cat "/proc/$p/stat" 2>/dev/null) || continue
         read -ra f <<<"${stat##*) }"   # f[0] is field 3, so field N is f[N-3]
         total=$((total + f[11] + f[12] + f[13] + f[14]))
+        sys=$((sys + f[12] + f[14]))
     done
-    echo "$total"
+    echo "$total $sys"
 }
 
-# The kernel's part of cpu_ticks (stime + cstime over the tree), in the same ticks.
-cpu_sys_ticks() {
-    local total=0 p stat f
-    for p in $(proc_tree "$1"); do
-        stat=$(cat "/proc/$p/stat" 2>/dev/null) || continue
-        read -ra f <<<"${stat##*) }"
-        total=$((total + f[12] + f[14]))
-    done
+# TOTAL of cpu_ticks_split alone.
+cpu_ticks() {
+    local total _sys
+    read -r total _sys <<<"$(cpu_ticks_split "$1")"
     echo "$total"
 }
 
@@ -603,9 +601,9 @@ bench_round() {
         return 0
     fi
     "$loader" warm "$SRV_PORT" "$SRV_DIR/warmup.out"
-    t0=$(cpu_ticks "$SRV_PID"); k0=$(cpu_sys_ticks "$SRV_PID"); n0=$(cpu_ns "$SRV_PID"); s0=$(date +%s%N)
+    read -r t0 k0 <<<"$(cpu_ticks_split "$SRV_PID")"; n0=$(cpu_ns "$SRV_PID"); s0=$(date +%s%N)
     "$loader" run "$SRV_PORT" "$SRV_DIR/load.out"
-    t1=$(cpu_ticks "$SRV_PID"); k1=$(cpu_sys_ticks "$SRV_PID"); n1=$(cpu_ns "$SRV_PID"); s1=$(date +%s%N)
+    read -r t1 k1 <<<"$(cpu_ticks_split "$SRV_PID")"; n1=$(cpu_ns "$SRV_PID"); s1=$(date +%s%N)
     res=$("${loader}_parse" "$SRV_DIR/load.out")
     if ! kill -0 "$SRV_PID" 2>/dev/null; then
         res="${res% *} died"

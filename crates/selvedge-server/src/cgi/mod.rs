@@ -270,7 +270,7 @@ impl Cgi {
             }
         }
         let status = head.status.unwrap_or(if head.location.is_some() { StatusCode::FOUND } else { StatusCode::OK });
-        let mut res = match head.content_length {
+        let res = match head.content_length {
             Some(n) if n <= self.cfg.max_buffered_output as u64 => match run.body(n as usize).await {
                 Ok(b) => {
                     run.finish();
@@ -296,12 +296,7 @@ impl Cgi {
                 res
             }
         };
-        if let Some(loc) = head.location {
-            res = res.header(header::LOCATION, loc);
-        }
-        res.reserve_headers(head.headers.len());
-        res.headers_mut().extend(head.headers);
-        Outcome::Response(res)
+        Outcome::Response(head.add_fields(res))
     }
 
     /// The answer when the script failed before anything was sent: logged, then 502 (504

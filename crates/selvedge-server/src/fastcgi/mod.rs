@@ -426,7 +426,7 @@ impl Fastcgi {
 
         let status = head.status.unwrap_or(if head.location.is_some() { StatusCode::FOUND } else { StatusCode::OK });
         let bodiless = is_head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
-        let mut res = if bodiless {
+        let res = if bodiless {
             // The script's output is read to its end, so the connection can be reused.
             if let Err(f) = ex.drain().await {
                 tracing::warn!(
@@ -467,13 +467,7 @@ impl Fastcgi {
                 }
             }
         };
-        if let Some(loc) = head.location {
-            res = res.header(header::LOCATION, loc);
-        }
-        // A header list recycled from a sent response, rather than one grown here.
-        res.reserve_headers(head.headers.len());
-        res.headers_mut().extend(head.headers);
-        res
+        head.add_fields(res)
     }
 }
 

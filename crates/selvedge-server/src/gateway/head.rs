@@ -15,7 +15,8 @@
 //! (the caller answers 502). Hop-by-hop fields are dropped: the server frames the body.
 
 use bytes::Bytes;
-use selvedge::http::{HeaderName, HeaderValue, StatusCode};
+use selvedge::http::{header, HeaderName, HeaderValue, StatusCode};
+use selvedge::Response;
 
 /// A parsed head.
 #[derive(Debug, Default)]
@@ -28,6 +29,21 @@ pub struct Head {
     pub content_length: Option<u64>,
     /// Every other field, in order.
     pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Head {
+    /// Adds the head's `Location` and other fields to `res` (the script's response, with
+    /// its status, body and any `Content-Length` already set), in a header list recycled
+    /// from a sent response rather than one grown here.
+    pub fn add_fields(self, res: Response) -> Response {
+        let mut res = match self.location {
+            Some(loc) => res.header(header::LOCATION, loc),
+            None => res,
+        };
+        res.reserve_headers(self.headers.len());
+        res.headers_mut().extend(self.headers);
+        res
+    }
 }
 
 /// Why a head is refused.
