@@ -209,7 +209,11 @@ pub struct H2Settings {
     pub max_requests: u32,
     /// Bytes a streaming response may queue before its writer waits: 64 KiB.
     pub stream_buffer: usize,
-    /// The sender's batch: frames are packed until about this many bytes: 128 KiB.
+    /// The sender's batch: frames are packed until about this many bytes: 112 KiB. A file's
+    /// batch is seven 16 KiB DATA frames and their heads, which TCP sends in two segments
+    /// of up to 64 KiB; a 128 KiB batch (eight frames, 131,144 bytes) left a third segment
+    /// of 178 bytes over on loopback, and BBR's pacing held it back on a timer for most
+    /// writes (bench/RESULTS.md).
     pub write_batch: usize,
     /// `TCP_NOTSENT_LOWAT` on an HTTP/2 connection's socket, set once when HTTP/2 is chosen
     /// if it differs from the listener's `Settings::notsent_lowat`: 0, the kernel's default.
@@ -250,7 +254,7 @@ impl Default for H2Settings {
             max_control_queue: 64 * 1024,
             max_requests: u32::MAX,
             stream_buffer: 64 * 1024,
-            write_batch: 128 * 1024,
+            write_batch: 112 * 1024,
             notsent_lowat: 0,
             handshake_timeout: Duration::from_secs(10),
             enable_connect_protocol: true,

@@ -384,8 +384,8 @@ fn http2_file_data_goes_out_in_full_records() {
         }
     }
     assert_eq!(got, SIZE);
-    // 64 full records, and a short one at the end of each write (a 128 KiB batch is eight
-    // frames and their headers, a little over eight records); a record per frame header
+    // 64 full records, and a short one at the end of each write (a 112 KiB batch is seven
+    // frames and their headers, a little over seven records); a record per frame header
     // would make it 128.
     let full = SIZE.div_ceil(16_384);
     assert!(records <= full * 5 / 4, "{records} records for {got} bytes of DATA ({full} would be full records)");

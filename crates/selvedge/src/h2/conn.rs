@@ -733,7 +733,7 @@ async fn sender(
             return None;
         }
         // With no stream open, the connection waits without its write buffer, its file
-        // payload buffer (a batch of a file: 128 KiB) and its decoded-fields arena.
+        // payload buffer (a batch of a file: 112 KiB) and its decoded-fields arena.
         if wbuf.capacity() > 0 && !streams {
             wbuf = Vec::new();
             fbuf = Vec::new();

@@ -989,3 +989,42 @@ fn a_cached_head_follows_its_date_length_and_status() {
     assert_eq!(blocks[1], blocks[2], "the same head in the same table state: the cached bytes");
     assert_eq!(blocks[5].len(), blocks[6].len());
 }
+
+#[test]
+fn a_file_batch_fits_two_loopback_segments() {
+    // The default batch of a file's DATA frames (the write the driver makes of it) must fit
+    // in two TCP segments of loopback's MSS (65,483 bytes): a third, small segment is what
+    // BBR's pacing holds back on a timer (a 128 KiB batch, 131,144 bytes, left 178 over).
+    const LOOPBACK_MSS: usize = 65_483;
+    let cfg = H2Settings::default();
+    let batch = cfg.write_batch;
+    let mut p = Peer::new(cfg);
+    // Windows as wide as HTTP/2 allows, so that only the batch bounds a write.
+    let mut settings = Vec::new();
+    settings.extend_from_slice(&frame::Setting::INITIAL_WINDOW_SIZE.0.to_be_bytes());
+    settings.extend_from_slice(&0x7fff_ffffu32.to_be_bytes());
+    p.send(&raw(kind::SETTINGS, 0, 0, &settings));
+    p.send(&raw(kind::WINDOW_UPDATE, 0, 0, &(0x7fff_ffffu32 - 65_535).to_be_bytes()));
+    p.get(1);
+    let path = std::env::temp_dir().join(format!("selvedge-batch-{}", std::process::id()));
+    std::fs::write(&path, vec![b'f'; 1 << 20]).unwrap();
+    p.proto.respond(1, Response::file(StatusCode::OK, &path).unwrap());
+    std::fs::remove_file(&path).unwrap();
+    // The SETTINGS ACK and the response head first, then batches of file data.
+    let mut first = Vec::new();
+    p.proto.fill(&mut first, batch, b"Sun, 06 Nov 1994 08:49:37 GMT", &mut Vec::new());
+    let mut writes = Vec::new();
+    loop {
+        let (mut out, mut reads) = (Vec::new(), Vec::new());
+        p.proto.fill(&mut out, batch, b"Sun, 06 Nov 1994 08:49:37 GMT", &mut reads);
+        let size = out.len() + reads.iter().map(|r| r.len).sum::<usize>();
+        if size == 0 {
+            break;
+        }
+        writes.push(size);
+    }
+    assert!(writes.len() >= 8, "{writes:?}");
+    assert!(writes.iter().all(|&w| w <= 2 * LOOPBACK_MSS), "batches of {batch} bytes: {writes:?}");
+    // And a batch is not much smaller than that: a write's fixed cost is spread over it.
+    assert!(writes[..writes.len() - 1].iter().all(|&w| w > 3 * LOOPBACK_MSS / 2), "{writes:?}");
+}
