@@ -19,7 +19,8 @@
 # no access log.
 #
 # See bench/README.md. Env: SERVERS ("selvedge nginx") ROUNDS CONNS DURATION THREADS WARMUP
-# FPM_CHILDREN SELVEDGE_BIN SELVEDGE_ALT_BIN (SERVERS may add selvedge-alt) SELVEDGE_BUILD
+# FPM_CHILDREN SELVEDGE_BIN SELVEDGE_ALT_BIN (SERVERS may add selvedge-alt, and selvedge-floor:
+# the C gateway of bench/floor/fastcgi.c) SELVEDGE_BUILD
 # SERVER_CPU CLIENT_CPU FPM_CPU KEEP_TMP.
 set -euo pipefail
 
@@ -112,6 +113,17 @@ EOF
 # selvedge-alt: the same route with another build ($SELVEDGE_ALT_BIN), for A/B runs.
 srv_selvedge-alt() {
     srv_alt_bin srv_selvedge "$@"
+}
+
+# selvedge-floor: bench/floor/fastcgi.c, a C epoll gateway with a FastCGI connection per
+# client connection, one fixed FastCGI request per client read and no HTTP parsing: the least
+# any FastCGI gateway spends here. Named selvedge-* so it is never taken as the best peer.
+srv_selvedge-floor() {
+    local dir=$1 port=$2
+    need cc
+    cc -O2 -o "$dir/fastcgi-floor" "$REPO_DIR/bench/floor/fastcgi.c" || { SRV_WHY="cc failed"; return 1; }
+    SRV_CMD=("$dir/fastcgi-floor" "$port" "$FPM_SOCK" "$PHP_ROOT/index.php")
+    SRV_LOG=$dir/stdout.log
 }
 
 # nginx: fastcgi_pass to an upstream keepalive pool of $FPM_CHILDREN connections with
