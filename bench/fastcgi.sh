@@ -120,6 +120,7 @@ srv_selvedge-alt() {
 # any FastCGI gateway spends here. Named selvedge-* so it is never taken as the best peer.
 srv_selvedge-floor() {
     local dir=$1 port=$2
+    ((CONNS <= FPM_CHILDREN)) || { SRV_WHY="the floor keeps a FastCGI connection per client: needs CONNS <= FPM_CHILDREN"; return 1; }
     need cc
     cc -O2 -o "$dir/fastcgi-floor" "$REPO_DIR/bench/floor/fastcgi.c" || { SRV_WHY="cc failed"; return 1; }
     SRV_CMD=("$dir/fastcgi-floor" "$port" "$FPM_SOCK" "$PHP_ROOT/index.php")

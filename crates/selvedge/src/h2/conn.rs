@@ -756,8 +756,8 @@ async fn sender(
 /// `fbuf`, and the streams whose read failed or came up short (the file shrank): their
 /// frames are left out of what is sent ([`pieces`]), and the `Proto` gives their window
 /// back and resets them. Frames that follow each other in one stream's file (a batch holds
-/// several of a large file) are read with one `pread` (eight 16 KB frames of a 128 KB batch:
-/// one system call instead of eight).
+/// several of a large file) are read with one `pread` (seven 16 KB frames of a 112 KB batch:
+/// one system call instead of seven).
 fn read_files(shared: &Shared, fbuf: &mut Vec<u8>, reads: &[FileRead]) -> (Vec<usize>, Vec<u32>) {
     let mut at = Vec::with_capacity(reads.len());
     let mut failed: Vec<u32> = Vec::new();

@@ -1010,7 +1010,7 @@ fn a_file_batch_fits_two_loopback_segments() {
     std::fs::write(&path, vec![b'f'; 1 << 20]).unwrap();
     p.proto.respond(1, Response::file(StatusCode::OK, &path).unwrap());
     std::fs::remove_file(&path).unwrap();
-    // The SETTINGS ACK and the response head first, then batches of file data.
+    // The SETTINGS ACK, the response head and a first batch of file data, then the rest.
     let mut first = Vec::new();
     p.proto.fill(&mut first, batch, b"Sun, 06 Nov 1994 08:49:37 GMT", &mut Vec::new());
     let mut writes = Vec::new();
@@ -1023,8 +1023,8 @@ fn a_file_batch_fits_two_loopback_segments() {
         }
         writes.push(size);
     }
-    assert!(writes.len() >= 8, "{writes:?}");
     assert!(writes.iter().all(|&w| w <= 2 * LOOPBACK_MSS), "batches of {batch} bytes: {writes:?}");
+    assert!(writes.len() >= 2, "{writes:?}");
     // And a batch is not much smaller than that: a write's fixed cost is spread over it.
     assert!(writes[..writes.len() - 1].iter().all(|&w| w > 3 * LOOPBACK_MSS / 2), "{writes:?}");
 }
