@@ -30,6 +30,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "floor.h"
+
 enum { BEGIN = 1, END = 3, PARAMS = 4, STDIN = 5, STDOUT = 6 };
 
 struct end {
@@ -60,22 +62,6 @@ static size_t param(char *p, const char *name, const char *value) {
     memcpy(p + 2, name, a);
     memcpy(p + 2 + a, value, b);
     return 2 + a + b;
-}
-
-static int send_all(int fd, const char *buf, size_t n) {
-    while (n > 0) {
-        ssize_t k = send(fd, buf, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0 && errno == EAGAIN) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            poll(&p, 1, -1);
-            continue;
-        }
-        if (k <= 0) return -1;
-        buf += k;
-        n -= (size_t)k;
-    }
-    return 0;
 }
 
 static void drop(struct end *e) {
@@ -137,18 +123,10 @@ int main(int argc, char **argv) {
     record(STDIN, "", 0);
 
     int one = 1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[1])), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int l = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(l, (struct sockaddr *)&a, sizeof a) < 0 || listen(l, 1024) < 0) {
-        perror("listen");
-        return 1;
-    }
+    int l, ep = listen_epoll(atoi(argv[1]), &l);
+    if (ep < 0) return 1;
     struct sockaddr_un u = {.sun_family = AF_UNIX};
     strncpy(u.sun_path, argv[2], sizeof u.sun_path - 1);
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    epoll_ctl(ep, EPOLL_CTL_ADD, l, &ev);
     static char buf[65536];
     struct epoll_event evs[256];
     for (;;) {

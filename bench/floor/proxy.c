@@ -27,6 +27,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "floor.h"
+
 struct end {
     int fd;
     struct end *peer;
@@ -40,23 +42,6 @@ static int connect_to(int port) {
         return -1;
     }
     return s;
-}
-
-/* Writes all of buf, waiting (poll) while the socket is full. */
-static int send_all(int fd, const char *buf, size_t n) {
-    while (n > 0) {
-        ssize_t k = send(fd, buf, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0 && errno == EAGAIN) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            poll(&p, 1, -1);
-            continue;
-        }
-        if (k <= 0) return -1;
-        buf += k;
-        n -= (size_t)k;
-    }
-    return 0;
 }
 
 /* Closes both sides. The two ends stay allocated (marked closed): an event for the other
@@ -73,16 +58,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     int one = 1, next = 0, nup = argc - 2;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[1])), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int l = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(l, (struct sockaddr *)&a, sizeof a) < 0 || listen(l, 1024) < 0) {
-        perror("listen");
-        return 1;
-    }
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    epoll_ctl(ep, EPOLL_CTL_ADD, l, &ev);
+    int l, ep = listen_epoll(atoi(argv[1]), &l);
+    if (ep < 0) return 1;
     static char buf[65536];
     struct epoll_event evs[256];
     for (;;) {
