@@ -5,9 +5,12 @@
 //! It is the connection's peer (an IPv4-mapped IPv6 address counts as the IPv4 one; on a
 //! listener with `proxy_protocol = true` the engine has already put the address from the
 //! PROXY header there), unless the peer is one of `[server] trusted_proxies`: then the
-//! client is the rightmost address of `X-Forwarded-For` (or, without it, of `Forwarded`'s
-//! `for=`) that is not itself a trusted proxy. Addresses left of it were written by
-//! whoever the untrusted hop was, so they are never believed. An entry that is not an
+//! client is read from the one field `[server] client_ip_header` names, the field the
+//! trusted proxies write (`x-forwarded-for` by default, `forwarded` (its `for=`), or
+//! `x-real-ip`); the others are never looked at, so a client cannot slip an address in
+//! through a field the proxy passes along untouched. From a list field it is the
+//! rightmost address that is not itself a trusted proxy: addresses left of it were
+//! written by whoever the untrusted hop was, so they are never believed. An entry that is not an
 //! address (`unknown`, an obfuscated `_name`, garbage) stops the walk: the client is then
 //! the trusted hop that handed it over. A peer not in the list is the client, whatever
 //! fields it sends. A Unix-socket peer has no address unless `"unix"` is listed (a proxy
@@ -56,13 +59,50 @@ pub fn ip_text(buf: &mut [u8; 64], ip: IpAddr) -> &[u8] {
     }
 }
 
-/// `trusted_proxies`, checked.
+/// The field trusted proxies name the client in (`[server] client_ip_header`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ClientIpHeader {
+    /// `X-Forwarded-For`: a list, read from the right.
+    #[default]
+    XForwardedFor,
+    /// `Forwarded` (RFC 7239): its `for=` parameters, a list read from the right.
+    Forwarded,
+    /// `X-Real-IP`: one address (the last such field).
+    XRealIp,
+}
+
+impl ClientIpHeader {
+    /// Parses the setting.
+    ///
+    /// # Errors
+    /// Not one of the three names.
+    pub fn parse(s: &str) -> Result<ClientIpHeader, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "x-forwarded-for" => Ok(ClientIpHeader::XForwardedFor),
+            "forwarded" => Ok(ClientIpHeader::Forwarded),
+            "x-real-ip" => Ok(ClientIpHeader::XRealIp),
+            _ => Err(format!("client_ip_header {s:?}: \"x-forwarded-for\", \"forwarded\" or \"x-real-ip\"")),
+        }
+    }
+
+    fn name(self) -> &'static [u8] {
+        match self {
+            ClientIpHeader::XForwardedFor => b"x-forwarded-for",
+            ClientIpHeader::Forwarded => b"forwarded",
+            ClientIpHeader::XRealIp => b"x-real-ip",
+        }
+    }
+}
+
+/// `trusted_proxies`, checked, and the field they write.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrustedProxies {
     /// Networks (a bare address is a /32 or /128).
     pub nets: Vec<IpNet>,
     /// `"unix"`: Unix-socket peers are trusted.
     pub unix: bool,
+    /// Where they name the client.
+    pub header: ClientIpHeader,
 }
 
 impl TrustedProxies {
@@ -75,14 +115,9 @@ impl TrustedProxies {
         for s in list {
             if s == "unix" {
                 t.unix = true;
-            } else if let Ok(n) = s.parse::<IpNet>() {
-                t.nets.push(n.trunc());
-            } else if let Ok(a) = s.parse::<IpAddr>() {
-                t.nets.push(IpNet::from(a));
             } else {
-                return Err(format!(
-                    "trusted_proxies: {s:?} is not an address, a network (\"10.0.0.0/8\") or \"unix\""
-                ));
+                t.nets
+                    .push(crate::policy::ip::parse_net(s).map_err(|e| format!("trusted_proxies: {e} (or \"unix\")"))?);
             }
         }
         Ok(t)
@@ -144,18 +179,16 @@ fn forwarded_client(req: &Request, peer: Option<IpAddr>) -> Option<IpAddr> {
     walk(req, &t).or(peer)
 }
 
-/// The rightmost untrusted address of the forwarding fields (see the module's text);
-/// `None` when there are none.
+/// The client the trusted proxies' field names (see the module's text): the rightmost
+/// untrusted address of a list field, the address of `X-Real-IP`; `None` when there is
+/// none.
 fn walk(req: &Request, t: &TrustedProxies) -> Option<IpAddr> {
-    let xff: Vec<&[u8]> =
-        req.header_bytes().filter(|(n, _)| n.eq_ignore_ascii_case(b"x-forwarded-for")).map(|(_, v)| v).collect();
-    let (fields, forwarded) = if xff.is_empty() {
-        let f: Vec<&[u8]> =
-            req.header_bytes().filter(|(n, _)| n.eq_ignore_ascii_case(b"forwarded")).map(|(_, v)| v).collect();
-        (f, true)
-    } else {
-        (xff, false)
-    };
+    let name = t.header.name();
+    let fields: Vec<&[u8]> = req.header_bytes().filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v).collect();
+    if t.header == ClientIpHeader::XRealIp {
+        return fields.last().and_then(|v| parse_node(v.trim_ascii()));
+    }
+    let forwarded = t.header == ClientIpHeader::Forwarded;
     let mut last_trusted = None;
     for field in fields.iter().rev() {
         for elem in field.rsplit(|&b| b == b',') {
@@ -239,17 +272,27 @@ mod tests {
         assert_eq!(w(&req("10.0.0.1:1", &[("x-forwarded-for", "[2001:db8::1]:80, 5.6.7.8:99")])), ip("5.6.7.8"));
         assert_eq!(w(&req("10.0.0.1:1", &[("x-forwarded-for", "2001:db8::1")])), ip("2001:db8::1"));
         assert_eq!(
-            w(&req(
-                "10.0.0.1:1",
-                &[("forwarded", "for=6.6.6.6, for=\"[2001:db8::2]:4711\";proto=https, for=10.2.2.2")]
-            )),
+            walk(
+                &req(
+                    "10.0.0.1:1",
+                    &[("forwarded", "for=6.6.6.6, for=\"[2001:db8::2]:4711\";proto=https, for=10.2.2.2")]
+                ),
+                &TrustedProxies { header: ClientIpHeader::Forwarded, ..t.clone() }
+            ),
             ip("2001:db8::2")
         );
-        // X-Forwarded-For wins over Forwarded.
-        assert_eq!(
-            w(&req("10.0.0.1:1", &[("forwarded", "for=6.6.6.6"), ("x-forwarded-for", "7.7.7.7")])),
-            ip("7.7.7.7")
-        );
+        // Only the named field is read: the proxy writes Forwarded, and an X-Forwarded-For
+        // it passes along is the client's own word.
+        let fwd = TrustedProxies { header: ClientIpHeader::Forwarded, ..t.clone() };
+        let both = req("10.0.0.1:1", &[("forwarded", "for=6.6.6.6"), ("x-forwarded-for", "7.7.7.7")]);
+        assert_eq!(walk(&both, &fwd), ip("6.6.6.6"));
+        assert_eq!(w(&both), ip("7.7.7.7"));
+        let real = TrustedProxies { header: ClientIpHeader::XRealIp, ..t.clone() };
+        let r =
+            req("10.0.0.1:1", &[("x-real-ip", "1.1.1.1"), ("x-forwarded-for", "7.7.7.7"), ("X-Real-IP", " 2.2.2.2 ")]);
+        assert_eq!(walk(&r, &real), ip("2.2.2.2"));
+        assert_eq!(walk(&req("10.0.0.1:1", &[("x-real-ip", "junk")]), &real), None);
+        assert_eq!(walk(&req("10.0.0.1:1", &[("x-forwarded-for", "7.7.7.7")]), &real), None);
         assert!(TrustedProxies::parse(&["10.0.0.0/33".into()]).is_err());
         assert!(TrustedProxies::parse(&["unix".into(), "::1".into()]).unwrap().unix);
     }

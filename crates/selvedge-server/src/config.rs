@@ -170,6 +170,16 @@ pub enum RouteKind {
 }
 
 impl RouteConfig {
+    /// The directory it serves from, if it has one (static, CGI, FastCGI).
+    pub fn root(&self) -> Option<&Path> {
+        match &self.kind {
+            RouteKind::Static { root, .. } => Some(root),
+            RouteKind::Cgi(c) => Some(&c.dir),
+            RouteKind::Fastcgi(f) => Some(&f.root),
+            RouteKind::Proxy(_) => None,
+        }
+    }
+
     /// The static-file options, on a static route.
     pub fn static_opts(&self) -> Option<&StaticOptions> {
         match &self.kind {
@@ -227,8 +237,9 @@ pub struct Config {
     /// trusted_proxies`): none.
     pub trusted_proxies: TrustedProxies,
     /// Listeners that read a PROXY protocol header first (`[[listen]] proxy_protocol`):
-    /// their addresses, as in `listen` and `tls`.
-    pub proxy_protocol: Vec<Listen>,
+    /// their addresses, as in `listen` and `tls`, and the networks whose header is believed
+    /// (`proxy_protocol_from`).
+    pub proxy_protocol: Vec<(Listen, Vec<ipnet::IpNet>)>,
     /// Virtual hosts.
     pub vhosts: Vec<VhostConfig>,
     /// Automatic HTTPS settings (`[acme]`, or its defaults when a host says `tls = "acme"`).
@@ -352,8 +363,29 @@ impl Config {
                     ))
                 }
             };
-            if l.get_ref().proxy_protocol.unwrap_or(false) {
-                proxy_protocol.push(addr.clone());
+            match (l.get_ref().proxy_protocol.unwrap_or(false), &l.get_ref().proxy_protocol_from) {
+                (true, Some(from)) => {
+                    let mut nets = Vec::new();
+                    for n in from.get_ref() {
+                        nets.push(
+                            crate::policy::ip::parse_net(n)
+                                .map_err(|e| err(Some(from.span()), format!("proxy_protocol_from: {e}")))?,
+                        );
+                    }
+                    proxy_protocol.push((addr.clone(), nets));
+                }
+                (true, None) => {
+                    return Err(err(
+                        Some(l.span()),
+                        "proxy_protocol = true needs proxy_protocol_from: the networks of the balancers whose \
+                         PROXY header names the client ([\"10.0.0.0/8\"]; [\"0.0.0.0/0\", \"::/0\"] believes any peer)"
+                            .into(),
+                    ))
+                }
+                (false, Some(from)) => {
+                    return Err(err(Some(from.span()), "proxy_protocol_from needs proxy_protocol = true".into()))
+                }
+                (false, None) => {}
             }
             match (&l.get_ref().tls, l.get_ref().redirect_https) {
                 (Some(_), Some(true)) => {
@@ -450,10 +482,14 @@ impl Config {
             }
         };
 
-        let trusted_proxies = match &raw.server.trusted_proxies {
+        let mut trusted_proxies = match &raw.server.trusted_proxies {
             None => TrustedProxies::default(),
             Some(t) => TrustedProxies::parse(t.get_ref()).map_err(|e| err(Some(t.span()), e))?,
         };
+        if let Some(h) = &raw.server.client_ip_header {
+            trusted_proxies.header =
+                crate::client::ClientIpHeader::parse(h.get_ref()).map_err(|e| err(Some(h.span()), e))?;
+        }
         let mut proxy_ctx = crate::proxy::ProxyContext::default();
         if let Some(r) = &raw.server.resolver {
             let mut servers = Vec::new();
@@ -486,6 +522,7 @@ impl Config {
                 if !r.path.starts_with('/') {
                     return Err(err(Some(span), format!("route path {:?} must start with '/'", r.path)));
                 }
+                let prefix = route_prefix(&r.path).map_err(|e| err(Some(span.clone()), e))?;
                 let policy = route_policy(&r, &abs).map_err(|(sp, e)| err(Some(sp.unwrap_or(span.clone())), e))?;
                 let compress = r.compress.unwrap_or(true);
                 let static_only = [
@@ -568,7 +605,7 @@ impl Config {
                         ));
                     }
                 };
-                routes.push(RouteConfig { prefix: r.path, kind, policy, compress });
+                routes.push(RouteConfig { prefix, kind, policy, compress });
             }
             let mut hosts = Vec::new();
             for h in &v.hosts {
@@ -688,6 +725,22 @@ impl Config {
     }
 }
 
+/// A route's `path` as requests are matched against it: normalized as request paths are
+/// (`selvedge::path`), without a trailing slash (a prefix matches whole segments, so
+/// `/admin/` and `/admin` both match `/admin` and `/admin/x`, never `/administrator`).
+fn route_prefix(path: &str) -> Result<String, String> {
+    let mut out = Vec::new();
+    let normal =
+        selvedge::path::normalize(path.as_bytes(), &mut out).map_err(|e| format!("route path {path:?}: {e}"))?;
+    if normal.encoded_slash {
+        return Err(format!("route path {path:?}: an encoded slash (%2F) cannot be part of a route's path"));
+    }
+    if out.len() > 1 && out.ends_with(b"/") {
+        out.pop();
+    }
+    Ok(String::from_utf8(out).expect("a normal path is ASCII"))
+}
+
 /// A listener's `address`: `"unix:PATH"` (relative to the file's directory) or an IP
 /// address and port (`"0.0.0.0:80"`, `"[::]:443"`, `"127.0.0.1:8080"`).
 fn parse_listen(text: &str, abs: &dyn Fn(&str) -> PathBuf) -> Result<Listen, String> {
@@ -778,6 +831,7 @@ struct RawServer {
     pid_file: Option<String>,
     hsts: Option<String>,
     trusted_proxies: Option<Spanned<Vec<String>>>,
+    client_ip_header: Option<Spanned<String>>,
     resolver: Option<Spanned<Vec<String>>>,
     release_startup_code: Option<bool>,
 }
@@ -791,6 +845,7 @@ struct RawListen {
     tls: Option<RawTls>,
     redirect_https: Option<bool>,
     proxy_protocol: Option<bool>,
+    proxy_protocol_from: Option<Spanned<Vec<String>>>,
     quic: Option<bool>,
 }
 

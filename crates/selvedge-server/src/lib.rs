@@ -14,6 +14,7 @@ pub mod compression;
 pub mod config;
 pub mod diag;
 pub mod fastcgi;
+pub mod gate;
 pub mod gateway;
 pub mod listing;
 pub mod metrics;

@@ -64,7 +64,9 @@ pub fn scan(dir: &Path, dotfiles: bool, max: usize, show_link: &dyn Fn(&Path) ->
     for e in std::fs::read_dir(dir)? {
         let Ok(e) = e else { continue };
         let name = e.file_name();
-        if !dotfiles && name.as_bytes().starts_with(b".") {
+        // A name that is not UTF-8 cannot be asked for (a request path naming it is a 400,
+        // see `selvedge::path`): it is not listed.
+        if (!dotfiles && name.as_bytes().starts_with(b".")) || name.to_str().is_none() {
             continue;
         }
         if items.len() >= max {

@@ -137,7 +137,10 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
         Ok(v) => v,
         Err(e) => return fail(format_args!("inherited sockets (LISTEN_FDS): {e}")),
     };
-    let upgraded = std::env::var_os(service::UPGRADE_NOTIFY).is_some();
+    let upgraded = match service::take_upgrade_notify() {
+        Ok(u) => u,
+        Err(e) => return fail(format_args!("upgrade: {e}")),
+    };
     let identity = match service::identity(cfg.user.as_deref(), cfg.group.as_deref()) {
         Ok(i) => i,
         Err(e) => return fail(e),
@@ -183,7 +186,17 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
     let mut names = Vec::new();
     // A listener with proxy_protocol reads the PROXY header first (whether bound here or
     // inherited).
-    let pp = |server: Server, a: &Listen| if cfg.proxy_protocol.contains(a) { server.proxy_protocol() } else { server };
+    // Its header names the client only when the peer is one of `proxy_protocol_from`.
+    let pp = |server: Server, a: &Listen| match cfg.proxy_protocol.iter().find(|(l, _)| l == a) {
+        Some((_, nets)) => {
+            let nets = nets.clone();
+            server.proxy_protocol_from(move |peer| match peer {
+                selvedge::PeerAddr::Tcp(s) => nets.iter().any(|n| n.contains(&s.ip().to_canonical())),
+                selvedge::PeerAddr::Unix => true,
+            })
+        }
+        None => server,
+    };
     for (i, a) in cfg.listen.iter().enumerate() {
         let fds = std::mem::take(&mut assigned.http[i]);
         if fds.is_empty() {

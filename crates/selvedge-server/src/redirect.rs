@@ -1,11 +1,13 @@
 //! `[[vhost.redirect]]`: ordered rules on the request path, checked before routes.
 //!
 //! Each rule has a regular expression `from` (the `regex` crate: linear time whatever the
-//! input, so no pattern can be made to backtrack) matched against the path as the client
-//! sent it (percent-encoded, without the query), and a target `to` where `$1`, `${1}`,
+//! input, so no pattern can be made to backtrack) matched against the normalized path
+//! (`crate::routes::normalize`: one spelling, percent-encoded where a byte must be, without
+//! the query), and a target `to` where `$1`, `${1}`,
 //! `${name}` stand for captures (`$$` for a dollar). The first rule that matches applies:
 //! - a redirect (`status` 301, 302, 307 or 308; 302 by default) answers with `Location:
-//!   to`; `to` may be an absolute URL;
+//!   to`; `to` may be an absolute URL; one that starts with `/` stays on this host (a
+//!   leading `//` or `/\` a capture made is one `/`, see [`same_host`]);
 //! - a rewrite (`rewrite = true`) serves `to` (a path) instead, internally, and the rules
 //!   are checked again on the new path, so rewrites chain. A rewrite to the same target
 //!   ends the chain (a rule like `^/app/.*` → `/app/index.html` is not a loop). More
@@ -151,6 +153,18 @@ pub enum Outcome {
     Answer(Response),
 }
 
+/// A `Location` that starts with `/` stays on this host: a leading run of slashes and
+/// backslashes (`//evil.example`, `/\evil.example`, which browsers read as another host)
+/// becomes one `/`. Any other target is the rule's own (an absolute URL it names).
+pub fn same_host(target: &str) -> std::borrow::Cow<'_, str> {
+    let b = target.as_bytes();
+    if b.len() >= 2 && matches!(b[0], b'/' | b'\\') && matches!(b[1], b'/' | b'\\') {
+        let rest = target.trim_start_matches(['/', '\\']);
+        return std::borrow::Cow::Owned(format!("/{rest}"));
+    }
+    std::borrow::Cow::Borrowed(target)
+}
+
 fn split(target: &str) -> (&str, Option<&str>) {
     match target.split_once('?') {
         Some((p, q)) => (p, Some(q)),
@@ -200,12 +214,18 @@ impl Redirects {
                         tracing::warn!("rewrite of {} gave {target:?}, not a path: answered 500", chain[0]);
                         return Outcome::Answer(crate::policy::plain(StatusCode::INTERNAL_SERVER_ERROR));
                     }
+                    // The rewritten path is routed and checked like a request's: normalized.
+                    if crate::routes::normalize(req).is_err() {
+                        return Outcome::Answer(crate::policy::plain(StatusCode::BAD_REQUEST));
+                    }
                 }
                 Action::Redirect(status) => {
                     if let Some(chain) = self.redirect_loop(req.path(), &target) {
                         return Outcome::Answer(looped("redirect", &chain));
                     }
-                    let Ok(location) = HeaderValue::try_from(target.as_str()) else {
+                    // A protocol-relative `to` (`//cdn.example/$1`) is the rule's own choice.
+                    let location = if rule.to.starts_with("//") { target.as_str().into() } else { same_host(&target) };
+                    let Ok(location) = HeaderValue::try_from(&*location) else {
                         return Outcome::Answer(crate::policy::plain(StatusCode::INTERNAL_SERVER_ERROR));
                     };
                     return Outcome::Answer(

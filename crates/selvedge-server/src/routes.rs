@@ -1,11 +1,15 @@
 //! Virtual hosts and routes: the `Host` header picks a virtual host (an exact name first,
-//! then a `*.example.com` wildcard for one label, else the default host), then the longest path prefix picks a route. [`Front`] is the app the engine runs:
+//! then a `*.example.com` wildcard for one label, else the default host); the request is
+//! put under its normalized path ([`normalize`], the rules of [`selvedge::path`]), which
+//! every later step sees; then the redirect rules run, and the longest path prefix picks a
+//! route (prefixes match whole segments). [`Front`] is the app the engine runs:
 //! it reads the current [`Site`] from an [`ArcSwap`] on each request (one atomic load and
 //! reference-count increment, no lock), so SIGHUP can swap in a new configuration without
 //! touching the listeners or any connection.
 
 use std::collections::HashMap;
 use std::io;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -13,6 +17,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use selvedge::file::{CacheConfig, FileCache};
 use selvedge::http::{header, HeaderValue, StatusCode};
+use selvedge::path::{self, PathError};
 use selvedge::{App, Request, Response};
 
 use crate::access_log::{AccessLog, Outcome, Pending};
@@ -61,6 +66,16 @@ impl RouteApp {
             RouteApp::Fastcgi(f) => Box::pin(f.handle(req)).await,
             // Boxed inside: only the future of the way it is sent (HTTP/1.1 in the common case).
             RouteApp::Proxy(p) => p.handle(req).await,
+        }
+    }
+
+    /// Whether a path with an encoded slash (`%2F`) may reach this route: only a proxy's
+    /// with `encoded_slashes = "keep"` (the others would read it as a separator, or refuse
+    /// it later).
+    fn keeps_encoded_slashes(&self) -> bool {
+        match self {
+            RouteApp::Proxy(p) => p.keeps_encoded_slashes(),
+            _ => false,
         }
     }
 
@@ -151,6 +166,10 @@ impl Site {
         for (i, v) in cfg.vhosts.iter().enumerate() {
             let label = v.hosts.first().cloned().unwrap_or_else(|| "default".into());
             let mut routes = Vec::new();
+            // Each route's files are its own: the roots of the others nested inside its root
+            // are closed to it (crate::gate), so a symlink, or a root placed under another,
+            // cannot walk past the checks of the route that owns them.
+            let roots: Vec<PathBuf> = v.routes.iter().filter_map(|r| r.root()?.canonicalize().ok()).collect();
             for r in &v.routes {
                 let app = match &r.kind {
                     RouteKind::Static { root, opts } => RouteApp::Static(
@@ -158,15 +177,23 @@ impl Site {
                             .map_err(|e| {
                                 io::Error::new(e.kind(), format!("route {}: root {}: {e}", r.prefix, root.display()))
                             })?
+                            .with_nested(&roots)
                             .with_compression(&compression),
                     ),
-                    RouteKind::Cgi(c) => RouteApp::Cgi(Cgi::new(c, &r.prefix)?),
+                    RouteKind::Cgi(c) => RouteApp::Cgi(Cgi::new(c, &r.prefix)?.with_nested(&roots)),
                     RouteKind::Proxy(p) => {
                         RouteApp::Proxy(Proxy::new(p, &r.prefix, &format!("{}{}", v.hosts.join(","), r.prefix))?)
                     }
-                    RouteKind::Fastcgi(f) => RouteApp::Fastcgi(Fastcgi::new(f, &r.prefix).map_err(|e| {
-                        io::Error::new(e.kind(), format!("route {}: fastcgi root {}: {e}", r.prefix, f.root.display()))
-                    })?),
+                    RouteKind::Fastcgi(f) => RouteApp::Fastcgi(
+                        Fastcgi::new(f, &r.prefix)
+                            .map_err(|e| {
+                                io::Error::new(
+                                    e.kind(),
+                                    format!("route {}: fastcgi root {}: {e}", r.prefix, f.root.display()),
+                                )
+                            })?
+                            .with_nested(&roots),
+                    ),
                 };
                 let compress = match app {
                     RouteApp::Static(_) => None,
@@ -253,6 +280,9 @@ impl Site {
         };
         let vhost = &self.vhosts[vi];
         let unrouted = RouteAt { vhost: &vhost.label, route: "none", slot: vhost.none_slot, proxy: false };
+        if normalize(req).is_err() {
+            return (unrouted, Ok(bad_request()));
+        }
         if !vhost.redirects.is_empty() {
             if let redirect::Outcome::Answer(res) = vhost.redirects.apply(req) {
                 return (unrouted, Ok(res));
@@ -260,6 +290,13 @@ impl Site {
         }
         let Some(ri) = vhost.route(req.path_bytes()) else { return (unrouted, Ok(not_found())) };
         let route = &vhost.routes[ri];
+        // A static route refuses an encoded slash itself (it is no file name's byte).
+        if !matches!(route.app, RouteApp::Static(_))
+            && !route.app.keeps_encoded_slashes()
+            && has_encoded_slash(req.path_bytes())
+        {
+            return (unrouted, Ok(bad_request()));
+        }
         let at = RouteAt {
             vhost: &vhost.label,
             route: &route.prefix,
@@ -316,7 +353,13 @@ impl Site {
                     crate::cgi::Outcome::Response(res) => res,
                     crate::cgi::Outcome::Redirect(next) => {
                         (req, redirects) = (next, redirects + 1);
+                        if normalize(&mut req).is_err() {
+                            return bad_request();
+                        }
                         let Some(next_ri) = vhost.route(req.path_bytes()) else { return not_found() };
+                        if !vhost.routes[next_ri].app.keeps_encoded_slashes() && has_encoded_slash(req.path_bytes()) {
+                            return bad_request();
+                        }
                         ri = next_ri;
                         admitted = None;
                         if let Some(p) = &vhost.routes[ri].policy {
@@ -361,6 +404,53 @@ impl Site {
 
 fn not_found() -> Response {
     Response::error(StatusCode::NOT_FOUND)
+}
+
+fn bad_request() -> Response {
+    Response::error(StatusCode::BAD_REQUEST)
+}
+
+/// Puts `req` under its normalized path ([`selvedge::path`]: escapes decoded where a byte
+/// may stand as itself, `//` merged, dot-segments resolved), so that redirect rules,
+/// routing, every check of a route and what serves it see one spelling of the path. A
+/// path already normal (nearly every request's) is left as it is after one pass over its
+/// bytes; `*` and authority-form targets have no path and are left alone.
+///
+/// # Errors
+/// The path is refused (the request is answered 400).
+#[inline]
+pub fn normalize(req: &mut Request) -> Result<(), PathError> {
+    let p = req.path_bytes();
+    if path::is_normal(p) || !p.starts_with(b"/") {
+        return Ok(());
+    }
+    normalize_slow(req)
+}
+
+#[cold]
+fn normalize_slow(req: &mut Request) -> Result<(), PathError> {
+    thread_local! {
+        static OUT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    OUT.with(|out| {
+        let mut out = out.borrow_mut();
+        path::normalize(req.path_bytes(), &mut out)?;
+        if *out != req.path_bytes() {
+            // A normal path is visible ASCII starting with `/`: what set_path takes.
+            req.set_path(&out).map_err(|_| PathError::NotAbsolute)?;
+        }
+        if out.capacity() > 4096 {
+            *out = Vec::new();
+        }
+        Ok(())
+    })
+}
+
+/// Whether a normalized path has an encoded slash: in a normal path every `%` begins a
+/// three-byte escape, so a `%2F` found is one.
+#[inline]
+fn has_encoded_slash(path: &[u8]) -> bool {
+    path.contains(&b'%') && path.windows(3).any(|w| w == b"%2F")
 }
 
 /// Error pages of the default host's routes, in memory, for the answers the engine gives

@@ -13,17 +13,18 @@
 //! **Upgrade.** The running process starts the binary it was started from (the file now on
 //! disk at that path) with the same arguments, its listening sockets at descriptors 3… and
 //! `LISTEN_FDS`/`LISTEN_FDNAMES`/`LISTEN_PID` set as systemd would (through `/bin/sh`, which
-//! learns the new process's id before it `exec`s the binary), and
-//! `SELVEDGE_UPGRADE_NOTIFY` naming an abstract Unix datagram socket. The new process sends
-//! `READY=1` there once it serves; the old one then tells systemd the new main pid, stops
-//! accepting, drains its connections and exits. If the new process exits or stays silent
-//! for 60 s, the old one goes on serving.
+//! learns the new process's id before it `exec`s the binary), and one end of a socket
+//! pair at the descriptor after them, named by `SELVEDGE_UPGRADE_NOTIFY`. The new process
+//! writes `READY=1` on it once it serves; the old one then tells systemd the new main pid,
+//! stops accepting, drains its connections and exits. If the new process exits, closes
+//! its end or stays silent for 60 s, the old one goes on serving. The pair has no name:
+//! no other process can take its place or speak on it.
 
 use std::ffi::OsString;
 use std::io;
+use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,8 +36,31 @@ use selvedge::Listen;
 
 use crate::config::Config;
 
-/// The variable naming the old process's readiness socket, in an upgraded process.
+/// The variable giving the descriptor of the old process's readiness socket, in an
+/// upgraded process.
 pub const UPGRADE_NOTIFY: &str = "SELVEDGE_UPGRADE_NOTIFY";
+
+/// The readiness socket an upgrading process passed to this one (see the module's text),
+/// taken once at start by [`take_upgrade_notify`].
+static NOTIFY: std::sync::Mutex<Option<UnixStream>> = std::sync::Mutex::new(None);
+
+/// In a process started by an upgrade: takes the readiness socket the old process passed
+/// (its descriptor is in [`UPGRADE_NOTIFY`]) and removes the variable. Call it early, before
+/// other threads start. `Ok(true)`: this process was started by an upgrade.
+///
+/// # Errors
+/// The variable does not name a passed descriptor.
+pub fn take_upgrade_notify() -> io::Result<bool> {
+    let Some(v) = std::env::var_os(UPGRADE_NOTIFY) else { return Ok(false) };
+    std::env::remove_var(UPGRADE_NOTIFY);
+    let fd: i32 = v
+        .to_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{UPGRADE_NOTIFY} is not a descriptor")))?;
+    let fd = selvedge::server::take_passed_fd(fd)?;
+    *NOTIFY.lock().unwrap_or_else(|e| e.into_inner()) = Some(UnixStream::from(fd));
+    Ok(true)
+}
 
 /// systemd notifications; nothing happens outside systemd (no `NOTIFY_SOCKET`).
 pub mod notify {
@@ -216,13 +240,11 @@ pub fn assign(cfg: &Config, inherited: Vec<Inherited>) -> Assigned {
     a
 }
 
-/// In a process started by an upgrade: tells the old process that this one serves.
+/// In a process started by an upgrade: tells the old process that this one serves (on
+/// the socket [`take_upgrade_notify`] took), and closes it.
 pub fn tell_upgrading_parent() {
-    let Some(name) = std::env::var_os(UPGRADE_NOTIFY) else { return };
-    std::env::remove_var(UPGRADE_NOTIFY);
-    let sent = UnixAddr::from_abstract_name(name.as_encoded_bytes())
-        .and_then(|addr| UnixDatagram::unbound()?.send_to_addr(b"READY=1", &addr));
-    if let Err(e) = sent {
+    let Some(mut sock) = NOTIFY.lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
+    if let Err(e) = sock.write_all(b"READY=1") {
         tracing::warn!("upgrade: cannot tell the old process that this one is ready: {e}");
     }
 }
@@ -232,7 +254,8 @@ pub fn tell_upgrading_parent() {
 pub struct Upgrade {
     /// The new process.
     pub child: Child,
-    ready: UnixDatagram,
+    /// Our end of the readiness pair.
+    ready: UnixStream,
 }
 
 /// Starts `exe` with `args` on the listening sockets `fds` (each with its name).
@@ -240,18 +263,17 @@ pub struct Upgrade {
 /// # Errors
 /// The readiness socket or the process could not be made.
 pub fn upgrade(exe: &Path, args: &[OsString], fds: Vec<(OwnedFd, String)>) -> io::Result<Upgrade> {
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = format!("selvedge-upgrade-{}-{n}", std::process::id());
-    let ready = UnixDatagram::bind_addr(&UnixAddr::from_abstract_name(name.as_bytes())?)?;
+    let (ready, theirs) = UnixStream::pair()?;
     ready.set_nonblocking(true)?;
     let names: Vec<String> = fds.iter().map(|(_, n)| n.clone()).collect();
     let count = fds.len();
-    let mappings: Vec<FdMapping> = fds
+    let notify_fd = selvedge::server::LISTEN_FDS_START + count as i32;
+    let mut mappings: Vec<FdMapping> = fds
         .into_iter()
         .enumerate()
         .map(|(i, (fd, _))| FdMapping { parent_fd: fd, child_fd: selvedge::server::LISTEN_FDS_START + i as i32 })
         .collect();
+    mappings.push(FdMapping { parent_fd: theirs.into(), child_fd: notify_fd });
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg("LISTEN_PID=$$; export LISTEN_PID; exec \"$0\" \"$@\"")
@@ -259,7 +281,7 @@ pub fn upgrade(exe: &Path, args: &[OsString], fds: Vec<(OwnedFd, String)>) -> io
         .args(args)
         .env("LISTEN_FDS", count.to_string())
         .env("LISTEN_FDNAMES", names.join(":"))
-        .env(UPGRADE_NOTIFY, &name)
+        .env(UPGRADE_NOTIFY, notify_fd.to_string())
         .env_remove("LISTEN_PID")
         .stdin(Stdio::null());
     cmd.fd_mappings(mappings).map_err(io::Error::other)?;
@@ -283,11 +305,19 @@ impl Upgrade {
     pub async fn wait(mut self, limit: Duration) -> UpgradeOutcome {
         let deadline = Instant::now() + limit;
         let mut buf = [0u8; 64];
+        let mut got = 0;
+        let mut open = true;
         loop {
-            if let Ok(n) = self.ready.recv(&mut buf) {
-                if buf[..n].windows(7).any(|w| w == b"READY=1") {
-                    return UpgradeOutcome::Ready(self.child.id());
+            while open && got < buf.len() {
+                match self.ready.read(&mut buf[got..]) {
+                    // Closed without a word (the new process failed): its exit follows.
+                    Ok(0) => open = false,
+                    Ok(n) => got += n,
+                    Err(_) => break,
                 }
+            }
+            if buf[..got].windows(7).any(|w| w == b"READY=1") {
+                return UpgradeOutcome::Ready(self.child.id());
             }
             if let Ok(Some(st)) = self.child.try_wait() {
                 return UpgradeOutcome::Exited(st);

@@ -5,12 +5,13 @@
 //! 2. The path's segments (percent-decoded) are checked: `.`/`..`, encoded slashes or
 //!    backslashes and NUL bytes are a 400; a segment starting with `.` (a dotfile) is a
 //!    404 unless `dotfiles` is on. So nothing built from the URL can climb out of the root.
-//! 3. The file cache says what the path is (no system call when cached). A directory
-//!    without a trailing slash is redirected (301) to the slash form; with one, its index
-//!    file is served, else its listing (`listing`, see [`crate::listing`]). A file whose
-//!    real path (symlinks resolved) is outside the root is a 404 unless `symlinks_outside`
-//!    allows it. No file: the `fallback` file for a page request (200, `Vary: Accept`),
-//!    else 404.
+//! 3. The file cache says what the path is (no system call when cached). A file or
+//!    directory the route's [`Gate`] does not admit (its real path, symlinks resolved, is
+//!    outside the root without `symlinks_outside`, or inside another route's root) is a
+//!    404, whatever is asked of it. A directory without a trailing slash is redirected
+//!    (301) to the slash form; with one, its index file is served, else its listing
+//!    (`listing`, see [`crate::listing`]). No file: the `fallback` file for a page request
+//!    (200, `Vary: Accept`), else 404.
 //! 4. A `.br` or `.gz` sibling is served instead when `Accept-Encoding` allows it
 //!    (`Content-Encoding`, `Vary: Accept-Encoding`); without one, `compress` gives a copy
 //!    compressed once and kept with the cache entry ([`crate::compression`]).
@@ -28,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use selvedge::file::range::{self, ByteRange, Ranges};
 use selvedge::file::{conditional, Entry, FileCache, FileInfo, Kind, Precondition, Preconditions, Sibling};
 use selvedge::http::{header, HeaderName, HeaderValue, Method, StatusCode};
@@ -36,11 +37,12 @@ use selvedge::message::trim_ows;
 use selvedge::{Request, Response, SharedFields};
 
 use crate::compression::Compression;
+use crate::gate::Gate;
 use crate::{listing, mime};
 
-/// Multipart bodies are built in memory up to this size; a larger request is answered with
-/// the whole file instead (RFC 9110 lets a server ignore `Range`).
-const MULTIPART_MAX: u64 = 8 << 20;
+/// A `multipart/byteranges` body is read from its file this many bytes at a time, as the
+/// client takes them ([`multipart`]).
+pub const MULTIPART_CHUNK: usize = 16 * 1024;
 
 /// `Accept-Ranges: bytes`, checked at compile time rather than per response.
 static BYTES: HeaderValue = HeaderValue::from_static("bytes");
@@ -112,6 +114,9 @@ pub struct StaticFiles {
     /// Tags a listing's scan kept with a directory's cache entry (by the settings it
     /// depends on).
     listing_key: u64,
+    /// What may be served ([`Gate`]): the root, `symlinks_outside`, and the roots of the
+    /// virtual host's other routes nested inside this one's.
+    gate: Gate,
     /// The compressor, when the route compresses.
     compression: Option<Compression>,
 }
@@ -169,6 +174,7 @@ impl StaticFiles {
         };
         let fixed = opts.fields.clone().into();
         Ok(StaticFiles {
+            gate: Gate::new(root.clone(), opts.symlinks_outside),
             root,
             skip,
             opts: Arc::new(opts),
@@ -190,6 +196,18 @@ impl StaticFiles {
         self
     }
 
+    /// Refuses what lies under `roots` (the canonical roots of the virtual host's other
+    /// routes) where they are nested inside this route's root ([`Gate::with_nested`]).
+    pub fn with_nested(mut self, roots: &[PathBuf]) -> StaticFiles {
+        self.gate = self.gate.with_nested(roots);
+        // A listing shows what the gate admits: its scans are kept apart by it too.
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        (self.listing_key, roots).hash(&mut h);
+        self.listing_key = h.finish();
+        self
+    }
+
     /// The canonical root.
     pub fn root(&self) -> &Path {
         &self.root
@@ -198,13 +216,6 @@ impl StaticFiles {
     /// The file system path for `req`, built into `path` (which must be empty).
     fn resolve(&self, req: &Request, path: &mut Vec<u8>) -> Result<(), Refused> {
         resolve_into(self.root.as_os_str().as_bytes(), req, self.skip, self.opts.dotfiles, path)
-    }
-
-    /// Whether `real` (a canonical path) is the root or under it: a byte comparison
-    /// (`Path::starts_with` walks components, measurably slower per request).
-    fn inside(&self, real: &Path) -> bool {
-        let (r, root) = (real.as_os_str().as_bytes(), self.root.as_os_str().as_bytes());
-        r.starts_with(root) && (r.len() == root.len() || r[root.len()] == b'/' || root == b"/")
     }
 
     /// A plain or custom error response.
@@ -252,11 +263,16 @@ impl StaticFiles {
         let path = Path::new(OsStr::from_bytes(buf));
         let fields = Fields::of(req);
         let entry = self.cache.lookup(path);
-        match entry.kind {
+        match &entry.kind {
             Kind::File(_) => self.serve(get, &fields, &entry, path),
             Kind::Missing => self.missing(req, get),
             Kind::Unavailable => (self.error(StatusCode::SERVICE_UNAVAILABLE).header(header::RETRY_AFTER, "1"), false),
-            Kind::Dir => {
+            Kind::Dir { real } => {
+                // A directory reached through a symlink out of the root (or into another
+                // route's root) is not there: no redirect, index or listing confirms it.
+                if !self.gate.admits(real) {
+                    return (self.error(StatusCode::NOT_FOUND), false);
+                }
                 if !req.path().ends_with('/') {
                     let loc = match req.query() {
                         Some(q) => format!("{}/?{q}", req.path()),
@@ -314,10 +330,7 @@ impl StaticFiles {
         let scan = match entry.derived.get::<listing::Scan>(self.listing_key) {
             Some(s) if s.sweep == sweep => s,
             _ => {
-                let show = |p: &Path| match p.canonicalize() {
-                    Ok(real) => self.opts.symlinks_outside || self.inside(&real),
-                    Err(_) => false,
-                };
+                let show = |p: &Path| p.canonicalize().is_ok_and(|real| self.gate.admits(&real));
                 match listing::scan(dir, self.opts.dotfiles, self.opts.listing_max, &show, sweep) {
                     Ok(s) => {
                         let s = Arc::new(s);
@@ -357,7 +370,7 @@ impl StaticFiles {
     /// route's fixed fields already (in the file's shared fields).
     fn serve(&self, get: bool, fields: &Fields<'_>, entry: &Entry, path: &Path) -> (Response, bool) {
         let Some(f) = entry.file() else { return (self.error(StatusCode::NOT_FOUND), false) };
-        if !self.opts.symlinks_outside && !self.inside(&f.real) {
+        if !self.gate.admits(&f.real) {
             return (self.error(StatusCode::NOT_FOUND), false);
         }
         // The main file's type (a precompressed sibling goes out with it), looked up once
@@ -371,7 +384,7 @@ impl StaticFiles {
         let mut f = f;
         if self.opts.precompressed && !entry.siblings.is_empty() && mime::compressible(content_type()) {
             let accept = fields.accept_encoding.unwrap_or(b"");
-            let inside = |s: &&Sibling| self.opts.symlinks_outside || self.inside(&s.info.real);
+            let inside = |s: &&Sibling| self.gate.admits(&s.info.real);
             vary_siblings = entry.siblings.iter().any(|s| inside(&s));
             for s in entry.siblings.iter().filter(inside) {
                 let coding = if s.ext == "gz" { "gzip" } else { s.ext };
@@ -503,17 +516,15 @@ impl StaticFiles {
                 let (res, _) = typed(body_of(StatusCode::PARTIAL_CONTENT, f, r.start, r.len));
                 (res.header(header::CONTENT_RANGE, range::content_range(r, f.size)), false)
             }
-            Ranges::Satisfiable(rs) => match multipart(f, &rs, content_type()) {
-                Some((boundary, body)) => {
-                    let (mut res, _) = common(Response::bytes(StatusCode::PARTIAL_CONTENT, body));
-                    res = res.header(header::CONTENT_TYPE, format!("multipart/byteranges; boundary={boundary}"));
-                    if let Some(c) = encoding {
-                        res = res.header(header::CONTENT_ENCODING, HeaderValue::from_static(c));
-                    }
-                    (res, false)
+            Ranges::Satisfiable(rs) => {
+                let (boundary, res) = multipart(f, &rs, content_type());
+                let (mut res, _) = common(res);
+                res = res.header(header::CONTENT_TYPE, format!("multipart/byteranges; boundary={boundary}"));
+                if let Some(c) = encoding {
+                    res = res.header(header::CONTENT_ENCODING, HeaderValue::from_static(c));
                 }
-                None => whole(),
-            },
+                (res, false)
+            }
         }
     }
 }
@@ -678,32 +689,49 @@ fn accepts(header: &[u8], coding: &str) -> bool {
     selvedge::message::accept_q(header, &[coding.as_bytes()]) > 0
 }
 
-/// Builds a `multipart/byteranges` body; `None` if it would be too large or a read fails.
-fn multipart(f: &FileInfo, rs: &[ByteRange], content_type: &str) -> Option<(String, Bytes)> {
+/// A `multipart/byteranges` answer (206) for `rs` (at most [`range::MAX_RANGES`], in order,
+/// not overlapping), and its boundary. The body is streamed: the part heads (about a
+/// hundred bytes each) are made first, then each range is read from the file
+/// [`MULTIPART_CHUNK`] bytes at a time as the client takes them, so what one such answer
+/// holds while it waits on a slow client is those heads and one chunk.
+fn multipart(f: &FileInfo, rs: &[ByteRange], content_type: &str) -> (String, Response) {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    if rs.iter().map(|r| r.len).sum::<u64>() > MULTIPART_MAX {
-        return None;
-    }
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let boundary = format!("selvedge-{:016x}{n:08x}", f.mtime ^ f.size.rotate_left(32));
-    let mut out = BytesMut::new();
-    for r in rs {
-        let part_head = format!(
-            "\r\n--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: {}\r\n\r\n",
-            range::content_range(*r, f.size)
-        );
-        out.extend_from_slice(part_head.as_bytes());
-        match &f.bytes {
-            Some(b) => out.extend_from_slice(&b[r.start as usize..(r.start + r.len) as usize]),
-            None => {
-                let at = out.len();
-                out.resize(at + r.len as usize, 0);
-                read_exact_at(&f.file, &mut out[at..], r.start)?;
+    let parts: Vec<(Bytes, ByteRange)> = rs
+        .iter()
+        .map(|r| {
+            let head = format!(
+                "\r\n--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: {}\r\n\r\n",
+                range::content_range(*r, f.size)
+            );
+            (Bytes::from(head), *r)
+        })
+        .collect();
+    let tail = Bytes::from(format!("\r\n--{boundary}--\r\n"));
+    let length = parts.iter().map(|(h, r)| h.len() as u64 + r.len).sum::<u64>() + tail.len() as u64;
+    let (bytes, file) = (f.bytes.clone(), f.file.clone());
+    let res = Response::stream(StatusCode::PARTIAL_CONTENT, move |mut w| async move {
+        let mut chunk = Vec::new();
+        for (head, r) in &parts {
+            w.write(head).await?;
+            if let Some(b) = &bytes {
+                w.write(&b[r.start as usize..(r.start + r.len) as usize]).await?;
+                continue;
+            }
+            let (mut at, end) = (r.start, r.start + r.len);
+            while at < end {
+                let n = MULTIPART_CHUNK.min((end - at) as usize);
+                chunk.resize(n, 0);
+                // A file that shrank ends the body short: the declared length tells the client.
+                read_exact_at(&file, &mut chunk, at).ok_or(std::io::ErrorKind::UnexpectedEof)?;
+                w.write(&chunk).await?;
+                at += n as u64;
             }
         }
-    }
-    out.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    Some((boundary, out.freeze()))
+        w.write(&tail).await
+    });
+    (boundary, res.header(header::CONTENT_LENGTH, length))
 }
 
 fn read_exact_at(file: &std::fs::File, mut buf: &mut [u8], mut offset: u64) -> Option<()> {

@@ -534,7 +534,10 @@ fn proxy_protocol_v1_and_v2_name_the_client() {
     let site = addr_site(&d);
     let cfg = d.write(
         "pp.toml",
-        format!("[server]\nworkers = 1\ntrusted_proxies = [\"10.0.0.0/8\"]\n[[listen]]\nport = 0\nproxy_protocol = true\n{site}"),
+        format!(
+            "[server]\nworkers = 1\ntrusted_proxies = [\"10.0.0.0/8\"]\n[[listen]]\nport = 0\nproxy_protocol = true\n\
+             proxy_protocol_from = [\"127.0.0.0/8\"]\n{site}"
+        ),
     );
     let srv = Srv::start(&["--config", cfg.to_str().unwrap()]);
     let get = b"GET /cgi/addr.sh HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
@@ -585,6 +588,28 @@ fn proxy_protocol_v1_and_v2_name_the_client() {
     }
 }
 
+/// A PROXY header from a peer outside `proxy_protocol_from` is read (the listener still
+/// needs one) but names no one: the client is the socket's peer. Without the list the
+/// configuration is refused.
+#[test]
+fn proxy_protocol_is_believed_only_from_listed_balancers() {
+    let d = TempDir::new("ppfrom");
+    let site = addr_site(&d);
+    let cfg = d.write(
+        "pp.toml",
+        format!("[server]\nworkers = 1\n[[listen]]\nport = 0\nproxy_protocol = true\nproxy_protocol_from = [\"10.0.0.0/8\"]\n{site}"),
+    );
+    let srv = Srv::start(&["--config", cfg.to_str().unwrap()]);
+    let get = b"GET /cgi/addr.sh HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let forged = [&b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 80\r\n"[..], get].concat();
+    assert_eq!(body_of(&raw_exchange(srv.addr, &forged)), "127.0.0.1");
+    assert!(raw_exchange(srv.addr, get).is_empty(), "no header: closed");
+    let bad = d.write("bad.toml", format!("[[listen]]\nport = 0\nproxy_protocol = true\n{site}"));
+    let out = Command::new(common::BIN).args(["check", "-c", bad.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("proxy_protocol_from"), "{out:?}");
+}
+
 #[test]
 fn spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
     let d = TempDir::new("xff");
@@ -616,6 +641,21 @@ fn spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
     );
     let srv = Srv::start(&["--config", trusted.to_str().unwrap()]);
     assert_eq!(ask(&srv, "X-Forwarded-For: 6.6.6.6, 192.0.2.1, 10.9.9.9\r\n"), "192.0.2.1");
-    assert_eq!(ask(&srv, "Forwarded: for=192.0.2.2;proto=https\r\n"), "192.0.2.2");
+    // Only the field client_ip_header names (X-Forwarded-For by default) is read.
+    assert_eq!(ask(&srv, "Forwarded: for=192.0.2.2;proto=https\r\n"), "127.0.0.1");
     assert_eq!(ask(&srv, ""), "127.0.0.1");
+    drop(srv);
+    // A proxy that writes Forwarded: a client's own X-Forwarded-For, which it passes along,
+    // names no one.
+    let fwd = d2.write(
+        "forwarded.toml",
+        format!(
+            "[server]\nworkers = 1\ntrusted_proxies = [\"127.0.0.1\"]\nclient_ip_header = \"forwarded\"\n\
+             [[listen]]\nport = 0\n{site}"
+        ),
+    );
+    let srv = Srv::start(&["--config", fwd.to_str().unwrap()]);
+    assert_eq!(ask(&srv, "Forwarded: for=192.0.2.2;proto=https\r\n"), "192.0.2.2");
+    assert_eq!(ask(&srv, "X-Forwarded-For: 10.0.0.1\r\nForwarded: for=192.0.2.3\r\n"), "192.0.2.3");
+    assert_eq!(ask(&srv, "X-Forwarded-For: 10.0.0.1\r\n"), "127.0.0.1");
 }

@@ -458,13 +458,15 @@ fn path_safety() {
     for p in [
         "/../outside.php",
         "/%2e%2e/outside.php",
-        "/docs/%2E%2E/vars.php",
+        "/docs/%2E%2E/%2E%2E/vars.php",
         "/dir.php%2Finner.php",
         "/vars.php%00.jpg",
         "/a%5c..%5cvars.php",
     ] {
         assert_eq!(code(p), 400, "{p}");
     }
+    // Dot-segments inside the root resolve (RFC 3986 §5.2.4) before the script is chosen.
+    assert_eq!(code("/docs/%2E%2E/vars.php"), code("/vars.php"));
     // An uploaded file is never run as PHP, whatever follows it in the path.
     assert_eq!(code("/uploads/avatar.jpg/x.php"), 403);
     assert_eq!(code("/uploads/avatar.jpg"), 403);

@@ -169,12 +169,14 @@ fn http3_target_http11_cannot_carry_is_refused_by_a_proxy_route() {
     );
     let file = dir.write("selvedge.toml", cfg);
     let _srv = Srv::start(&["--config", file.to_str().unwrap()]);
+    // A space in :path is a byte of the path: normalized, it goes upstream encoded.
     let r = h3(port, &["get", "/a b"]);
-    assert_eq!(r["responses"][0]["status"], 400, "{r}");
+    assert_eq!(r["responses"][0]["status"], 200, "{r}");
     let r = h3(port, &["get", "/ok"]);
     assert_eq!(r["responses"][0]["status"], 200, "{r}");
     let seen = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
-    assert!(seen.starts_with("GET /ok HTTP/1.1\r\n"), "the upstream saw: {seen:?}");
+    assert!(seen.starts_with("GET /a%20b HTTP/1.1\r\n"), "the upstream saw: {seen:?}");
+    assert!(seen.contains("\r\n\r\nGET /ok HTTP/1.1\r\n"), "the upstream saw: {seen:?}");
     assert!(!seen.contains("/a b"), "the upstream saw: {seen:?}");
 }
 

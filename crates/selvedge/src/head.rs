@@ -170,7 +170,11 @@ pub(crate) fn request(fields: impl Fields, extended_connect: bool, arena: &mut B
         }
         let n = put(name);
         let v = put(value);
-        if f.token == Some(Token::Host) && host.is_none() {
+        if f.token == Some(Token::Host) {
+            // One `Host`, as HTTP/1.1 requires (RFC 9112 §3.2).
+            if host.is_some() {
+                malformed = true;
+            }
             host = Some(v);
         }
         headers.push(HeaderSpan { name: n, value: v });
@@ -181,6 +185,14 @@ pub(crate) fn request(fields: impl Fields, extended_connect: bool, arena: &mut B
     }
     let Some(m) = method else { return Err(HeaderError::Malformed) };
     let method = crate::message::method(&buf[m.range()]).map_err(|_| HeaderError::Malformed)?;
+    // A `Host` naming another entity than `:authority` makes the request malformed (RFC 9113
+    // §8.3.1, RFC 9114 §4.3.1): the virtual host is chosen by one and a script sees the
+    // other otherwise.
+    if let (Some(a), Some(h)) = (authority, host) {
+        if !buf[a.range()].eq_ignore_ascii_case(&buf[h.range()]) {
+            return Err(HeaderError::Malformed);
+        }
+    }
     let authority = authority.or(host);
     if protocol.is_some() && (method != Method::CONNECT || scheme.is_none() || path.is_none() || authority.is_none()) {
         return Err(HeaderError::Malformed);
@@ -291,6 +303,9 @@ mod tests {
             &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("te", "gzip")],
             &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("x", " lead")],
             &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("content-length", "x")],
+            // A `Host` naming another entity than `:authority`, or two `Host` fields.
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "a.test"), ("host", "b.test")],
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("host", "a.test"), ("host", "b.test")],
         ];
         for c in cases {
             assert_eq!(decode(c).err(), Some(HeaderError::Malformed), "{c:?}");
@@ -298,6 +313,10 @@ mod tests {
         let mut f = BASE.to_vec();
         f.push(("te", "trailers"));
         assert!(decode(&f).is_ok());
+        // The same entity, in another case: one authority.
+        let mut f = BASE.to_vec();
+        f.extend([(":authority", "Example.com:8443"), ("host", "example.COM:8443")]);
+        assert_eq!(req(decode(&f).unwrap().req).authority(), Some("Example.com:8443"));
     }
 
     #[test]

@@ -178,6 +178,7 @@ pub use body::{Body, BodyWriter};
 pub use error::Error;
 pub use h1::body::BodyLimits;
 pub use h1::parse::Limits;
+pub use message::path;
 pub use request::{percent_decode, Request, Segments, TlsVersion};
 pub use response::{Cleanup, FieldsSlot, FileBody, IntoHeaderValue, Response, ResponseBody, SharedFields};
 pub use server::{Listen, Listening, Server, ServerHandle};

@@ -278,6 +278,39 @@ impl Request {
         Ok(())
     }
 
+    /// Replaces the path with `path` (which starts with `/`, visible ASCII), keeping the
+    /// query as it is (its bytes are not checked again) and everything else: for a server
+    /// that serves a request under its normalized path ([`path::normalize`](crate::path::normalize)).
+    /// Later reads of [`target`](Self::target), [`path`](Self::path) and
+    /// [`segments`](Self::segments) see the new path. The head's bytes are copied once.
+    ///
+    /// # Errors
+    /// `path` does not start with `/` or has bytes other than visible ASCII (status 400).
+    pub fn set_path(&mut self, path: &[u8]) -> Result<(), crate::Error> {
+        let query_len = self.query.map_or(0, |q| q.len as usize + 1);
+        if !path.starts_with(b"/")
+            || !path.iter().all(u8::is_ascii_graphic)
+            || path.len() + query_len > u32::MAX as usize / 2
+        {
+            return Err(crate::Error::new(crate::error::Kind::BadRequest, "invalid path").with_status(400));
+        }
+        let mut buf = bytes::BytesMut::with_capacity(self.buf.len() + path.len() + query_len);
+        buf.extend_from_slice(&self.buf);
+        let start = buf.len() as u32;
+        buf.extend_from_slice(path);
+        let query = self.query.map(|q| {
+            buf.extend_from_slice(b"?");
+            let qs = buf.len() as u32;
+            buf.extend_from_slice(&self.buf[q.range()]);
+            Span { start: qs, len: q.len }
+        });
+        self.buf = buf.freeze();
+        self.path = Span { start, len: path.len() as u32 };
+        self.target = Span { start, len: (path.len() + query_len) as u32 };
+        self.query = query;
+        Ok(())
+    }
+
     /// The request body.
     pub fn body_mut(&mut self) -> &mut Body {
         &mut self.body
@@ -441,6 +474,19 @@ mod tests {
         assert!(req.set_target("relative").is_err());
         assert!(req.set_target("/a b").is_err());
         assert_eq!(req.path(), "/q");
+    }
+
+    #[test]
+    fn set_path_keeps_the_query() {
+        let mut req: Request = http::Request::builder().uri("/a/../b?x=%C3%A9&y").body(Bytes::new()).unwrap().into();
+        req.set_path(b"/b").unwrap();
+        assert_eq!((req.target(), req.path(), req.query()), ("/b?x=%C3%A9&y", "/b", Some("x=%C3%A9&y")));
+        let mut req: Request = http::Request::builder().uri("//c").body(Bytes::new()).unwrap().into();
+        req.set_path(b"/c").unwrap();
+        assert_eq!((req.target(), req.path(), req.query()), ("/c", "/c", None));
+        assert!(req.set_path(b"c").is_err());
+        assert!(req.set_path(b"/a b").is_err());
+        assert_eq!(req.target(), "/c");
     }
 
     #[test]

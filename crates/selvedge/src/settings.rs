@@ -72,7 +72,8 @@ pub struct Settings {
     /// Most connections served at once (others wait in the listen backlog): 10,000.
     pub max_connections: usize,
     /// Most connections served at once from one client address (IPv4-mapped IPv6
-    /// addresses count as their IPv4 address; Unix-socket peers are not counted): no limit.
+    /// addresses count as their IPv4 address, the addresses of one IPv6 /64 as one client;
+    /// Unix-socket peers are not counted): no limit.
     /// A connection over it is closed at accept, before any byte is read.
     pub max_connections_per_ip: Option<usize>,
     /// How long graceful shutdown waits for in-flight requests: 30 s.

@@ -327,8 +327,9 @@ pub(crate) fn take_inherited(fd: RawFd) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the descriptor is open (checked above) and, by the socket-activation protocol
-    // (LISTEN_FDS, checked by the caller against LISTEN_PID), handed to this process alone;
-    // nothing else in the process owns it, so making it an OwnedFd is the only owner.
+    // (LISTEN_FDS, checked by the caller against LISTEN_PID) or the upgrade's variable that
+    // names it, handed to this process alone; nothing else in the process owns it, so
+    // making it an OwnedFd is the only owner.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: F_SETFD with a flag value takes no pointer.
     unsafe { libc::fcntl(owned.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };

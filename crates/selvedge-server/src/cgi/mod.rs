@@ -35,6 +35,7 @@ use tokio::sync::Semaphore;
 
 use self::process::{Fail, Run, Spawn};
 use crate::config::units::{Count, NonZeroDur, Size};
+use crate::gate::Gate;
 use crate::gateway::script::{self, Miss, Rule};
 use crate::gateway::{env, plain, read_all};
 
@@ -160,8 +161,8 @@ pub enum Outcome {
 #[derive(Debug)]
 pub struct Cgi {
     cfg: Arc<CgiConfig>,
-    /// The canonical directory.
-    root: PathBuf,
+    /// The canonical directory, and what of it may run ([`Gate`]).
+    gate: Gate,
     prefix: String,
     /// `max_processes` slots.
     slots: Arc<Semaphore>,
@@ -175,7 +176,19 @@ impl Cgi {
     pub fn new(cfg: &CgiConfig, prefix: &str) -> std::io::Result<Cgi> {
         let root = cfg.dir.canonicalize()?;
         let slots = Arc::new(Semaphore::new(cfg.max_processes));
-        Ok(Cgi { cfg: Arc::new(cfg.clone()), root, prefix: prefix.to_string(), slots })
+        Ok(Cgi { cfg: Arc::new(cfg.clone()), gate: Gate::new(root, false), prefix: prefix.to_string(), slots })
+    }
+
+    /// Refuses scripts under `roots` (the canonical roots of the virtual host's other
+    /// routes) nested in this route's directory ([`Gate::with_nested`]).
+    pub fn with_nested(mut self, roots: &[PathBuf]) -> Cgi {
+        self.gate = self.gate.with_nested(roots);
+        self
+    }
+
+    /// The canonical directory.
+    pub fn root(&self) -> &Path {
+        self.gate.root()
     }
 
     /// What the startup line shows.
@@ -195,7 +208,7 @@ impl Cgi {
     /// Serves one request that already went through `redirects` local redirects.
     pub async fn run(&self, mut req: Request, redirects: u32) -> Outcome {
         let rule = Rule::Cgi { interpreters: &self.cfg.interpreters };
-        let script = match script::locate(&self.root, &self.prefix, req.path(), rule) {
+        let script = match script::locate(&self.gate, &self.prefix, req.path(), rule) {
             Ok(s) => s,
             Err(Miss::Status(status)) => return Outcome::Response(plain(status)),
             Err(Miss::AddSlash) => return Outcome::Response(plain(StatusCode::NOT_FOUND)),
@@ -226,7 +239,7 @@ impl Cgi {
             pass_authorization: self.cfg.pass_authorization,
         };
         let mut vars: Vec<(OsString, OsString)> = Vec::with_capacity(32 + self.cfg.env.len());
-        env::meta_variables(&req, &script, length, &opts, &self.root, &mut vars);
+        env::meta_variables(&req, &script, length, &opts, self.gate.root(), &mut vars);
         let (program, args) = match &script.interpreter {
             Some(i) => (i.as_os_str(), vec![script.path.as_os_str()]),
             None => (script.path.as_os_str(), vec![]),
@@ -235,7 +248,7 @@ impl Cgi {
             program,
             args,
             env: vars,
-            dir: script.path.parent().unwrap_or(&self.root),
+            dir: script.path.parent().unwrap_or(self.gate.root()),
             name: name.clone(),
             timeout: self.cfg.timeout,
             permit,

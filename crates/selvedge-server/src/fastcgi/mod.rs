@@ -37,7 +37,7 @@ pub mod record;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::net::ToSocketAddrs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +50,7 @@ use self::record::{Event, Params, ProtocolStatus, RecordType, Role};
 use crate::backend::conn::{Addr, Conn, Ready, Wait};
 use crate::backend::pool::{self, PoolLimits};
 use crate::config::units::{Count, Dur, NonZeroDur, Size};
+use crate::gate::Gate;
 use crate::gateway::head::{self, Head};
 use crate::gateway::script::{self, Miss, Rule, Script};
 use crate::gateway::{env, plain};
@@ -216,8 +217,8 @@ pub struct Fastcgi {
 #[derive(Debug)]
 struct Route {
     cfg: FastcgiConfig,
-    /// The canonical root.
-    root: PathBuf,
+    /// The canonical root, and which scripts of it may run ([`Gate`]).
+    gate: Gate,
     prefix: String,
     /// This application's pool slot in every worker.
     slot: usize,
@@ -261,7 +262,7 @@ impl Route {
     fn locate(&self, path: &str) -> Result<Arc<Script>, Miss> {
         let cfg = &self.cfg;
         let rule = Rule::Fastcgi { ext: &cfg.split_path, index: cfg.index.as_deref() };
-        let walk = || script::locate(&self.root, &self.prefix, path, rule).map(Arc::new);
+        let walk = || script::locate(&self.gate, &self.prefix, path, rule).map(Arc::new);
         let ttl = cfg.script_cache.as_nanos().min(u128::from(u64::MAX)) as u64;
         if ttl == 0 || path.len() > SCRIPT_CACHE_PATH_MAX {
             return walk();
@@ -341,7 +342,20 @@ impl Fastcgi {
         let root = cfg.root.canonicalize()?;
         let slot = pool::slot_of(&format!("fastcgi {}", cfg.address));
         let id = NEXT_ROUTE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(Fastcgi { route: Arc::new(Route { cfg: cfg.clone(), root, prefix: prefix.to_string(), slot, id }) })
+        let gate = Gate::new(root, false);
+        Ok(Fastcgi { route: Arc::new(Route { cfg: cfg.clone(), gate, prefix: prefix.to_string(), slot, id }) })
+    }
+
+    /// Refuses scripts under `roots` (the canonical roots of the virtual host's other
+    /// routes) nested in this route's root ([`Gate::with_nested`]).
+    pub fn with_nested(self, roots: &[PathBuf]) -> Fastcgi {
+        let r = Arc::try_unwrap(self.route).unwrap_or_else(|_| unreachable!("built just now"));
+        Fastcgi { route: Arc::new(Route { gate: r.gate.with_nested(roots), ..r }) }
+    }
+
+    /// The canonical root.
+    pub fn root(&self) -> &Path {
+        self.route.gate.root()
     }
 
     /// What the startup line shows.
@@ -495,7 +509,7 @@ impl Route {
         record::begin_request(out, ID, Role::RESPONDER, keep);
         let mut params = Params::new(out, ID);
         let opts = env::Options { extra: &[], path: None, pass_authorization: cfg.pass_authorization };
-        env::meta_variables(req, script, length, &opts, &self.root, &mut params);
+        env::meta_variables(req, script, length, &opts, self.gate.root(), &mut params);
         for (n, v) in &cfg.params {
             params.pair(n.as_bytes(), std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()));
         }

@@ -10,6 +10,8 @@
 //! - names containing `_`: `X_Forwarded_For` would be indistinguishable from
 //!   `X-Forwarded-For` (Apache 2.4 and nginx drop them too);
 //! - `Content-Length` / `Content-Type`, which are `CONTENT_LENGTH` / `CONTENT_TYPE`;
+//! - `Host`: `HTTP_HOST` is the authority that chose the virtual host (an absolute-form
+//!   target's or `:authority`, which a `Host` field cannot contradict);
 //! - `Authorization` and `Proxy-Authorization` (RFC 3875 §4.1.18: credentials are not
 //!   passed), unless the route sets `pass_authorization`.
 //!
@@ -133,12 +135,17 @@ fn http_fields(req: &Request, pass_authorization: bool, scratch: &mut Vec<u8>, o
             .any(|d| name.eq_ignore_ascii_case(d))
             || (!pass_authorization && name.eq_ignore_ascii_case(b"authorization"))
             || name.contains(&b'_')
+            || name.eq_ignore_ascii_case(b"host")
             || name.starts_with(b":")
             || value.contains(&0);
         !dropped
     };
     let same = |a: &[u8], b: &[u8]| a.len() == b.len() && a.eq_ignore_ascii_case(b);
-    let mut has_host = false;
+    // The authority that chose the virtual host (an absolute-form target's, or
+    // `:authority`), never a `Host` field that disagrees with it (RFC 9112 §3.2.2).
+    if let Some(a) = req.authority_bytes() {
+        out.var(b"HTTP_HOST", a);
+    }
     for (i, (name, value)) in req.header_bytes().enumerate() {
         if !passed(name, value) {
             continue;
@@ -147,7 +154,6 @@ fn http_fields(req: &Request, pass_authorization: bool, scratch: &mut Vec<u8>, o
         if req.header_bytes().take(i).any(|(n, v)| same(n, name) && passed(n, v)) {
             continue;
         }
-        has_host |= name.eq_ignore_ascii_case(b"host");
         scratch.clear();
         scratch.extend_from_slice(b"HTTP_");
         scratch.extend(name.iter().map(|&c| if c == b'-' { b'_' } else { c.to_ascii_uppercase() }));
@@ -165,11 +171,6 @@ fn http_fields(req: &Request, pass_authorization: bool, scratch: &mut Vec<u8>, o
         }
         let (var, rest) = scratch.split_at(name_len);
         out.var(var, if joined { rest } else { value });
-    }
-    if !has_host {
-        if let Some(a) = req.authority_bytes() {
-            out.var(b"HTTP_HOST", a);
-        }
     }
 }
 

@@ -7,8 +7,9 @@
 //! never by a pattern on the name: `/a.php/b.php` runs `a.php` only if `a.php` is a file,
 //! and enters it if it is a directory. The rules of static files apply: segments are
 //! percent-decoded first, then `.`/`..`, encoded `/` or `\` and NUL bytes anywhere in the
-//! path are a 400; a name starting with `.` is a 404; the script's canonical path must lie
-//! under the (canonical) directory (a symlink leaving it is a 404).
+//! path are a 400; a name starting with `.` is a 404; the script must pass the route's
+//! [`Gate`] (its canonical path under the directory and outside the roots of the virtual
+//! host's other routes nested in it: a symlink leaving it is a 404).
 //!
 //! What makes a file a script is the route's [`Rule`]: for CGI, being executable or
 //! mapped to an interpreter by its extension; for FastCGI, its extension (`.php`). Any
@@ -23,6 +24,8 @@ use std::path::{Path, PathBuf};
 
 use selvedge::http::StatusCode;
 use selvedge::percent_decode;
+
+use crate::gate::Gate;
 
 /// A located script.
 #[derive(Debug)]
@@ -71,12 +74,13 @@ impl From<StatusCode> for Miss {
     }
 }
 
-/// Finds the script for the raw request `path`, routed here by `prefix`, under `root`
-/// (canonical).
+/// Finds the script for the request `path`, routed here by `prefix`, under the root of
+/// `gate`, which it must pass.
 ///
 /// # Errors
 /// See [`Miss`].
-pub fn locate(root: &Path, prefix: &str, path: &str, rule: Rule<'_>) -> Result<Script, Miss> {
+pub fn locate(gate: &Gate, prefix: &str, path: &str, rule: Rule<'_>) -> Result<Script, Miss> {
+    let root = gate.root();
     let base = prefix.trim_end_matches('/');
     let rest = path.get(base.len()..).filter(|_| path.starts_with(base)).ok_or(StatusCode::NOT_FOUND)?;
     for seg in rest.split('/') {
@@ -110,7 +114,7 @@ pub fn locate(root: &Path, prefix: &str, path: &str, rule: Rule<'_>) -> Result<S
         }
         let script_name = percent_decode(&path.as_bytes()[..base.len() + end]).into_owned();
         let path_info = percent_decode(&rest.as_bytes()[end..]).into_owned();
-        return script_at(root, fs, &meta, linked, rule, script_name, path_info);
+        return script_at(gate, fs, &meta, linked, rule, script_name, path_info);
     }
     // The walk ended at a directory.
     let Rule::Fastcgi { index: Some(index), .. } = rule else { return Err(StatusCode::NOT_FOUND.into()) };
@@ -121,7 +125,7 @@ pub fn locate(root: &Path, prefix: &str, path: &str, rule: Rule<'_>) -> Result<S
     let meta = stat(&fs, &mut linked)?;
     let mut script_name = percent_decode(path.as_bytes()).into_owned();
     script_name.extend_from_slice(index.as_bytes());
-    script_at(root, fs, &meta, linked, rule, script_name, Vec::new())
+    script_at(gate, fs, &meta, linked, rule, script_name, Vec::new())
 }
 
 /// `lstat`, or `stat` through a symlink (noting that one was crossed).
@@ -140,7 +144,7 @@ fn stat(fs: &Path, linked: &mut bool) -> Result<std::fs::Metadata, Miss> {
 
 /// The script at `fs`, if it is one under the rule and inside the root.
 fn script_at(
-    root: &Path,
+    gate: &Gate,
     fs: PathBuf,
     meta: &std::fs::Metadata,
     linked: bool,
@@ -151,7 +155,9 @@ fn script_at(
     if !meta.is_file() {
         return Err(StatusCode::NOT_FOUND.into());
     }
-    if linked && !fs.canonicalize().is_ok_and(|real| inside(root, &real)) {
+    // With no symlink crossed, the path built from plain names is its own canonical form.
+    let admitted = if linked { fs.canonicalize().is_ok_and(|real| gate.admits(&real)) } else { gate.admits_plain(&fs) };
+    if !admitted {
         return Err(StatusCode::NOT_FOUND.into());
     }
     let interpreter = match rule {
@@ -173,12 +179,6 @@ fn script_at(
     Ok(Script { path: fs, interpreter, script_name, path_info })
 }
 
-/// Whether `real` is `root` or under it.
-fn inside(root: &Path, real: &Path) -> bool {
-    let (r, root) = (real.as_os_str().as_bytes(), root.as_os_str().as_bytes());
-    r.starts_with(root) && (r.len() == root.len() || r[root.len()] == b'/' || root == b"/")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,8 +198,9 @@ mod tests {
         write("tool.py", 0o644);
         write(".hidden", 0o755);
         let root = root.canonicalize().unwrap();
+        let gate = Gate::new(root.clone(), false);
         let interp: HashMap<String, OsString> = [("py".to_string(), OsString::from("/usr/bin/python3"))].into();
-        let find = |p: &str| match locate(&root, "/cgi/", p, Rule::Cgi { interpreters: &interp }) {
+        let find = |p: &str| match locate(&gate, "/cgi/", p, Rule::Cgi { interpreters: &interp }) {
             Ok(s) => Ok(s),
             Err(Miss::Status(s)) => Err(s),
             Err(Miss::AddSlash) => panic!("{p}: a slash redirect for CGI"),
@@ -238,8 +239,9 @@ mod tests {
         let _ = std::os::unix::fs::symlink(&outside, root.join("escape.php"));
         let _ = std::os::unix::fs::symlink(root.join("index.php"), root.join("alias.php"));
         let root = root.canonicalize().unwrap();
+        let gate = Gate::new(root.clone(), false);
         let rule = Rule::Fastcgi { ext: ".php", index: Some("index.php") };
-        let find = |p: &str| locate(&root, "/", p, rule);
+        let find = |p: &str| locate(&gate, "/", p, rule);
         let names = |p: &str| {
             let s = find(p).unwrap_or_else(|e| panic!("{p}: {e:?}"));
             (String::from_utf8(s.script_name).unwrap(), String::from_utf8(s.path_info).unwrap())

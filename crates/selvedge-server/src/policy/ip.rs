@@ -31,19 +31,41 @@ impl IpRules {
     }
 }
 
-/// One entry: `"10.0.0.0/8"`, `"2001:db8::/32"`, or an address (`"::1"`, a /32 or /128).
-/// Host bits after the prefix are ignored (`10.1.2.3/24` is `10.1.2.0/24`).
+/// One entry: `"10.0.0.0/8"`, `"2001:db8::/32"`, or an address (`"::1"`, a /32 or /128),
+/// in the form client addresses are compared in: an IPv4-mapped network
+/// (`::ffff:127.0.0.0/104`) is its IPv4 network (`127.0.0.0/8`), as a client connecting
+/// over IPv6 with a mapped address counts as its IPv4 address. Every list of networks in
+/// the configuration (`allow`, `deny`, `trusted_proxies`, `proxy_protocol_from`) reads
+/// its entries here.
 ///
 /// # Errors
-/// Neither a network nor an address.
+/// Neither a network nor an address; a network with host bits set after its prefix
+/// (`10.1.2.3/8`: meant as `10.0.0.0/8`, or as the address?); a mapped prefix shorter
+/// than /96 (it would span IPv6 space no mapped address is in).
 pub fn parse_net(s: &str) -> Result<IpNet, String> {
     let s = s.trim();
     if let Ok(n) = s.parse::<IpNet>() {
-        return Ok(n.trunc());
+        if n.trunc() != n {
+            return Err(format!("{s:?} has bits set after its /{} prefix: write {}", n.prefix_len(), n.trunc()));
+        }
+        return canonical(n).ok_or_else(|| {
+            format!("{s:?}: an IPv4-mapped network needs a prefix of /96 or more (::ffff:a.b.c.d/96+N is a.b.c.d/N)")
+        });
     }
     match s.parse::<IpAddr>() {
         Ok(a) => Ok(IpNet::from(a.to_canonical())),
         Err(_) => Err(format!("{s:?} is not an address or a network (\"10.0.0.0/8\", \"::1\")")),
+    }
+}
+
+/// `n` in the form client addresses are compared in (an IPv4-mapped network as IPv4);
+/// `None` for a mapped network shorter than /96.
+fn canonical(n: IpNet) -> Option<IpNet> {
+    let IpNet::V6(v6) = n else { return Some(n) };
+    match v6.addr().to_ipv4_mapped() {
+        Some(v4) if v6.prefix_len() >= 96 => Some(IpNet::V4(ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).ok()?)),
+        Some(_) if v6.prefix_len() > 80 => None,
+        _ => Some(n),
     }
 }
 
@@ -71,8 +93,17 @@ mod tests {
         assert!(!only_deny.admits(ip("127.0.0.5")));
         assert!(only_deny.admits(ip("::2")));
         assert!(only_deny.admits(None));
-        assert_eq!(parse_net("10.1.2.3/24").unwrap().to_string(), "10.1.2.0/24");
+        assert!(parse_net("10.1.2.3/24").unwrap_err().contains("10.1.2.0/24"));
+        assert_eq!(parse_net("10.1.2.0/24").unwrap().to_string(), "10.1.2.0/24");
         assert_eq!(parse_net("::ffff:10.0.0.1").unwrap().to_string(), "10.0.0.1/32");
+        // IPv4-mapped networks are their IPv4 networks: a mapped client is its IPv4 address.
+        assert_eq!(parse_net("::ffff:127.0.0.0/104").unwrap().to_string(), "127.0.0.0/8");
+        assert_eq!(parse_net("::ffff:0.0.0.0/96").unwrap().to_string(), "0.0.0.0/0");
+        assert!(parse_net("::ffff:0.0.0.0/90").is_err());
+        assert_eq!(parse_net("::/0").unwrap().to_string(), "::/0");
+        let mapped = rules(&[], &["::ffff:127.0.0.0/104"]);
+        assert!(!mapped.admits(Some("127.0.0.1".parse().unwrap())));
+        assert!(!mapped.admits(Some("::ffff:127.0.0.1".parse::<IpAddr>().unwrap().to_canonical())));
         assert!(parse_net("10.0.0.0/33").is_err());
         assert!(parse_net("example.com").is_err());
     }

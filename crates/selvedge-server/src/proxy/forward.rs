@@ -6,10 +6,12 @@
 //! hop-by-hop fields (RFC 9110 §7.6.1: `Connection` and every field it names,
 //! `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`), all
 //! `Proxy-*` fields (and `Proxy`, the httpoxy vector), `Expect` (selvedge answers
-//! `100-continue` itself), `Content-Length` and `Host` are never copied. Framing is chosen
+//! `100-continue` itself), `Content-Length`, `Host`, `X-Real-IP` and (unless the route sets
+//! `underscores_in_headers`) names with `_` are never copied. Framing is chosen
 //! here, once: `Content-Length` when the client's body length is known, else `chunked`.
 //! `Host` is the client's or the upstream's, by the route's setting, and the forwarding
-//! fields (`Forwarded`, RFC 7239, and `X-Forwarded-For`/`-Proto`/`-Host`) describe this hop.
+//! fields (`Forwarded`, RFC 7239, and `X-Forwarded-For`/`-Proto`/`-Host`) describe this hop;
+//! `X-Real-IP` names the client as this server's checks saw it ([`crate::client`]).
 
 use std::net::IpAddr;
 
@@ -52,6 +54,8 @@ pub(crate) struct Rewrite {
     pub upstream_host: String,
     /// Keep the client's forwarding fields and append this hop (else they are replaced).
     pub trust_forwarded: bool,
+    /// Forward fields whose names contain `_` (else they are dropped).
+    pub underscores: bool,
 }
 
 /// Why a request cannot be forwarded.
@@ -209,6 +213,11 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
         if dropped_request_field(n) || (!tokens.is_empty() && named_in(&tokens, n)) {
             continue;
         }
+        // `X_Forwarded_For` reads as `X-Forwarded-For` to many applications (nginx drops
+        // such names too); `X-Real-IP` is this hop's to write.
+        if (!rw.underscores && n.contains(&b'_')) || (n.len() == 9 && n.eq_ignore_ascii_case(b"x-real-ip")) {
+            continue;
+        }
         // The request's id replaces the client's (which it is, when trusted).
         if request_id.is_some() && n.len() == 12 && n.eq_ignore_ascii_case(b"x-request-id") {
             continue;
@@ -269,6 +278,12 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
         PeerAddr::Tcp(a) => Some(a.ip()),
         PeerAddr::Unix => None,
     };
+    // The client as every check of this server saw it (crate::client).
+    if let Some(client) = crate::client::client_ip(req) {
+        dst.extend_from_slice(b"x-real-ip: ");
+        put_ip(dst, client);
+        dst.extend_from_slice(b"\r\n");
+    }
     dst.extend_from_slice(b"x-forwarded-for: ");
     for v in &xff_prev {
         dst.extend_from_slice(v);
@@ -368,6 +383,7 @@ mod tests {
             host: HostMode::Preserve,
             upstream_host: "up:9000".into(),
             trust_forwarded: false,
+            underscores: false,
         }
     }
 

@@ -137,6 +137,10 @@ pub struct RawProxy {
     pub max_connections: Option<Count<0, { u32::MAX as u64 }>>,
     /// Time a WebSocket (or other upgraded) tunnel may stay silent both ways.
     pub tunnel_idle_timeout: Option<NonZeroDur>,
+    /// `"refuse"` (400) or `"keep"`: what an encoded slash (`%2F`) in the path means.
+    pub encoded_slashes: Option<String>,
+    /// Forward request fields whose names have `_` (dropped by default).
+    pub underscores_in_headers: Option<bool>,
     /// Largest upstream response head.
     pub max_response_head: Option<Size<64, { u32::MAX as u64 }>>,
     /// Most fields in an upstream response head.
@@ -188,6 +192,12 @@ pub struct ProxyConfig {
     /// A WebSocket (or other `Upgrade`) tunnel with no bytes either way for this long is
     /// closed: 300 s.
     pub tunnel_idle_timeout: Duration,
+    /// Forward a path with an encoded slash (`%2F`) as it is (`encoded_slashes = "keep"`)
+    /// instead of answering 400: `false`.
+    pub keep_encoded_slashes: bool,
+    /// Forward request fields whose names contain `_` (`underscores_in_headers`): `false`,
+    /// as nginx (`X_Forwarded_For` would read as `X-Forwarded-For` to many applications).
+    pub underscores_in_headers: bool,
 }
 
 /// What checking a proxy table needs from the rest of the file.
@@ -294,6 +304,11 @@ impl ProxyConfig {
             Some(h) if !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()) => HostMode::Fixed(h.to_string()),
             Some(h) => return Err(format!("proxy host {h:?}: \"preserve\", \"upstream\" or a host name")),
         };
+        let keep_encoded_slashes = match raw.encoded_slashes.as_deref() {
+            None | Some("refuse") => false,
+            Some("keep") => true,
+            Some(v) => return Err(format!("proxy encoded_slashes {v:?}: \"refuse\" or \"keep\"")),
+        };
         let max_head = raw.max_response_head.map_or(32 * 1024, Size::get_usize);
         Ok(ProxyConfig {
             upstream: pool.targets.iter().map(|t| t.url.as_str()).collect::<Vec<_>>().join(","),
@@ -318,6 +333,8 @@ impl ProxyConfig {
             },
             head: HeadLimits { max_head, max_headers: raw.max_response_headers.map_or(100, Count::get_usize) },
             tunnel_idle_timeout: secs(raw.tunnel_idle_timeout, 300),
+            keep_encoded_slashes,
+            underscores_in_headers: raw.underscores_in_headers.unwrap_or(false),
         })
     }
 }
@@ -495,12 +512,18 @@ impl Proxy {
                 host: cfg.host.clone(),
                 upstream_host: a.clone(),
                 trust_forwarded: cfg.trust_forwarded,
+                underscores: cfg.underscores_in_headers,
             })
             .collect();
         let probe = cfg.pool.health.as_ref().map(|h| check::probe(cfg, h));
         let pool = Pool::new(cfg.pool.clone(), &format!("{key} {}", cfg.upstream), probe);
         let fallback = h2::Fallback::new(cfg.tls.len());
         Ok(Proxy { route: Arc::new(Route { cfg: cfg.clone(), rws, pool, fallback }) })
+    }
+
+    /// Whether a path with an encoded slash (`%2F`) is forwarded (`encoded_slashes = "keep"`).
+    pub fn keeps_encoded_slashes(&self) -> bool {
+        self.route.cfg.keep_encoded_slashes
     }
 
     /// What the startup line shows.

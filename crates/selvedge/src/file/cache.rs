@@ -84,8 +84,11 @@ impl Default for CacheConfig {
 pub enum Kind {
     /// A regular file, open.
     File(FileInfo),
-    /// A directory.
-    Dir,
+    /// A directory, and its canonical path (symlinks resolved).
+    Dir {
+        /// The canonical path.
+        real: PathBuf,
+    },
     /// Nothing there (or not a regular file or directory, or not readable).
     Missing,
     /// Could not be opened for a passing reason (out of descriptors or memory): answer
@@ -237,7 +240,11 @@ impl Entry {
     fn load(path: &Path, cfg: &CacheConfig) -> Entry {
         let Ok(meta) = std::fs::metadata(path) else { return Entry::new(Kind::Missing, None) };
         if meta.is_dir() {
-            return Entry::new(Kind::Dir, Some(Stamp::of(&meta)));
+            return match path.canonicalize() {
+                Ok(real) => Entry::new(Kind::Dir { real }, Some(Stamp::of(&meta))),
+                Err(e) if transient(&e) => Entry::new(Kind::Unavailable, None),
+                Err(_) => Entry::new(Kind::Missing, None),
+            };
         }
         if !meta.is_file() {
             return Entry::new(Kind::Missing, None);
@@ -572,7 +579,7 @@ mod tests {
         assert_eq!(f.size, 5);
         assert_eq!(f.bytes.as_deref(), Some(&b"hello"[..]));
         assert!(Arc::ptr_eq(&a, &c.lookup(&d.join("a.txt"))));
-        assert!(matches!(c.lookup(&d).kind, Kind::Dir));
+        assert!(matches!(&c.lookup(&d).kind, Kind::Dir { real } if *real == d.canonicalize().unwrap()));
         assert!(matches!(c.lookup(&d.join("nope")).kind, Kind::Missing));
         assert_eq!(c.len(), 3);
     }

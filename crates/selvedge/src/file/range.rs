@@ -10,12 +10,18 @@
 //! ```
 //! A malformed header, another unit, or more than [`MAX_RANGES`] ranges is ignored (the
 //! whole representation is sent, as §14.2 allows); a well-formed set with no satisfiable
-//! range is a 416.
+//! range is a 416. Several ranges are put in order and coalesced where they overlap or lie
+//! closer than a part's own overhead ([`COALESCE_GAP`], as §14.6 allows), and a set that
+//! asks for more bytes in all than the representation has (overlapping ranges that would
+//! repeat it) is ignored too: no answer to a short request is larger than the file.
 
 use super::conditional::parse_http_date;
 
 /// More ranges than this and the header is ignored (a guard against range amplification).
 pub const MAX_RANGES: usize = 16;
+
+/// Ranges closer than this (in bytes) are sent as one: about what a part's head costs.
+pub const COALESCE_GAP: u64 = 80;
 
 /// One satisfiable range: `len` bytes from `start`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +44,8 @@ impl ByteRange {
 pub enum Ranges {
     /// No usable `Range`: send the whole representation (200).
     Ignore,
-    /// One or more satisfiable ranges, in request order (206).
+    /// One or more satisfiable ranges (206): one as asked, several in ascending order,
+    /// coalesced, never overlapping.
     Satisfiable(Vec<ByteRange>),
     /// Well formed but nothing satisfiable (416 with `Content-Range: bytes */size`).
     Unsatisfiable,
@@ -105,9 +112,31 @@ pub fn parse(value: &[u8], size: u64) -> Ranges {
         Ranges::Ignore
     } else if out.is_empty() {
         Ranges::Unsatisfiable
+    } else if out.len() > 1 && out.iter().map(|r| r.len).fold(0u64, u64::saturating_add) > size {
+        // More than the whole: only overlaps do that (range amplification).
+        Ranges::Ignore
     } else {
-        Ranges::Satisfiable(out)
+        Ranges::Satisfiable(coalesce(out))
     }
+}
+
+/// Sorts `rs` by start and merges those that overlap or lie within [`COALESCE_GAP`].
+fn coalesce(mut rs: Vec<ByteRange>) -> Vec<ByteRange> {
+    if rs.len() < 2 {
+        return rs;
+    }
+    rs.sort_unstable_by_key(|r| r.start);
+    let mut out: Vec<ByteRange> = Vec::with_capacity(rs.len());
+    for r in rs {
+        match out.last_mut() {
+            Some(last) if r.start <= (last.start + last.len).saturating_add(COALESCE_GAP) => {
+                let end = (last.start + last.len).max(r.start + r.len);
+                last.len = end - last.start;
+            }
+            _ => out.push(r),
+        }
+    }
+    out
 }
 
 /// Whether an `If-Range` value lets the `Range` apply: a strong entity tag equal to
@@ -151,7 +180,16 @@ mod tests {
         suffix: b"bytes=-100", 1000 => Ranges::Satisfiable(vec![r(900, 100)]);
         suffix_longer_than_file: b"bytes=-5000", 1000 => Ranges::Satisfiable(vec![r(0, 1000)]);
         last_clamped: b"bytes=990-5000", 1000 => Ranges::Satisfiable(vec![r(990, 10)]);
-        several: b"bytes=0-0, -1 ,500-", 1000 => Ranges::Satisfiable(vec![r(0, 1), r(999, 1), r(500, 500)]);
+        several: b"bytes=0-0, -1 ,200-300", 1000 => Ranges::Satisfiable(vec![r(0, 1), r(200, 101), r(999, 1)]);
+        several_coalesced: b"bytes=0-0, -1 ,500-", 1000 => Ranges::Satisfiable(vec![r(0, 1), r(500, 500)]);
+        overlapping_merge: b"bytes=100-199,150-299,0-9", 1000 => Ranges::Satisfiable(vec![r(0, 10), r(100, 200)]);
+        near_merge: b"bytes=0-9,90-99", 1000 => Ranges::Satisfiable(vec![r(0, 100)]);
+        apart: b"bytes=0-9,91-99", 1000 => Ranges::Satisfiable(vec![r(0, 10), r(91, 9)]);
+        repeated_small: b"bytes=0-0,0-0,0-0", 1000 => Ranges::Satisfiable(vec![r(0, 1)]);
+        more_than_the_whole: b"bytes=0-,0-", 1000 => Ranges::Ignore;
+        sixteen_whole: b"bytes=0-,0-,0-,0-,0-,0-,0-,0-,0-,0-,0-,0-,0-,0-,0-,0-", 520_000 => Ranges::Ignore;
+        overlap_over_the_size: b"bytes=0-599,400-999", 1000 => Ranges::Ignore;
+        overlap_within_the_size: b"bytes=0-499,400-449", 1000 => Ranges::Satisfiable(vec![r(0, 500)]);
         unit_case: b"Bytes=1-1", 3 => Ranges::Satisfiable(vec![r(1, 1)]);
         empty_elements: b"bytes=,0-1,", 3 => Ranges::Satisfiable(vec![r(0, 2)]);
         some_unsatisfiable: b"bytes=5000-6000,0-0", 1000 => Ranges::Satisfiable(vec![r(0, 1)]);

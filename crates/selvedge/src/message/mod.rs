@@ -7,6 +7,7 @@ mod chars;
 mod list;
 mod names;
 mod number;
+pub mod path;
 mod span;
 pub(crate) mod swar;
 

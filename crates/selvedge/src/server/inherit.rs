@@ -59,6 +59,19 @@ pub fn listen_fds() -> io::Result<Vec<Inherited>> {
     Ok(out)
 }
 
+/// Takes descriptor `fd` (3 or more), which the process that started this one passed to it
+/// besides its listening sockets and named in its environment (a binary upgrade's
+/// readiness socket): close-on-exec from now on. Call it early, once per descriptor.
+///
+/// # Errors
+/// `fd` is below 3 or not an open descriptor.
+pub fn take_passed_fd(fd: i32) -> io::Result<OwnedFd> {
+    if fd < LISTEN_FDS_START {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "a passed descriptor is 3 or more"));
+    }
+    sys::take_inherited(fd)
+}
+
 /// The address a socket is bound to, as a [`Listen`].
 ///
 /// # Errors

@@ -23,7 +23,7 @@ mod code_pages;
 mod inherit;
 
 pub use code_pages::release_code_pages;
-pub use inherit::{listen_fds, local_listen, Inherited, LISTEN_FDS_START};
+pub use inherit::{listen_fds, local_listen, take_passed_fd, Inherited, LISTEN_FDS_START};
 
 use std::io;
 use std::net::SocketAddr;
@@ -45,6 +45,7 @@ use crate::dispatch;
 use crate::settings::{Settings, Workers};
 use crate::socket::Socket;
 use crate::sys;
+use crate::sys::PeerAddr;
 use crate::time::timeout::{self, Group, Timer};
 use crate::transport::Transport;
 
@@ -84,9 +85,21 @@ struct ListenOpts {
     tls: Option<Arc<rustls::ServerConfig>>,
     /// A PROXY protocol header comes first ([`Server::proxy_protocol`]).
     proxy_protocol: bool,
+    /// The peers whose PROXY header is believed (`None`: every peer's).
+    proxy_from: Option<TrustPeer>,
     /// HTTP/3 on this TLS listener's port ([`Server::http3`]).
     #[cfg(feature = "http3")]
     quic: Quic,
+}
+
+/// Which peers a `proxy_protocol` listener believes ([`Server::proxy_protocol_from`]).
+#[derive(Clone)]
+struct TrustPeer(Arc<dyn Fn(&PeerAddr) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for TrustPeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TrustPeer")
+    }
 }
 
 impl ListenOpts {
@@ -215,6 +228,18 @@ impl Server {
     pub fn proxy_protocol(mut self) -> Server {
         if let Some(o) = self.tls.last_mut() {
             o.proxy_protocol = true;
+        }
+        self
+    }
+
+    /// [`Server::proxy_protocol`] for the listener added last, believing the header only
+    /// from peers `trusted` admits (the balancers in front): from any other peer the header
+    /// is still required and read, but the connection's peer stays the socket's (as nginx's
+    /// `set_real_ip_from` decides for `proxy_protocol` listeners).
+    pub fn proxy_protocol_from(mut self, trusted: impl Fn(&PeerAddr) -> bool + Send + Sync + 'static) -> Server {
+        if let Some(o) = self.tls.last_mut() {
+            o.proxy_protocol = true;
+            o.proxy_from = Some(TrustPeer(Arc::new(trusted)));
         }
         self
     }
@@ -645,13 +670,18 @@ async fn accept_loop<A: App>(
 
 /// A connection on a `proxy_protocol` listener: the PROXY header
 /// ([`negotiate::proxy_header`], within the header timeout, on the connection's timer),
-/// then the connection as the listener serves it, with the peer the header names. A
-/// missing or invalid header closes the connection.
+/// then the connection as the listener serves it, with the peer the header names (when the
+/// socket's peer is trusted to name it, [`Server::proxy_protocol_from`]). A missing or
+/// invalid header closes the connection.
 async fn proxied<A: App>(sock: Socket, opts: ListenOpts, mut a: Accepted<A>) {
-    a.peer = match Box::pin(negotiate::proxy_header(&sock, a.peer.clone())).await {
+    let named = match Box::pin(negotiate::proxy_header(&sock, a.peer.clone())).await {
         Ok(p) => p,
         Err(e) => return a.lot.cfg().exception(&crate::Error::io(e)),
     };
+    // The header names the client only when a trusted balancer sent it.
+    if opts.proxy_from.as_ref().is_none_or(|t| (t.0)(&a.peer)) {
+        a.peer = named;
+    }
     #[cfg(feature = "tls")]
     if let Some(tc) = opts.tls {
         return Box::pin(negotiate::serve_tls(sock, tc, a)).await;

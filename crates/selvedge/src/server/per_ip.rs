@@ -1,6 +1,8 @@
-//! Connections per client address ([`Settings::max_connections_per_ip`]): a count per IP
-//! address, taken at accept and given back when the connection ends. A connection over the
-//! limit is closed at once, before any byte is read.
+//! Connections per client address ([`Settings::max_connections_per_ip`]): a count per IPv4
+//! address, or per IPv6 /64 (one host's share of a network, which can hand it millions of
+//! addresses, as the server's rate limits group them), taken at accept and given back when
+//! the connection ends. A connection over the limit is closed at once, before any byte is
+//! read.
 //!
 //! [`Settings::max_connections_per_ip`]: crate::Settings::max_connections_per_ip
 
@@ -34,7 +36,7 @@ impl PerIp {
     /// sockets have no address and are not counted (`Ok(None)`).
     pub(crate) fn enter(self: &Arc<Self>, peer: &PeerAddr) -> Result<Option<IpSlot>, ()> {
         let PeerAddr::Tcp(addr) = peer else { return Ok(None) };
-        let ip = addr.ip().to_canonical();
+        let ip = group(addr.ip());
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         let n = live.entry(ip).or_insert(0);
         if *n >= self.max {
@@ -47,6 +49,15 @@ impl PerIp {
     #[cfg(test)]
     fn count(&self, ip: IpAddr) -> usize {
         self.live.lock().unwrap().get(&ip).copied().unwrap_or(0)
+    }
+}
+
+/// The key `ip` is counted under: an IPv4 address (a mapped one as itself), or the /64 of
+/// an IPv6 address.
+pub(crate) fn group(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        v4 => v4,
     }
 }
 
@@ -81,6 +92,23 @@ mod tests {
         let s4 = t.enter(&a).unwrap();
         drop((s2, s3, s4));
         assert_eq!(t.count("10.0.0.1".parse().unwrap()), 0);
+        assert!(t.live.lock().unwrap().is_empty());
+    }
+
+    /// The addresses of one IPv6 /64 are one client: changing the low 64 bits does not
+    /// buy more connections.
+    #[test]
+    fn ipv6_counts_per_64() {
+        let t = PerIp::new(2);
+        let a = PeerAddr::Tcp("[2001:db8:1:2::1]:1000".parse().unwrap());
+        let b = PeerAddr::Tcp("[2001:db8:1:2:ffff:eeee:dddd:cccc]:1000".parse().unwrap());
+        let c = PeerAddr::Tcp("[2001:db8:1:3::1]:1000".parse().unwrap());
+        let s1 = t.enter(&a).unwrap();
+        let s2 = t.enter(&b).unwrap();
+        assert!(t.enter(&PeerAddr::Tcp("[2001:db8:1:2::99]:1".parse().unwrap())).is_err());
+        let s3 = t.enter(&c).unwrap();
+        assert_eq!(t.count("2001:db8:1:2::".parse().unwrap()), 2);
+        drop((s1, s2, s3));
         assert!(t.live.lock().unwrap().is_empty());
     }
 }

@@ -882,11 +882,19 @@ fn unread_body_after_the_complete_answer_is_held_to_the_rate_and_max_drain() {
     assert_eq!(p.error, None);
 }
 
+/// The PING a stop waits for, from `out`.
+fn barrier_ping(out: &[Frame]) -> Option<[u8; 8]> {
+    out.iter().find_map(|f| match f {
+        Frame::Ping(p) if !p.ack => Some(p.payload),
+        _ => None,
+    })
+}
+
 /// An app that answers without ever asking for the body (a static route's 405): the client
-/// is asked to stop at once, right after the complete answer, with RST_STREAM(NO_ERROR)
-/// (RFC 9113 §8.1), not after the body clock's grace.
+/// is asked to stop with RST_STREAM(NO_ERROR) (RFC 9113 §8.1) as soon as it acknowledges
+/// a PING sent after the answer, not after the body clock's grace.
 #[test]
-fn body_never_asked_for_is_stopped_right_after_the_answer() {
+fn body_never_asked_for_is_stopped_once_a_ping_after_the_answer_returns() {
     let mut p = Peer::new(H2Settings::default());
     p.proto.set_timeouts(timeouts());
     p.headers(1, &[(":method", "POST"), (":scheme", "http"), (":path", "/"), ("content-length", "50")], false);
@@ -895,8 +903,77 @@ fn body_never_asked_for_is_stopped_right_after_the_answer() {
     p.proto.respond(1, Response::bytes(StatusCode::METHOD_NOT_ALLOWED, "no"));
     let out = p.output();
     let end = out.iter().position(|f| matches!(f, Frame::Data(d) if d.end_stream)).expect("the answer");
-    assert_eq!(rst(&out[end..]), vec![(1, Reason::NO_ERROR)]);
+    assert!(rst(&out).is_empty(), "{out:?}");
+    let ping = barrier_ping(&out[end..]).expect("a PING after the answer");
+    // What the client sent before it read the answer is still taken (and discarded).
+    p.send(&raw(kind::DATA, 0, 1, b"more"));
+    assert!(rst(&p.output()).is_empty());
+    p.send(&raw(kind::PING, flag::ACK, 0, &ping));
+    assert_eq!(rst(&p.output()), vec![(1, Reason::NO_ERROR)]);
+    // A peer that never acknowledges is stopped all the same, after BARRIER_MS.
+    p.headers(3, &[(":method", "POST"), (":scheme", "http"), (":path", "/")], false);
+    p.proto.drop_body(3);
+    p.proto.respond(3, Response::bytes(StatusCode::METHOD_NOT_ALLOWED, "no"));
+    assert!(barrier_ping(&p.output()).is_some());
+    assert_eq!(p.proto.next_deadline(), Some(super::barrier::BARRIER_MS));
+    p.proto.expire(super::barrier::BARRIER_MS);
+    assert_eq!(rst(&p.output()), vec![(3, Reason::NO_ERROR)]);
     assert_eq!(p.error, None);
+}
+
+/// h2spec 2.6.0's http2/8.1 #1 and http2/8.1.2.6 #1: a request answered early (its app
+/// never read the body) whose later frames are malformed gets RST_STREAM(PROTOCOL_ERROR),
+/// whether the answer went out before those frames arrived or after.
+#[test]
+fn malformed_frames_after_an_early_answer_are_stream_errors() {
+    let post = [(":method", "POST"), (":scheme", "http"), (":path", "/"), (":authority", "x")];
+    let trailers = {
+        let mut enc = hpack::Encoder::new();
+        let mut b = BytesMut::new();
+        enc.encode([(&b"x-test"[..], &b"ok"[..])], &mut b);
+        b
+    };
+    for answer_first in [true, false] {
+        // 8.1 #1: HEADERS, DATA "test", then a second HEADERS without END_STREAM.
+        let mut p = Peer::new(H2Settings::default());
+        p.proto.set_timeouts(timeouts());
+        p.headers(1, &post, false);
+        if answer_first {
+            p.proto.drop_body(1);
+            p.proto.respond(1, Response::bytes(StatusCode::METHOD_NOT_ALLOWED, "no"));
+            let _ = p.output();
+        }
+        p.send(&raw(kind::DATA, 0, 1, b"test"));
+        // The peer's encoder state: a fresh context encodes the same literal block.
+        let mut v = Vec::new();
+        frame::Headers::encode(1, &trailers, false, 16_384, &mut v);
+        p.send(&v);
+        if !answer_first {
+            p.proto.drop_body(1);
+            p.proto.respond(1, Response::bytes(StatusCode::METHOD_NOT_ALLOWED, "no"));
+        }
+        let out = p.output();
+        assert_eq!(rst(&out), vec![(1, Reason::PROTOCOL_ERROR)], "8.1 #1, answer first: {answer_first}: {out:?}");
+
+        // 8.1.2.6 #1: content-length 1, then DATA of 4 bytes with END_STREAM.
+        let mut p = Peer::new(H2Settings::default());
+        p.proto.set_timeouts(timeouts());
+        let mut f = post.to_vec();
+        f.push(("content-length", "1"));
+        p.headers(1, &f, false);
+        if answer_first {
+            p.proto.drop_body(1);
+            p.proto.respond(1, Response::bytes(StatusCode::METHOD_NOT_ALLOWED, "no"));
+            let _ = p.output();
+        }
+        p.send(&raw(kind::DATA, flag::END_STREAM, 1, b"test"));
+        if !answer_first {
+            p.proto.drop_body(1);
+            p.proto.respond(1, Response::bytes(StatusCode::METHOD_NOT_ALLOWED, "no"));
+        }
+        let out = p.output();
+        assert_eq!(rst(&out), vec![(1, Reason::PROTOCOL_ERROR)], "8.1.2.6 #1, answer first: {answer_first}: {out:?}");
+    }
 }
 
 #[test]
