@@ -5,13 +5,16 @@
 //! - Directories first, then files; sorted by name (ASCII case folded), or by
 //!   `?sort=size|modified`, `&order=desc` reverses.
 //! - Names are HTML-escaped in the page; links are percent-encoded from the name's bytes
-//!   (so names with `<`, spaces, `%`, `:` or bytes that are not UTF-8 link to themselves;
-//!   such bytes show as U+FFFD). `..` links to the parent, except at the route's root.
+//!   (so names with `<`, spaces, `%` or `:` link to themselves). A name that is not UTF-8
+//!   is not listed: its path could not be asked for. `..` links to the parent, except at
+//!   the route's root.
 //! - Dotfiles are hidden unless `dotfiles = true`; symbolic links leaving the root are
 //!   hidden unless `symlinks_outside = true`; broken links are hidden.
 //! - At most `listing_max` entries are read (with their size and time); past that the
 //!   page says how many there are (the JSON answer in `X-Listing-Truncated`), so a huge
-//!   directory costs a bounded amount of memory and work.
+//!   directory costs a bounded amount of memory and work. The body is rendered from the
+//!   shared scan in pieces of [`LISTING_CHUNK`] as the client reads it ([`Render`]): an
+//!   answer holds one piece and its sort order, never the whole page.
 //! - The scan is kept with the directory's file-cache entry until the cache's next sweep
 //!   (so a listing is at most one sweep interval old, and a busy listing is read once per
 //!   interval, not per request).
@@ -133,13 +136,15 @@ impl View {
     }
 }
 
-/// The entries in the order of `view` (directories first either way).
-fn sorted(scan: &Scan, view: View) -> Vec<&Item> {
-    let mut v: Vec<&Item> = scan.items.iter().collect();
+/// The entries' indices in the order of `view` (directories first either way).
+fn sorted(scan: &Scan, view: View) -> Vec<u32> {
+    let mut v: Vec<u32> = (0..scan.items.len() as u32).collect();
     let by_name = |a: &Item, b: &Item| {
-        a.name.to_ascii_lowercase().cmp(&b.name.to_ascii_lowercase()).then_with(|| a.name.cmp(&b.name))
+        let fold = |n: &[u8]| n.iter().map(u8::to_ascii_lowercase).collect::<Vec<_>>();
+        fold(&a.name).cmp(&fold(&b.name)).then_with(|| a.name.cmp(&b.name))
     };
-    v.sort_by(|a, b| {
+    v.sort_by(|&a, &b| {
+        let (a, b) = (&scan.items[a as usize], &scan.items[b as usize]);
         let key = match view.sort {
             Sort::Name => by_name(a, b),
             Sort::Size => a.size.cmp(&b.size).then_with(|| by_name(a, b)),
@@ -211,90 +216,162 @@ fn rfc3339(secs: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", s / 3600, s / 60 % 60, s % 60)
 }
 
-/// The HTML page. `title` is the request's path, decoded.
-pub fn html(scan: &Scan, title: &str, at_root: bool, view: View) -> String {
-    let mut out = String::with_capacity(1024 + scan.items.len() * 160);
-    out.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
-    out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>Index of ");
-    escape_html(title, &mut out);
-    out.push_str(
-        "</title><style>body{font:15px/1.5 system-ui,sans-serif;margin:2em auto;max-width:60em;padding:0 1em;\
-         color:#222}h1{font-size:1.3em;word-break:break-all}table{border-collapse:collapse;width:100%}\
-         th,td{text-align:left;padding:.2em .6em;border-bottom:1px solid #eee}td.n{word-break:break-all}\
-         td.s,th.s{text-align:right;white-space:nowrap}td.m{white-space:nowrap;color:#555}\
-         a{color:#0645ad;text-decoration:none}a:hover{text-decoration:underline}p.note{color:#a50}</style>\
-         </head>\n<body>\n<h1>Index of ",
-    );
-    escape_html(title, &mut out);
-    out.push_str("</h1>\n<table>\n<thead><tr>");
-    for (label, key, class) in
-        [("Name", Sort::Name, ""), ("Size", Sort::Size, " class=\"s\""), ("Modified", Sort::Modified, "")]
-    {
-        let q = match key {
-            Sort::Name => "name",
-            Sort::Size => "size",
-            Sort::Modified => "modified",
-        };
-        let order = if view.sort == key && !view.desc { "desc" } else { "asc" };
-        let _ = write!(out, "<th{class}><a href=\"?sort={q}&amp;order={order}\">{label}</a></th>");
-    }
-    out.push_str("</tr></thead>\n<tbody>\n");
-    if !at_root {
-        out.push_str(
-            "<tr><td class=\"n\"><a href=\"../\">../</a></td><td class=\"s\">-</td><td class=\"m\"></td></tr>\n",
-        );
-    }
-    for it in sorted(scan, view) {
-        let name = String::from_utf8_lossy(&it.name);
-        out.push_str("<tr><td class=\"n\"><a href=\"");
-        percent_encode(&it.name, &mut out);
-        if it.dir {
-            out.push('/');
-        }
-        out.push_str("\">");
-        escape_html(&name, &mut out);
-        if it.dir {
-            out.push('/');
-        }
-        out.push_str("</a></td><td class=\"s\"");
-        if it.dir {
-            out.push_str(">-");
-        } else {
-            let _ = write!(out, " title=\"{} bytes\">{}", it.size, human(it.size));
-        }
-        let stamp = rfc3339(it.modified);
-        let _ = writeln!(out, "</td><td class=\"m\">{} {}</td></tr>", &stamp[..10], &stamp[11..16]);
-    }
-    out.push_str("</tbody>\n</table>\n");
-    if scan.truncated() {
-        let _ = writeln!(
-            out,
-            "<p class=\"note\">This directory has {} entries: only {} are listed (the route's listing_max).</p>",
-            scan.total,
-            scan.items.len()
-        );
-    }
-    out.push_str("</body></html>\n");
-    out
+/// A listing answer's body is written in pieces of about this many bytes, as the client
+/// takes them ([`Render`]).
+pub const LISTING_CHUNK: usize = 16 * 1024;
+
+/// A listing's body, rendered piece by piece from the shared scan: what one answer holds
+/// while a slow client reads it is the scan's reference, its order (4 bytes per entry) and
+/// one piece of [`LISTING_CHUNK`], whatever the directory's size.
+#[derive(Debug)]
+pub struct Render {
+    scan: std::sync::Arc<Scan>,
+    order: Vec<u32>,
+    /// The next entry of `order` to write; `None` before the head.
+    next: Option<usize>,
+    json: bool,
+    title: String,
+    at_root: bool,
+    view: View,
 }
 
-/// The JSON answer: `[{"name", "type", "size", "modified"}]` (`type` is `dir` or `file`,
-/// `size` is null for directories, `modified` is RFC 3339 UTC).
-pub fn json(scan: &Scan, view: View) -> String {
-    let items: Vec<serde_json::Value> = sorted(scan, view)
-        .into_iter()
-        .map(|it| {
-            serde_json::json!({
-                "name": String::from_utf8_lossy(&it.name),
-                "type": if it.dir { "dir" } else { "file" },
-                "size": if it.dir { None } else { Some(it.size) },
-                "modified": rfc3339(it.modified),
-            })
-        })
-        .collect();
-    let mut s = serde_json::to_string(&items).unwrap_or_else(|_| "[]".into());
-    s.push('\n');
-    s
+impl Render {
+    /// The HTML page (`json`: the JSON answer) of `scan`; `title` is the request's path,
+    /// decoded.
+    pub fn new(scan: std::sync::Arc<Scan>, json: bool, title: String, at_root: bool, view: View) -> Render {
+        let order = sorted(&scan, view);
+        Render { scan, order, next: None, json, title, at_root, view }
+    }
+
+    /// Appends the next piece to `out` (about [`LISTING_CHUNK`] bytes); `false` once the
+    /// whole body was written.
+    pub fn fill(&mut self, out: &mut String) -> bool {
+        let Some(mut i) = self.next else {
+            if self.json {
+                out.push('[');
+            } else {
+                self.html_head(out);
+            }
+            self.next = Some(0);
+            return true;
+        };
+        if i > self.order.len() {
+            return false;
+        }
+        while i < self.order.len() && out.len() < LISTING_CHUNK {
+            let it = &self.scan.items[self.order[i] as usize];
+            if self.json {
+                json_item(it, i == 0, out);
+            } else {
+                html_row(it, out);
+            }
+            i += 1;
+        }
+        if i == self.order.len() {
+            if self.json {
+                out.push_str("]\n");
+            } else {
+                self.html_tail(out);
+            }
+            i += 1;
+        }
+        self.next = Some(i);
+        true
+    }
+
+    fn html_head(&self, out: &mut String) {
+        let title = &self.title;
+        out.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+        out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>Index of ");
+        escape_html(title, out);
+        out.push_str(
+            "</title><style>body{font:15px/1.5 system-ui,sans-serif;margin:2em auto;max-width:60em;padding:0 1em;\
+             color:#222}h1{font-size:1.3em;word-break:break-all}table{border-collapse:collapse;width:100%}\
+             th,td{text-align:left;padding:.2em .6em;border-bottom:1px solid #eee}td.n{word-break:break-all}\
+             td.s,th.s{text-align:right;white-space:nowrap}td.m{white-space:nowrap;color:#555}\
+             a{color:#0645ad;text-decoration:none}a:hover{text-decoration:underline}p.note{color:#a50}</style>\
+             </head>\n<body>\n<h1>Index of ",
+        );
+        escape_html(title, out);
+        out.push_str("</h1>\n<table>\n<thead><tr>");
+        for (label, key, class) in
+            [("Name", Sort::Name, ""), ("Size", Sort::Size, " class=\"s\""), ("Modified", Sort::Modified, "")]
+        {
+            let q = match key {
+                Sort::Name => "name",
+                Sort::Size => "size",
+                Sort::Modified => "modified",
+            };
+            let order = if self.view.sort == key && !self.view.desc { "desc" } else { "asc" };
+            let _ = write!(out, "<th{class}><a href=\"?sort={q}&amp;order={order}\">{label}</a></th>");
+        }
+        out.push_str("</tr></thead>\n<tbody>\n");
+        if !self.at_root {
+            out.push_str(
+                "<tr><td class=\"n\"><a href=\"../\">../</a></td><td class=\"s\">-</td><td class=\"m\"></td></tr>\n",
+            );
+        }
+    }
+
+    fn html_tail(&self, out: &mut String) {
+        out.push_str("</tbody>\n</table>\n");
+        if self.scan.truncated() {
+            let _ = writeln!(
+                out,
+                "<p class=\"note\">This directory has {} entries: only {} are listed (the route's listing_max).</p>",
+                self.scan.total,
+                self.scan.items.len()
+            );
+        }
+        out.push_str("</body></html>\n");
+    }
+}
+
+/// One row of the HTML page.
+fn html_row(it: &Item, out: &mut String) {
+    let name = String::from_utf8_lossy(&it.name);
+    out.push_str("<tr><td class=\"n\"><a href=\"");
+    percent_encode(&it.name, out);
+    if it.dir {
+        out.push('/');
+    }
+    out.push_str("\">");
+    escape_html(&name, out);
+    if it.dir {
+        out.push('/');
+    }
+    out.push_str("</a></td><td class=\"s\"");
+    if it.dir {
+        out.push_str(">-");
+    } else {
+        let _ = write!(out, " title=\"{} bytes\">{}", it.size, human(it.size));
+    }
+    let stamp = rfc3339(it.modified);
+    let _ = writeln!(out, "</td><td class=\"m\">{} {}</td></tr>", &stamp[..10], &stamp[11..16]);
+}
+
+/// One element of the JSON answer: `{"name", "type", "size", "modified"}` (`type` is `dir`
+/// or `file`, `size` is null for directories, `modified` is RFC 3339 UTC).
+fn json_item(it: &Item, first: bool, out: &mut String) {
+    if !first {
+        out.push(',');
+    }
+    let v = serde_json::json!({
+        "name": String::from_utf8_lossy(&it.name),
+        "type": if it.dir { "dir" } else { "file" },
+        "size": if it.dir { None } else { Some(it.size) },
+        "modified": rfc3339(it.modified),
+    });
+    out.push_str(&v.to_string());
+}
+
+/// The whole body at once (for tests).
+#[cfg(test)]
+fn render_all(scan: &Scan, json: bool, title: &str, at_root: bool, view: View) -> String {
+    let mut r = Render::new(std::sync::Arc::new(scan.clone()), json, title.to_string(), at_root, view);
+    let mut out = String::new();
+    while r.fill(&mut out) {}
+    out
 }
 
 /// Whether an `Accept` value asks for JSON rather than HTML.
@@ -325,7 +402,7 @@ mod tests {
             total: 5,
             sweep: 0,
         };
-        let page = html(&scan, "/<b>x</b>/", false, View::default());
+        let page = render_all(&scan, false, "/<b>x</b>/", false, View::default());
         assert!(!page.contains("<script>alert"), "{page}");
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;.html"));
         assert!(page.contains("href=\"%3Cscript%3Ealert%281%29%3C%2Fscript%3E.html\""));
@@ -338,8 +415,8 @@ mod tests {
         let dir_at = page.find("href=\"sub%20dir/\"").unwrap();
         assert!(page.find("href=\"../\"").unwrap() < dir_at);
         assert!(dir_at < page.find("href=\"a%20b").unwrap());
-        assert!(!html(&scan, "/", true, View::default()).contains("href=\"../\""));
-        let j: serde_json::Value = serde_json::from_str(&json(&scan, View::default())).unwrap();
+        assert!(!render_all(&scan, false, "/", true, View::default()).contains("href=\"../\""));
+        let j: serde_json::Value = serde_json::from_str(&render_all(&scan, true, "", true, View::default())).unwrap();
         assert_eq!(j[0]["name"], "sub dir");
         assert_eq!(j[0]["type"], "dir");
         assert!(j[0]["size"].is_null());
@@ -359,7 +436,8 @@ mod tests {
             total: 4,
             sweep: 0,
         };
-        let names = |v: View| sorted(&scan, v).iter().map(|i| i.name.to_vec()).collect::<Vec<_>>();
+        let names =
+            |v: View| sorted(&scan, v).iter().map(|&i| scan.items[i as usize].name.to_vec()).collect::<Vec<_>>();
         let v = |q: &str| View::from_query(Some(q));
         assert_eq!(names(View::default()), [b"d".to_vec(), b"A".to_vec(), b"b".to_vec(), b"c".to_vec()]);
         assert_eq!(names(v("sort=size")), [b"d".to_vec(), b"b".to_vec(), b"c".to_vec(), b"A".to_vec()]);

@@ -342,21 +342,27 @@ impl StaticFiles {
             }
         };
         let view = listing::View::from_query(req.query());
-        let mut res = if listing::wants_json(req.header("accept")) {
-            let mut r = Response::bytes(StatusCode::OK, listing::json(&scan, view))
-                .header(header::CONTENT_TYPE, "application/json");
-            if scan.truncated() {
-                r = r.header(
-                    HeaderName::from_static("x-listing-truncated"),
-                    format!("shown={}; total={}", scan.items.len(), scan.total),
-                );
+        let json = listing::wants_json(req.header("accept"));
+        let title = String::from_utf8_lossy(&selvedge::percent_decode(req.path_bytes())).into_owned();
+        let at_root = req.segments().skip(self.skip).all(|s| s.is_empty());
+        let truncated = scan.truncated().then(|| format!("shown={}; total={}", scan.items.len(), scan.total));
+        let mut render = listing::Render::new(scan, json, title, at_root, view);
+        let mut res = Response::stream(StatusCode::OK, move |mut w| async move {
+            let mut piece = String::with_capacity(listing::LISTING_CHUNK + 4096);
+            while render.fill(&mut piece) {
+                w.write(piece.as_bytes()).await?;
+                piece.clear();
             }
-            r
+            Ok(())
+        });
+        res = if json {
+            let r = res.header(header::CONTENT_TYPE, "application/json");
+            match truncated {
+                Some(t) => r.header(HeaderName::from_static("x-listing-truncated"), t),
+                None => r,
+            }
         } else {
-            let title = String::from_utf8_lossy(&selvedge::percent_decode(req.path_bytes())).into_owned();
-            let at_root = req.segments().skip(self.skip).all(|s| s.is_empty());
-            Response::bytes(StatusCode::OK, listing::html(&scan, &title, at_root, view))
-                .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+            res.header(header::CONTENT_TYPE, "text/html; charset=utf-8")
         };
         res = res.header(header::VARY, "Accept").header(header::CACHE_CONTROL, "no-cache");
         match (&self.compression, listing_coding(self, req)) {

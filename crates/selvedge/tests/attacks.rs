@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use common::h2::{raw, Client};
 use common::{connect, settings, start};
-use selvedge::h2::frame::{flag, kind, Frame, Reason};
+use selvedge::h2::frame::{kind, Frame, Reason};
 use selvedge::http::{header, Method, StatusCode};
 use selvedge::{Request, Response};
 
@@ -78,15 +78,7 @@ fn watch(
     while t0.elapsed() < max && !done(&seen) {
         tick(c, t0.elapsed());
         match c.next() {
-            Some(f) => {
-                // As every client must (RFC 9113 §6.7): the server's PINGs are answered.
-                if let Frame::Ping(p) = &f {
-                    if !p.ack {
-                        c.send(&raw(kind::PING, flag::ACK, 0, &p.payload));
-                    }
-                }
-                seen.frames.push((t0.elapsed(), f))
-            }
+            Some(f) => seen.frames.push((t0.elapsed(), f)),
             None => {
                 // A read timeout, or the end: peek to tell them apart.
                 match c.sock.peek(&mut [0u8; 1]) {
@@ -252,13 +244,14 @@ fn h2_answer_without_reading_is_followed_by_a_reset_of_the_slow_body() {
     let (at, status) = h2_status(&mut c, &seen, 1).expect("an answer");
     assert_eq!(status, "405");
     assert!(at <= Duration::from_millis(100), "405 after {at:?}");
-    // RFC 9113 §8.1: the app never asked for the body, so right after the complete
-    // response (once the client has answered a PING sent after it: one round trip) the
-    // server asks the client to stop sending it, with NO_ERROR (as nginx does), instead of
-    // waiting out the body clock's grace.
+    // The app never asked for the body: what follows the answer is drained under the body
+    // clock, as for an HTTP/1.1 body left unread (and as for an app that read part of it),
+    // so a body far below the minimum rate is cut within the clock's grace, not the
+    // body timeout. (The stream is not reset at once: frames the client sent before it saw
+    // the answer are still the stream's, and a malformed one gets its PROTOCOL_ERROR.)
     let (at, reason) = seen.reset(1).expect("stream 1 reset within 6 s");
-    assert_eq!(reason, Reason::NO_ERROR);
-    assert!(at <= Duration::from_millis(100), "reset after {at:?}");
+    assert_eq!(reason, Reason::CANCEL);
+    assert!(at <= Duration::from_secs(5), "reset after {at:?}");
     assert!(seen.goaway().is_none() && seen.closed.is_none(), "only the stream ends");
 }
 

@@ -12,15 +12,13 @@
 //!
 //! The parts: `stream.rs` (one stream's state), `flow.rs` (windows), `budget.rs` (abuse
 //! budgets), `continuation.rs` (header blocks over several frames), `headers.rs` (blocks
-//! to request heads), `send.rs` (responses out), `timers.rs` (deadlines), `barrier.rs`
-//! (resets that wait for the peer's frames in flight), `priority.rs`
+//! to request heads), `send.rs` (responses out), `timers.rs` (deadlines), `priority.rs`
 //! (the output queue), `store.rs` (the stream map).
 //!
 //! Errors follow RFC 9113 §5.4: `recv` returns a connection error's code (the caller ends
 //! the connection with [`Proto::go_away`]); stream errors are handled inside by resetting
 //! the stream.
 
-mod barrier;
 mod budget;
 mod continuation;
 pub(crate) mod flow;
@@ -43,7 +41,6 @@ use crate::head::{self as headers, HeaderError, Hpack};
 use crate::hpack;
 use crate::request::RequestHead;
 use crate::settings::H2Settings;
-use barrier::Barriers;
 use budget::Budget;
 use continuation::Block;
 use flow::FlowControl;
@@ -226,8 +223,6 @@ pub(crate) struct Proto {
     stuck_since: Option<u64>,
     /// When the peer last sent a frame (once the connection is established).
     active_at: Option<u64>,
-    /// Resets waiting for the peer's acknowledgement of a PING (`barrier.rs`).
-    barriers: Barriers,
 }
 
 impl Proto {
@@ -297,7 +292,6 @@ impl Proto {
             timers_changed: false,
             stuck_since: None,
             active_at: None,
-            barriers: Barriers::default(),
             cfg,
         }
     }
@@ -594,8 +588,6 @@ impl Proto {
                 self.budget.control()?;
                 if !p.ack {
                     frame::Ping { ack: true, payload: p.payload }.encode(&mut self.control);
-                } else {
-                    self.recv_ping_ack(p.payload);
                 }
                 self.check_control_queue()
             }

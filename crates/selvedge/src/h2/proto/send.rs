@@ -219,7 +219,6 @@ impl Proto {
             let timed_out = self.failed.is_none() && self.closed.iter().any(|c| *c == (id, Cause::TimedOut));
             return Poll::Ready(Some(Err(timed_out)));
         };
-        s.body_read = true;
         if let Some(b) = s.inbox.pop_front() {
             let n = b.len() as u32;
             self.grant(id, n);
@@ -515,20 +514,18 @@ impl Proto {
         None
     }
 
-    /// The response on `id` is complete and its app dropped the request body.
+    /// The response on `id` is complete and its app dropped the request body (read in part,
+    /// or never asked for: a static route's 405, a redirect).
     ///
-    /// An app that never asked for the body (a static route answering 405, a redirect)
-    /// does not want it: the client is asked to stop with RST_STREAM(NO_ERROR) (RFC 9113
-    /// §8.1: it must keep the response), as nginx does, so a slow upload holds nothing. The
-    /// reset waits for the peer's acknowledgement of a PING sent after the answer (one
-    /// round trip; at most `barrier::BARRIER_MS`): frames the client sent before it saw the answer
-    /// arrive before that acknowledgement, and a malformed one among them (trailers
-    /// without END_STREAM, more data than its `content-length`) still gets its
-    /// RST_STREAM(PROTOCOL_ERROR), which a reset stream would have had to ignore. An app
-    /// that read part of the body: what still comes is discarded, up to `max_drain` bytes
-    /// and held to the body clock (as an unread HTTP/1.1 body after its answer), so a
-    /// client that is uploading finishes normally. More than `max_drain` (declared or
-    /// received): RST_STREAM(NO_ERROR) at once; too slow: CANCEL (`timers.rs`).
+    /// What still comes is discarded, up to `max_drain` bytes and held to the body clock, as
+    /// an unread HTTP/1.1 body after its answer: a client that is uploading finishes
+    /// normally, one far below the minimum rate is reset with CANCEL (`timers.rs`), and one
+    /// that declared or sends more than `max_drain` is asked to stop with
+    /// RST_STREAM(NO_ERROR) (RFC 9113 §8.1: it must keep the response). The stream is not
+    /// reset while the rest is welcome: frames the client sent before it saw the answer
+    /// are still handled as the stream's, so a malformed one (trailers without END_STREAM,
+    /// more data than its `content-length`) gets its RST_STREAM(PROTOCOL_ERROR), which a
+    /// stream already reset would have had to ignore (RFC 9113 §5.1).
     fn stop_unread(&mut self, id: u32) {
         let (now, rule, max) = (self.now, self.timeouts.body_rule(), self.timeouts.max_drain);
         let Some(s) = self.streams.get_mut(&id) else { return };
@@ -537,9 +534,6 @@ impl Proto {
             return self.reset_for(id, Reason::NO_ERROR, Cause::Reset);
         }
         s.drain_until = Some(s.received.saturating_add(max));
-        if !s.body_read {
-            return self.stop_after_barrier(id);
-        }
         if rule.timeout > 0 {
             s.body_clock = Some(crate::time::rate::BodyClock::start(now, &rule));
             self.timers_changed = true;

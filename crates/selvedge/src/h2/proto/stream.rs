@@ -184,8 +184,6 @@ pub(crate) struct Stream {
     pub(crate) is_head: bool,
     /// The app dropped the request body: data is granted back on arrival and discarded.
     pub(crate) body_dropped: bool,
-    /// The app asked for its request body at least once.
-    pub(crate) body_read: bool,
     /// The body phase's clock, while it runs (see `timers.rs`).
     pub(crate) body_clock: Option<BodyClock>,
     /// The answer is complete and the app dropped the body: what is received beyond this
@@ -226,7 +224,6 @@ impl Stream {
             win_blocked: false,
             is_head: false,
             body_dropped: false,
-            body_read: false,
             body_clock: None,
             drain_until: None,
             stall_since: None,

@@ -12,9 +12,8 @@
 //!   the client) does not count against the client.
 //! - **Unread body**: a stream whose app dropped its request body and whose response is
 //!   complete keeps the body clock for what the client still sends (discarded, up to
-//!   `max_drain`, else RST_STREAM(NO_ERROR), RFC 9113 §8.1; see `Proto::stop_unread`); one
-//!   whose app never asked for it is reset once a PING sent after the answer is
-//!   acknowledged, or after `barrier::BARRIER_MS` (`barrier.rs`).
+//!   `max_drain`, else RST_STREAM(NO_ERROR), RFC 9113 §8.1; see `Proto::stop_unread`),
+//!   whether the app read part of it or never asked for it.
 //! - **Send phase**: a stream whose response is held back by its own flow-control window
 //!   for `stall` is reset with CANCEL; the other streams go on.
 //! - **Connection send deadline**: while the connection cannot send any stream's data
@@ -98,7 +97,6 @@ impl Proto {
             self.stuck_since.filter(|_| t.send > 0).map(|x| x + t.send),
             self.active_at.filter(|_| t.idle > 0 && self.failed.is_none()).map(|x| x + t.idle),
         ];
-        let conn = [conn[0], conn[1], self.barrier_deadline()];
         for d in conn.into_iter().flatten() {
             next = Some(next.map_or(d, |n| n.min(d)));
         }
@@ -139,7 +137,6 @@ impl Proto {
             // Streams in flight: their own deadlines (and the connection's timer) apply.
             self.active_at = Some(now);
         }
-        self.expire_barrier(now);
         let mut late = Vec::new();
         for (id, s) in self.streams.iter_mut() {
             if s.body_clock.is_some_and(|c| now >= c.deadline()) {
