@@ -508,6 +508,7 @@ impl Config {
         let mut vhosts = Vec::new();
         let mut seen_default = false;
         for v in raw.vhost {
+            let v_span = v.span();
             let v = v.into_inner();
             if v.hosts.is_empty() {
                 if seen_default {
@@ -606,6 +607,29 @@ impl Config {
                     }
                 };
                 routes.push(RouteConfig { prefix, kind, policy, compress });
+            }
+            // A route that forwards `%2F` must have no route under it: `/api/internal%2Fx`
+            // would reach `/api/internal/x` upstream past that route's checks.
+            for r in &routes {
+                let RouteKind::Proxy(p) = &r.kind else { continue };
+                if !p.keep_encoded_slashes {
+                    continue;
+                }
+                let under = |o: &&RouteConfig| {
+                    o.prefix.len() > r.prefix.len()
+                        && o.prefix.starts_with(&r.prefix)
+                        && (r.prefix == "/" || o.prefix.as_bytes()[r.prefix.len()] == b'/')
+                };
+                if let Some(o) = routes.iter().find(under) {
+                    return Err(err(
+                        Some(v_span.clone()),
+                        format!(
+                            "route {}: encoded_slashes = \"keep\" with route {} under it, whose checks a path \
+                             with %2F would pass by upstream",
+                            r.prefix, o.prefix
+                        ),
+                    ));
+                }
             }
             let mut hosts = Vec::new();
             for h in &v.hosts {
@@ -1132,6 +1156,30 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(Path::new("/tmp/t.toml"), text)
+    }
+
+    /// Route prefixes are normalized as request paths are; `encoded_slashes = "keep"` may
+    /// not have a route under it.
+    #[test]
+    fn route_prefixes_and_kept_slashes() {
+        let dir = std::env::temp_dir();
+        let route =
+            |path: &str| format!("[[vhost]]\n[[vhost.route]]\npath = \"{path}\"\nroot = \"{}\"\n", dir.display());
+        for (written, prefix) in
+            [("/admin/", "/admin"), ("//admin", "/admin"), ("/%61dmin", "/admin"), ("/a/./b/../c", "/a/c"), ("/", "/")]
+        {
+            assert_eq!(parse(&route(written)).unwrap().vhosts[0].routes[0].prefix, prefix, "{written}");
+        }
+        for bad in ["/..", "/a%2Fb", "/a%00"] {
+            assert!(parse(&route(bad)).is_err(), "{bad}");
+        }
+        let keep = "[[vhost]]\n[[vhost.route]]\npath = \"/api\"\nproxy = { upstream = \"http://127.0.0.1:9\", encoded_slashes = \"keep\" }\n\
+                    [[vhost.route]]\npath = \"/api/internal\"\nproxy = { upstream = \"http://127.0.0.1:9\" }\n";
+        let e = parse(keep).unwrap_err().to_string();
+        assert!(e.contains("encoded_slashes") && e.contains("/api/internal"), "{e}");
+        let alone = "[[vhost]]\n[[vhost.route]]\npath = \"/api\"\nproxy = { upstream = \"http://127.0.0.1:9\", encoded_slashes = \"keep\" }\n\
+                     [[vhost.route]]\npath = \"/apix\"\nproxy = { upstream = \"http://127.0.0.1:9\" }\n";
+        assert!(parse(alone).is_ok());
     }
 
     #[test]

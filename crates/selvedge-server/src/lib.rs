@@ -14,6 +14,8 @@ pub mod compression;
 pub mod config;
 pub mod diag;
 pub mod fastcgi;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gate;
 pub mod gateway;
 pub mod listing;

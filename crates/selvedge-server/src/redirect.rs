@@ -25,6 +25,11 @@ use serde::Deserialize;
 /// Rewrites (and redirect steps followed to detect loops) allowed per request.
 pub const MAX_REWRITES: usize = 10;
 
+/// The longest target a rule may produce (a rule repeating a capture could double it at
+/// each of [`MAX_REWRITES`] steps): longer is answered 500, so a request's rewrites hold at
+/// most `MAX_REWRITES` times this.
+pub const MAX_TARGET: usize = 64 * 1024;
+
 /// A `[[vhost.redirect]]` table as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -198,6 +203,13 @@ impl Redirects {
                 return Outcome::Route;
             };
             let Some(target) = rule.target(req.path_bytes(), req.query()) else { return Outcome::Route };
+            if target.len() > MAX_TARGET {
+                tracing::warn!(
+                    "a redirect rule made a target of {} bytes (over {MAX_TARGET}): answered 500",
+                    target.len()
+                );
+                return Outcome::Answer(crate::policy::plain(StatusCode::INTERNAL_SERVER_ERROR));
+            }
             match rule.action {
                 Action::Rewrite => {
                     if target == req.target() {

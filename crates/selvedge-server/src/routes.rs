@@ -130,10 +130,14 @@ pub struct Waiting {
     verify: Option<Box<crate::policy::auth::Verify>>,
 }
 
-/// `prefix` matches `path` on a segment boundary (`/a` matches `/a`, `/a/b`, not `/ab`).
+/// `prefix` matches `path` on a segment boundary (`/a` matches `/a`, `/a/b`, not `/ab`). A
+/// segment's `;` parameters do not make it another segment (`/a;x/b` is under `/a`): Java
+/// servlet containers drop them, so a proxied `/admin;x/users` is `/admin/users` upstream,
+/// and its checks are `/admin`'s.
 fn prefix_matches(prefix: &str, path: &[u8]) -> bool {
     let prefix = prefix.as_bytes();
-    path.starts_with(prefix) && (prefix.ends_with(b"/") || path.len() == prefix.len() || path[prefix.len()] == b'/')
+    path.starts_with(prefix)
+        && (prefix.ends_with(b"/") || path.len() == prefix.len() || matches!(path[prefix.len()], b'/' | b';'))
 }
 
 /// Everything a configuration serves.
@@ -779,6 +783,9 @@ mod tests {
         assert!(!prefix_matches("/a", b"/ab"));
         assert!(prefix_matches("/a/", b"/a/b"));
         assert!(!prefix_matches("/a/", b"/a"));
+        assert!(prefix_matches("/a", b"/a;x/b"));
+        assert!(prefix_matches("/a", b"/a;"));
+        assert!(!prefix_matches("/a", b"/ab;x"));
     }
 
     /// The engine keeps a connection's app future allocated between requests when it is at

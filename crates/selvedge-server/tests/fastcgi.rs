@@ -630,3 +630,35 @@ fn config_errors_point_at_the_route() {
     assert!(err.contains("bad.toml:6:") && err.contains("absolute path"), "{err}");
     let _: &Path = d.path();
 }
+
+/// A static route over a FastCGI route's directory (`/` serves `www`, `/app` runs PHP from
+/// `www/app`): every spelling of a script's path runs it through `/app`, and a link into
+/// `www/app` from elsewhere in `www` serves nothing; the source never leaves the server
+/// (`//app/config.php` used to be served by `/` as text).
+#[test]
+fn php_source_is_never_served_by_a_static_route_over_it() {
+    let d = TempDir::new("fastcgi-overlap");
+    d.write("www/index.html", "home");
+    d.write("www/app/config.php", "<?php $db_password = 'hunter2'; echo 'config ran';\n");
+    std::os::unix::fs::symlink(d.path().join("www/app"), d.path().join("www/app-link")).unwrap();
+    let fpm = Fpm::start(&d, 2);
+    let cfg = d.write(
+        "selvedge.toml",
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\nport = 0\n[[vhost]]\n\
+             [[vhost.route]]\npath = \"/\"\nroot = \"www\"\n\
+             [[vhost.route]]\npath = \"/app\"\nfastcgi = {{ address = \"unix:{sock}\", root = \"www/app\" }}\n",
+            sock = fpm.sock.display()
+        ),
+    );
+    let s = Srv::start(&["--config", cfg.to_str().unwrap()]);
+    for t in ["/app/config.php", "//app/config.php", "/%61pp/config.php", "/x/../app/config.php", "/./app//config.php"]
+    {
+        let r = s.get(t);
+        assert!(!r.text().contains("hunter2"), "{t}: the source: {:?}", r.text());
+        assert_eq!((r.status, r.text().contains("config ran")), (200, true), "{t}: {:?}", r.text());
+    }
+    let r = s.get("/app-link/config.php");
+    assert_eq!(r.status, 404, "{:?}", r.text());
+    assert!(!r.text().contains("hunter2"));
+}

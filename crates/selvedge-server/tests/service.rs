@@ -339,6 +339,56 @@ fn binary_upgrade_under_load_drops_nothing() {
     });
 }
 
+/// The upgrade's readiness goes over a socket pair the new process inherits: another local
+/// process can neither take its name first (it blocked the upgrade when it was a named
+/// abstract socket) nor speak on it.
+#[test]
+fn binary_upgrade_readiness_cannot_be_squatted() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
+    let d = TempDir::new("upgrade-squat");
+    d.write("site/a.txt", "a");
+    d.write(
+        "cgi/pid.sh",
+        "#!/bin/sh\npid=$PPID\nprintf 'Content-Type: text/plain\\r\\nContent-Length: %d\\r\\n\\r\\n%s' ${#pid} \"$pid\"\n",
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(d.path().join("cgi/pid.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let cfg = d.write(
+        "selvedge.toml",
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\nport = 0\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"{0}/site\"\n\
+             [[vhost.route]]\npath = \"/cgi\"\ncgi = {{ dir = \"{0}/cgi\" }}\n",
+            d.path().display()
+        ),
+    );
+    let mut old = Srv::start(&["run", "-c", cfg.to_str().unwrap()]);
+    // The names the readiness socket would have had, taken first.
+    let squatted: Vec<UnixDatagram> = (0..4)
+        .filter_map(|n| {
+            let name = format!("selvedge-upgrade-{}-{n}", old.pid());
+            UnixDatagram::bind_addr(&UnixAddr::from_abstract_name(name.as_bytes()).unwrap()).ok()
+        })
+        .collect();
+    assert_eq!(squatted.len(), 4);
+    old.signal("USR2");
+    assert_eq!(old.wait_exit(20), Some(0), "the upgrade went through: {:#?}", old.stderr.lock().unwrap());
+    let new_pid = server_pid(old.addr);
+    assert_ne!(new_pid, old.pid());
+    // No readiness word reached a squatter.
+    for s in &squatted {
+        s.set_nonblocking(true).unwrap();
+        assert!(s.recv(&mut [0u8; 64]).is_err());
+    }
+    kill("TERM", new_pid);
+    eventually(20, "the new process exits", || {
+        !std::path::Path::new(&format!("/proc/{new_pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{new_pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+    });
+}
+
 /// Kilobytes of the executable's code (its `r-xp` mapping) resident in process `pid`.
 fn code_resident_kb(pid: u32) -> u64 {
     let smaps = read(std::path::Path::new(&format!("/proc/{pid}/smaps")));

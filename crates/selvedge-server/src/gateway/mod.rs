@@ -7,7 +7,7 @@ pub mod env;
 pub mod head;
 pub mod script;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use selvedge::http::StatusCode;
 use selvedge::{Body, Response};
 
@@ -17,18 +17,24 @@ pub fn plain(status: StatusCode) -> Response {
 }
 
 /// Reads a whole body of unknown length, up to `limit` bytes (else 411: the client may
-/// send it again with a length), since `CONTENT_LENGTH` must be given.
+/// send it again with a length), since `CONTENT_LENGTH` must be given. The buffer grows by
+/// doubling but never past `limit`: an exchange holds at most `limit` bytes for it.
 ///
 /// # Errors
 /// The status to answer.
 pub async fn read_all(body: &mut Body, limit: usize) -> Result<Bytes, StatusCode> {
-    let mut all = BytesMut::new();
+    let mut all: Vec<u8> = Vec::new();
     while let Some(piece) = body.chunk().await {
         let piece = piece.map_err(|e| e.status().unwrap_or(StatusCode::BAD_REQUEST))?;
-        if all.len() + piece.len() > limit {
+        let need = all.len() + piece.len();
+        if need > limit {
             return Err(StatusCode::LENGTH_REQUIRED);
+        }
+        if need > all.capacity() {
+            let grown = (all.capacity() * 2).clamp(need, limit);
+            all.reserve_exact(grown - all.len());
         }
         all.extend_from_slice(&piece);
     }
-    Ok(all.freeze())
+    Ok(Bytes::from(all))
 }

@@ -40,17 +40,14 @@ impl IpRules {
 ///
 /// # Errors
 /// Neither a network nor an address; a network with host bits set after its prefix
-/// (`10.1.2.3/8`: meant as `10.0.0.0/8`, or as the address?); a mapped prefix shorter
-/// than /96 (it would span IPv6 space no mapped address is in).
+/// (`10.1.2.3/8`: meant as `10.0.0.0/8`, or as the address?).
 pub fn parse_net(s: &str) -> Result<IpNet, String> {
     let s = s.trim();
     if let Ok(n) = s.parse::<IpNet>() {
         if n.trunc() != n {
             return Err(format!("{s:?} has bits set after its /{} prefix: write {}", n.prefix_len(), n.trunc()));
         }
-        return canonical(n).ok_or_else(|| {
-            format!("{s:?}: an IPv4-mapped network needs a prefix of /96 or more (::ffff:a.b.c.d/96+N is a.b.c.d/N)")
-        });
+        return Ok(canonical(n));
     }
     match s.parse::<IpAddr>() {
         Ok(a) => Ok(IpNet::from(a.to_canonical())),
@@ -58,14 +55,15 @@ pub fn parse_net(s: &str) -> Result<IpNet, String> {
     }
 }
 
-/// `n` in the form client addresses are compared in (an IPv4-mapped network as IPv4);
-/// `None` for a mapped network shorter than /96.
-fn canonical(n: IpNet) -> Option<IpNet> {
-    let IpNet::V6(v6) = n else { return Some(n) };
-    match v6.addr().to_ipv4_mapped() {
-        Some(v4) if v6.prefix_len() >= 96 => Some(IpNet::V4(ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).ok()?)),
-        Some(_) if v6.prefix_len() > 80 => None,
-        _ => Some(n),
+/// `n` in the form client addresses are compared in: an IPv4-mapped network (a /96 or
+/// longer; a shorter one has host bits set in the mapping's `ffff`) as IPv4.
+fn canonical(n: IpNet) -> IpNet {
+    match n {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(n, IpNet::V4),
+            None => n,
+        },
+        _ => n,
     }
 }
 
@@ -99,7 +97,7 @@ mod tests {
         // IPv4-mapped networks are their IPv4 networks: a mapped client is its IPv4 address.
         assert_eq!(parse_net("::ffff:127.0.0.0/104").unwrap().to_string(), "127.0.0.0/8");
         assert_eq!(parse_net("::ffff:0.0.0.0/96").unwrap().to_string(), "0.0.0.0/0");
-        assert!(parse_net("::ffff:0.0.0.0/90").is_err());
+        assert!(parse_net("::ffff:0.0.0.0/90").is_err(), "host bits in the mapping's ffff");
         assert_eq!(parse_net("::/0").unwrap().to_string(), "::/0");
         let mapped = rules(&[], &["::ffff:127.0.0.0/104"]);
         assert!(!mapped.admits(Some("127.0.0.1".parse().unwrap())));

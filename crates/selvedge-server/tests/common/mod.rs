@@ -13,6 +13,12 @@ pub mod pki;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_selvedge");
 
+/// The binary servers are started from: this build's, or `SELVEDGE_TEST_BIN` (to run a
+/// test against another build, such as the last release, and see it fail there).
+pub fn bin() -> String {
+    std::env::var("SELVEDGE_TEST_BIN").unwrap_or_else(|_| BIN.to_string())
+}
+
 /// A fresh temp directory (removed when dropped).
 pub struct TempDir(pub PathBuf);
 
@@ -69,7 +75,7 @@ impl Srv {
     }
 
     pub fn try_start(args: &[&str]) -> Result<Srv, Vec<String>> {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         clean_env(&mut cmd);
         cmd.args(args);
         Srv::try_spawn(cmd)

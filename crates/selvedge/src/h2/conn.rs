@@ -1021,20 +1021,27 @@ impl fmt::Debug for StreamWriter {
 }
 
 impl BodySink for StreamWriter {
+    /// Queues `data` in pieces of at most `stream_buffer`, each waiting for room in the
+    /// stream's queue: what a stream holds is under twice `stream_buffer` (the queue and
+    /// the piece waiting), whatever the app writes at once.
     fn write<'a>(&'a mut self, data: &'a [u8]) -> WriteFuture<'a> {
         Box::pin(async move {
-            let mut piece = Some(Bytes::copy_from_slice(data));
-            let r = poll_fn(|cx| {
-                if self.shared.closed.load(Ordering::SeqCst) {
-                    return Poll::Ready(Err(Reason::CANCEL));
-                }
-                self.shared.lock().poll_write(self.id, &mut piece, cx)
-            })
-            .await;
-            self.shared.wake.notify_one();
-            r.map_err(|reason| {
-                std::io::Error::new(std::io::ErrorKind::BrokenPipe, format!("HTTP/2 stream ended: {reason:?}"))
-            })
+            let limit = self.shared.lock().stream_buffer().max(1);
+            for chunk in data.chunks(limit) {
+                let mut piece = Some(Bytes::copy_from_slice(chunk));
+                let r = poll_fn(|cx| {
+                    if self.shared.closed.load(Ordering::SeqCst) {
+                        return Poll::Ready(Err(Reason::CANCEL));
+                    }
+                    self.shared.lock().poll_write(self.id, &mut piece, cx)
+                })
+                .await;
+                self.shared.wake.notify_one();
+                r.map_err(|reason| {
+                    std::io::Error::new(std::io::ErrorKind::BrokenPipe, format!("HTTP/2 stream ended: {reason:?}"))
+                })?;
+            }
+            Ok(())
         })
     }
 

@@ -739,7 +739,7 @@ impl Proto {
         if s.body_dropped {
             credit += d.data.len() as u32;
         } else if !d.data.is_empty() {
-            s.inbox.push_back(d.data);
+            s.inbox.push(d.data);
         }
         if d.end_stream {
             s.state = s.state.recv_end();

@@ -137,6 +137,12 @@ impl Proto {
         after
     }
 
+    /// The most a streaming response queues before its writer waits
+    /// (`H2Settings::stream_buffer`).
+    pub(crate) fn stream_buffer(&self) -> usize {
+        self.cfg.stream_buffer
+    }
+
     /// A streaming app's write: `Ready(Ok)` once `data` is queued, `Pending` while the
     /// stream's queue is over its limit (backpressure), `Ready(Err)` if the stream is gone.
     pub(crate) fn poll_write(
@@ -219,7 +225,7 @@ impl Proto {
             let timed_out = self.failed.is_none() && self.closed.iter().any(|c| *c == (id, Cause::TimedOut));
             return Poll::Ready(Some(Err(timed_out)));
         };
-        if let Some(b) = s.inbox.pop_front() {
+        if let Some(b) = s.inbox.pop() {
             let n = b.len() as u32;
             self.grant(id, n);
             return Poll::Ready(Some(Ok(b)));
@@ -242,7 +248,7 @@ impl Proto {
     pub(crate) fn body_remaining(&self, id: u32) -> Option<u64> {
         let s = self.streams.get(&id)?;
         let n = s.content_length?;
-        let queued: u64 = s.inbox.iter().map(|b| b.len() as u64).sum();
+        let queued = s.inbox.len() as u64;
         Some(n - s.received.saturating_sub(queued).min(n))
     }
 
@@ -253,7 +259,7 @@ impl Proto {
         s.body_dropped = true;
         s.reader = None;
         s.body_clock = None;
-        let n: usize = s.inbox.drain(..).map(|b| b.len()).sum();
+        let n = s.inbox.clear();
         if matches!(s.send, Send::Done) && s.state.can_recv() {
             // The response went out before the app let go of the body.
             return self.stop_unread(id);

@@ -158,6 +158,65 @@ pub(crate) enum Send {
     Done,
 }
 
+/// A stream's request body pieces not yet read by the app.
+///
+/// A DATA payload is a slice of the connection's receive buffer, which it keeps whole while
+/// it waits: a peer sending tiny (or padded) frames one read at a time could make a stream
+/// hold a buffer per byte of its window. Pieces under [`Inbox::SMALL`] are copied into one
+/// buffer of their own instead, so what a stream holds stays near the bytes its window
+/// admits.
+#[derive(Debug, Default)]
+pub(crate) struct Inbox {
+    pieces: VecDeque<Bytes>,
+    /// Small pieces gathered, after every piece in `pieces`.
+    small: bytes::BytesMut,
+}
+
+impl Inbox {
+    /// Payloads shorter than this are copied (gathered) rather than kept as slices.
+    pub(crate) const SMALL: usize = 1024;
+    /// A gathering buffer goes into the queue once it holds this much.
+    const GATHER: usize = 16 * 1024;
+
+    /// Queues a piece (not empty).
+    pub(crate) fn push(&mut self, data: Bytes) {
+        if data.len() < Self::SMALL {
+            self.small.extend_from_slice(&data);
+            if self.small.len() >= Self::GATHER {
+                self.pieces.push_back(self.small.split().freeze());
+            }
+            return;
+        }
+        if !self.small.is_empty() {
+            self.pieces.push_back(self.small.split().freeze());
+        }
+        self.pieces.push_back(data);
+    }
+
+    /// The next piece, in arrival order.
+    pub(crate) fn pop(&mut self) -> Option<Bytes> {
+        self.pieces.pop_front().or_else(|| (!self.small.is_empty()).then(|| self.small.split().freeze()))
+    }
+
+    /// Whether nothing waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pieces.is_empty() && self.small.is_empty()
+    }
+
+    /// The bytes waiting.
+    pub(crate) fn len(&self) -> usize {
+        self.pieces.iter().map(Bytes::len).sum::<usize>() + self.small.len()
+    }
+
+    /// Drops everything waiting; returns how many bytes that was.
+    pub(crate) fn clear(&mut self) -> usize {
+        let n = self.len();
+        self.pieces.clear();
+        self.small = bytes::BytesMut::new();
+        n
+    }
+}
+
 /// One open stream.
 pub(crate) struct Stream {
     pub(crate) state: State,
@@ -167,7 +226,7 @@ pub(crate) struct Stream {
     /// granted back.
     pub(crate) recv_flow: FlowControl,
     /// Request body pieces not yet read by the app.
-    pub(crate) inbox: VecDeque<Bytes>,
+    pub(crate) inbox: Inbox,
     /// The app's task waiting for body data.
     pub(crate) reader: Option<Waker>,
     /// The body failed (reset, content-length mismatch).
@@ -214,7 +273,7 @@ impl Stream {
             state,
             send_flow: FlowControl::new(send_window),
             recv_flow: FlowControl::new(recv_window),
-            inbox: VecDeque::new(),
+            inbox: Inbox::default(),
             reader: None,
             recv_error: None,
             content_length: None,
@@ -258,5 +317,32 @@ mod tests {
         assert_eq!(State::HalfClosedRemote.send_end(), State::Closed);
         assert!(!State::HalfClosedRemote.can_recv());
         assert!(State::HalfClosedLocal.can_recv());
+    }
+
+    /// A window's worth of one-byte payloads, each a slice of a 32 KiB receive buffer of its
+    /// own: the inbox keeps a few gathered buffers, not 65,535 read buffers, in order.
+    #[test]
+    fn tiny_pieces_are_gathered() {
+        let mut inbox = Inbox::default();
+        let mut want = Vec::new();
+        for i in 0..65_535u32 {
+            let buf = Bytes::from(vec![(i % 251) as u8; 32 * 1024]);
+            inbox.push(buf.slice(0..1));
+            want.push((i % 251) as u8);
+            if i == 40_000 {
+                let big = Bytes::from(vec![7u8; 5000]);
+                inbox.push(big.clone());
+                want.extend_from_slice(&big);
+            }
+        }
+        assert_eq!(inbox.len(), want.len());
+        assert!(inbox.pieces.len() <= 6, "{} pieces", inbox.pieces.len());
+        assert!(inbox.pieces.iter().all(|p| p.len() <= 16 * 1024 || p.len() == 5000));
+        let mut got = Vec::new();
+        while let Some(p) = inbox.pop() {
+            got.extend_from_slice(&p);
+        }
+        assert_eq!(got, want);
+        assert!(inbox.is_empty());
     }
 }

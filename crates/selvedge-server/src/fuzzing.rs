@@ -1,0 +1,250 @@
+//! The route-ownership invariant, as an entry point for the fuzz target
+//! (`fuzz/fuzz_targets/route_ownership.rs`) and the test that replays generated inputs
+//! (`tests/fuzz_corpus.rs`).
+//!
+//! A site with nested, protected routes over one directory tree is built once: `/` serves
+//! `www`, `/admin` (auth) `www/admin`, `/admin/deep` (deny all) `www/admin/deep`, `/cgi`
+//! runs CGI from `www/cgi`, `/app` FastCGI from `www/app`, `/api` and `/api/internal`
+//! (auth) are proxies. Every file says which route owns it by where it lies. For each
+//! input (read as a sequence of path pieces: slashes, dots and their encodings, segment
+//! names in several cases, NUL, backslashes...), the request goes through the server's own
+//! routing, and whatever it reaches must belong to the route that decided its checks:
+//! - a file a static route serves carries that route's name;
+//! - the script a CGI or FastCGI route would run lies under that route's directory and
+//!   under no other route's;
+//! - the path a proxy route forwards, read the way a lenient upstream reads it (decoded
+//!   once more, `%2F` as `/`, `;` parameters dropped as Java servlet containers do,
+//!   dot-segments resolved), is routed to that same route.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use selvedge::Request;
+
+use crate::config::Config;
+use crate::routes::Site;
+
+/// The pieces an input's bytes pick from, one byte each.
+const PIECES: &[&str] = &[
+    "/",
+    "//",
+    ".",
+    "..",
+    "%2e",
+    "%2E",
+    "%2e%2e",
+    ".%2E",
+    "%2f",
+    "%2F",
+    "%5c",
+    "\\",
+    "%00",
+    "%61",
+    "%41",
+    "%25",
+    "%2561",
+    ";",
+    ";x",
+    "%3b",
+    "admin",
+    "Admin",
+    "ADMIN",
+    "dmin",
+    "deep",
+    "secret.txt",
+    "x.txt",
+    "app",
+    "s.php",
+    "cgi",
+    "run.sh",
+    "api",
+    "internal",
+    "a.txt",
+    "link-admin",
+    "sub%20dir",
+    "c.txt",
+    "index.html",
+    "administrator",
+    "%3f",
+    "%23",
+    "~",
+    "%7e",
+    "%C3%A9",
+    "%ff",
+    "a",
+    "x",
+];
+
+/// The site the invariant is checked on, built once per process.
+struct Fixture {
+    site: Arc<Site>,
+    root: PathBuf,
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let root = std::env::temp_dir().join(format!("selvedge-route-ownership-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let w = |rel: &str, text: &str| {
+            let p = root.join(rel);
+            std::fs::create_dir_all(p.parent().expect("a parent")).expect("fixture dir");
+            std::fs::write(p, text).expect("fixture file");
+        };
+        w("www/index.html", "owner=/");
+        w("www/a.txt", "owner=/");
+        w("www/x.txt", "owner=/");
+        w("www/Admin/secret.txt", "owner=/");
+        w("www/administrator/secret.txt", "owner=/");
+        w("www/%61dmin/secret.txt", "owner=/");
+        w("www/sub dir/c.txt", "owner=/");
+        w("www/admin/secret.txt", "owner=/admin");
+        w("www/admin/index.html", "owner=/admin");
+        w("www/admin/x.txt", "owner=/admin");
+        w("www/admin/deep/x.txt", "owner=/admin/deep");
+        w("www/admin/deep/secret.txt", "owner=/admin/deep");
+        w("www/app/s.php", "owner=/app");
+        w("www/cgi/run.sh", "owner=/cgi");
+        w("users", "u:{SHA}GpHWL3ymc5liWkNopqtdSjuqYHM=\n");
+        let _ = std::os::unix::fs::symlink(root.join("www/admin"), root.join("www/link-admin"));
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(root.join("www/cgi/run.sh"), std::fs::Permissions::from_mode(0o755));
+        }
+        let text = "[[vhost]]\n\
+             [[vhost.route]]\npath = \"/\"\nroot = \"www\"\nlisting = true\n\
+             [[vhost.route]]\npath = \"/admin\"\nroot = \"www/admin\"\nauth = { htpasswd = \"users\" }\n\
+             [[vhost.route]]\npath = \"/admin/deep\"\nroot = \"www/admin/deep\"\ndeny = [\"0.0.0.0/0\", \"::/0\"]\n\
+             [[vhost.route]]\npath = \"/cgi\"\ncgi = { dir = \"www/cgi\" }\n\
+             [[vhost.route]]\npath = \"/app\"\nfastcgi = { address = \"unix:/nonexistent/fpm.sock\", root = \"www/app\" }\n\
+             [[vhost.route]]\npath = \"/api\"\nproxy = { upstream = \"http://127.0.0.1:9\" }\n\
+             [[vhost.route]]\npath = \"/api/internal\"\nproxy = { upstream = \"http://127.0.0.1:9\" }\nauth = { htpasswd = \"users\" }\n";
+        let cfg = Config::parse(&root.join("selvedge.toml"), text).expect("the fixture's config");
+        let site = Arc::new(Site::build(&cfg).expect("the fixture's site"));
+        Fixture { site, root: root.canonicalize().expect("the fixture's root") }
+    })
+}
+
+/// The route prefixes of the fixture, and the directory each serves from (proxies: none).
+const ROUTES: &[(&str, Option<&str>)] = &[
+    ("/", Some("www")),
+    ("/admin", Some("www/admin")),
+    ("/admin/deep", Some("www/admin/deep")),
+    ("/cgi", Some("www/cgi")),
+    ("/app", Some("www/app")),
+    ("/api", None),
+    ("/api/internal", None),
+];
+
+/// The route whose prefix is the longest match of `path` (whole segments, a segment's `;`
+/// parameters aside).
+fn route_of(path: &[u8]) -> &'static str {
+    ROUTES
+        .iter()
+        .map(|(p, _)| *p)
+        .filter(|p| {
+            let p = p.as_bytes();
+            path.starts_with(p) && (p == b"/" || path.len() == p.len() || matches!(path[p.len()], b'/' | b';'))
+        })
+        .max_by_key(|p| p.len())
+        .unwrap_or("none")
+}
+
+/// `path` with each segment's `;` parameters dropped, as Java servlet containers read it.
+fn without_parameters(path: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(path.len());
+    for (i, seg) in path.split(|&b| b == b'/').enumerate() {
+        if i > 0 {
+            out.push(b'/');
+        }
+        out.extend_from_slice(seg.split(|&b| b == b';').next().unwrap_or(seg));
+    }
+    out
+}
+
+/// The route whose directory is the longest ancestor of `file` (a canonical path).
+fn owner_of(root: &Path, file: &Path) -> &'static str {
+    ROUTES
+        .iter()
+        .filter_map(|(p, dir)| Some((*p, root.join((*dir)?))))
+        .filter(|(_, dir)| crate::gate::inside(dir, file))
+        .max_by_key(|(_, dir)| dir.as_os_str().len())
+        .map_or("outside", |(p, _)| p)
+}
+
+/// The path an input spells.
+pub fn path_of(data: &[u8]) -> Vec<u8> {
+    let mut p = b"/".to_vec();
+    for &b in data.iter().take(64) {
+        p.extend_from_slice(PIECES[usize::from(b) % PIECES.len()].as_bytes());
+    }
+    p
+}
+
+/// The invariant on one input (see the module's text). Panics when it does not hold.
+pub fn route_ownership(data: &[u8]) {
+    let f = fixture();
+    let path = path_of(data);
+    let mut req: Request =
+        selvedge::http::Request::builder().uri("/").body(bytes::Bytes::new()).expect("a request").into();
+    if req.set_path(&path).is_err() {
+        return;
+    }
+    let (at, now) = f.site.respond_now_at(&mut req);
+    let route = at.route.to_string();
+    let shown = String::from_utf8_lossy(&path).into_owned();
+    match now {
+        Ok(res) => {
+            let status = res.status().as_u16();
+            // What a static route served: its file says whose it is.
+            let body: Option<Vec<u8>> = match res.body() {
+                selvedge::ResponseBody::Bytes(b) => Some(b.to_vec()),
+                selvedge::ResponseBody::File(fb) => {
+                    use std::os::unix::fs::FileExt;
+                    let mut v = vec![0u8; fb.len as usize];
+                    fb.file.read_exact_at(&mut v, fb.offset).ok().map(|()| v)
+                }
+                _ => None,
+            };
+            if let (200..=299, Some(b)) = (status, body) {
+                if let Some(owner) = b.strip_prefix(b"owner=") {
+                    let owner = String::from_utf8_lossy(owner).into_owned();
+                    assert_eq!(owner, route, "{shown}: a file of {owner} served through {route}");
+                }
+            }
+        }
+        Err(_) => {
+            let normal = req.path_bytes().to_vec();
+            assert_eq!(route, route_of(&normal), "{shown}: decided by {route}");
+            match route.as_str() {
+                "/cgi" | "/app" => {
+                    let (dir, rule_ext) = if route == "/cgi" { ("www/cgi", None) } else { ("www/app", Some(".php")) };
+                    let gate = crate::gate::Gate::new(f.root.join(dir), false);
+                    let interpreters = Default::default();
+                    let rule = match rule_ext {
+                        None => crate::gateway::script::Rule::Cgi { interpreters: &interpreters },
+                        Some(ext) => crate::gateway::script::Rule::Fastcgi { ext, index: Some("index.php") },
+                    };
+                    if let Ok(s) = crate::gateway::script::locate(&gate, &route, req.path(), rule) {
+                        let real = s.path.canonicalize().unwrap_or(s.path);
+                        assert_eq!(owner_of(&f.root, &real), route, "{shown}: runs {}", real.display());
+                    }
+                }
+                _ => {
+                    // A lenient upstream decodes once more and drops path parameters: the
+                    // path must still be this route's.
+                    let decoded = without_parameters(&selvedge::percent_decode(&normal));
+                    let mut again = Vec::new();
+                    if selvedge::path::normalize(&decoded, &mut again).is_ok() {
+                        assert_eq!(
+                            route_of(&again),
+                            route,
+                            "{shown}: forwarded as {}",
+                            String::from_utf8_lossy(&again)
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
