@@ -29,7 +29,9 @@
 #
 # Env: PORT (18081), DURATION (8s), H2_REQUESTS (60000; the h2 modes count requests, not
 # time), H3_REQUESTS (20000), OUT (callgrind output file; kept for callgrind_annotate),
-# ADMIN (1: [admin] on), LOG (off|combined|json: the server's access log).
+# ADMIN (1: [admin] on), LOG (off|combined|json: the server's access log), SELVEDGE_BIN /
+# HELLO_BIN (another build's server binary / hello example to count, for a before and
+# after; otherwise this tree's, built first).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 what=${1:-hello}
@@ -47,18 +49,19 @@ for t in valgrind wrk h2load callgrind_annotate; do
     command -v "$t" >/dev/null || { echo "needs $t" >&2; exit 1; }
 done
 tmp=$(mktemp -d)
+bin=${SELVEDGE_BIN:-target/release/selvedge}
 wrk_args=()
 fpm_pid=
 up_pids=()
 trap '[[ -n $fpm_pid ]] && kill -QUIT "$fpm_pid" 2>/dev/null; [[ ${#up_pids[@]} -gt 0 ]] && kill "${up_pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 case $what in
     hello)
-        cargo build -q --release -p selvedge --example hello
+        [[ -n ${HELLO_BIN:-} ]] || cargo build -q --release -p selvedge --example hello
         export SELVEDGE_ADDR="127.0.0.1:$PORT" SELVEDGE_WORKERS=1
-        cmd=(target/release/examples/hello)
+        cmd=("${HELLO_BIN:-target/release/examples/hello}")
         path=/index.html ;;
     server)
-        cargo build -q --release -p selvedge-server
+        [[ -n ${SELVEDGE_BIN:-} ]] || cargo build -q --release -p selvedge-server
         listen_tls=""
         if [[ $proto == h3 ]]; then
             cargo build -q --release -p selvedge --features http3 --example h3_load
@@ -113,10 +116,10 @@ path = "/"
 root = "$PWD/bench/site"
 $extra
 TOML
-        cmd=(target/release/selvedge --config "$tmp/selvedge.toml")
+        cmd=("$bin" --config "$tmp/selvedge.toml")
         path=/index.html ;;
     fastcgi)
-        cargo build -q --release -p selvedge-server
+        [[ -n ${SELVEDGE_BIN:-} ]] || cargo build -q --release -p selvedge-server
         fpm=$(find /usr/sbin -maxdepth 1 -name 'php-fpm*' | sort -V | tail -n 1)
         [[ -n $fpm ]] || { echo "needs php-fpm" >&2; exit 1; }
         mkdir -p "$tmp/php"
@@ -137,13 +140,13 @@ address = "127.0.0.1:$PORT"
 path = "/"
 fastcgi = { address = "unix:$tmp/fpm.sock", root = "$tmp/php", max_connections = 16 }
 TOML
-        cmd=(target/release/selvedge run -c "$tmp/selvedge.toml")
+        cmd=("$bin" run -c "$tmp/selvedge.toml")
         path=/index.php
         WRK_CONNS=16 ;;
     proxy)
-        cargo build -q --release -p selvedge-server
+        [[ -n ${SELVEDGE_BIN:-} ]] || cargo build -q --release -p selvedge-server
         for up_port in $((PORT + 1)) $((PORT + 2)); do
-            target/release/selvedge serve bench/site --host 127.0.0.1 --port "$up_port" --workers 1 >/dev/null 2>&1 &
+            "$bin" serve bench/site --host 127.0.0.1 --port "$up_port" --workers 1 >/dev/null 2>&1 &
             up_pids+=($!)
         done
         cat >"$tmp/selvedge.toml" <<TOML
@@ -159,7 +162,7 @@ path = "/"
 [vhost.route.proxy]
 upstreams = ["http://127.0.0.1:$((PORT + 1))", "http://127.0.0.1:$((PORT + 2))"]
 TOML
-        cmd=(target/release/selvedge --config "$tmp/selvedge.toml")
+        cmd=("$bin" --config "$tmp/selvedge.toml")
         path=/index.html ;;
     *) echo "usage: $0 hello|server [FEATURE]|fastcgi|proxy|hello-h2|server-h2|server-h3" >&2; exit 2 ;;
 esac

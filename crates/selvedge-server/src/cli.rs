@@ -6,11 +6,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
+use clap::builder::BoolishValueParser;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{Config, LogConfig, LogTarget, TlsListen};
 
-const ABOUT: &str = "selvedge: a fast HTTP/1.1 and HTTP/2 web server (static files, TLS, CGI, reverse proxy)";
+const ABOUT: &str = "selvedge: a fast HTTP/1.1, HTTP/2 and HTTP/3 web server (static files, TLS with automatic \
+                     certificates (ACME), CGI, FastCGI, reverse proxy)";
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -114,7 +116,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", env = "SELVEDGE_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Also serve HTTP/3 over QUIC on the HTTPS port (UDP); needs --tls-cert
-    #[arg(long, env = "SELVEDGE_HTTP3", requires = "tls_cert")]
+    #[arg(long, env = "SELVEDGE_HTTP3", requires = "tls_cert", value_parser = BoolishValueParser::new())]
     pub http3: bool,
     /// Cache-Control max-age for the files served: "1h", "30s", "1d"...
     #[arg(long, value_name = "DURATION", env = "SELVEDGE_MAX_AGE", value_parser = crate::config::units::parse_duration)]
@@ -126,7 +128,7 @@ pub struct ServeArgs {
     #[arg(short, long, value_name = "GROUP", env = "SELVEDGE_GROUP")]
     pub group: Option<String>,
     /// Answer 404 for directories without an index file instead of listing them
-    #[arg(long, env = "SELVEDGE_NO_LISTING")]
+    #[arg(long, env = "SELVEDGE_NO_LISTING", value_parser = BoolishValueParser::new())]
     pub no_listing: bool,
     /// A single-page app: serve this file (under DIR, "/index.html") with 200 for page
     /// requests of paths with no file
@@ -149,7 +151,7 @@ pub struct ServeArgs {
     )]
     pub headers: Vec<String>,
     /// Do not compress responses on the fly (gzip/brotli for compressible types is on)
-    #[arg(long, env = "SELVEDGE_NO_COMPRESS")]
+    #[arg(long, env = "SELVEDGE_NO_COMPRESS", value_parser = BoolishValueParser::new())]
     pub no_compress: bool,
 }
 
@@ -171,9 +173,35 @@ pub fn command() -> clap::Command {
     Cli::command()
 }
 
+/// The boolean variables (`serve`'s switches): `1`/`0`, `true`/`false`, `yes`/`no`,
+/// `on`/`off` (any case), or empty for false.
+const BOOL_VARS: [&str; 3] = ["SELVEDGE_NO_LISTING", "SELVEDGE_NO_COMPRESS", "SELVEDGE_HTTP3"];
+
+/// A boolean variable's value that is none of those: the error, naming the variable.
+fn check_bool_var(name: &str, value: Option<&std::ffi::OsStr>) -> Result<(), String> {
+    let Some(v) = value else { return Ok(()) };
+    let ok = v.to_str().is_some_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "" | "1" | "0" | "true" | "false" | "yes" | "no" | "on" | "off" | "y" | "n" | "t" | "f"
+        )
+    });
+    if ok {
+        return Ok(());
+    }
+    Err(format!("{name}={}: a boolean (1 or 0, true or false, yes or no, on or off)", v.to_string_lossy()))
+}
+
 /// Parses the process's arguments. `--help` and `--version` print to stdout and exit 0; a
-/// usage error prints one line to stderr and exits 2.
+/// usage error prints clap's whole message (what is missing or wrong, a similar name if
+/// there is one, the usage) to stderr and exits 2.
 pub fn parse() -> (Action, Option<String>) {
+    for name in BOOL_VARS {
+        if let Err(e) = check_bool_var(name, std::env::var_os(name).as_deref()) {
+            eprintln!("selvedge: {e}");
+            std::process::exit(2);
+        }
+    }
     let matches = match command().try_get_matches() {
         Ok(m) => m,
         Err(e) => exit_with(e),
@@ -189,19 +217,10 @@ pub fn parse() -> (Action, Option<String>) {
     }
 }
 
+/// Help and version go to stdout (exit 0), usage errors to stderr (exit 2), as clap writes
+/// them.
 fn exit_with(e: clap::Error) -> ! {
-    use clap::error::ErrorKind;
-    match e.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            e.exit()
-        }
-        _ => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            eprintln!("selvedge: {} (see 'selvedge --help')", first.trim_start_matches("error: "));
-            std::process::exit(2);
-        }
-    }
+    e.exit()
 }
 
 fn action(cli: Cli, matches: &clap::ArgMatches) -> Result<Action, String> {

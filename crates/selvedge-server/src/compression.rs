@@ -1,4 +1,4 @@
-//! On-the-fly compression (`compress = true` on a route, the default): gzip or brotli by
+//! On-the-fly compression (`compress = true` on a route, the default): gzip, brotli or zstd by
 //! `Accept-Encoding`, for compressible types only (text, JSON, XML, JavaScript, SVG, WASM,
 //! TTF/OTF), never for ranges, bodies under `[compress] min_size`, responses that already
 //! have a `Content-Encoding`, or `Cache-Control: no-transform`.
@@ -9,8 +9,10 @@
 //!   to `[compress] cache_file_max` are kept, up to `[compress] cache_max` in all; others
 //!   are compressed as they are sent. A compressed copy has its own strong `ETag` (the
 //!   file's with `-br` / `-gzip`), so conditional requests work on it.
-//! - Proxied and CGI responses (and directory listings) are compressed as they are sent:
-//!   a streamed body chunk by chunk, each flushed (the engine's `Compress`).
+//! - Proxied and CGI responses (and directory listings, and files too large to keep) are
+//!   compressed as they are sent, in gzip or zstd (never brotli: its encoder buffers
+//!   megabytes), chunk by chunk, each flushed (the engine's `Compress`), at most
+//!   `[compress] max_streams` at once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use selvedge::file::{Entry, FileInfo};
 use selvedge::http::HeaderValue;
-use selvedge::middleware::{Coding, Compress};
+use selvedge::middleware::{Choice, Coding, Compress};
 use selvedge::{FieldsSlot, Response};
 use serde::Deserialize;
 
@@ -31,6 +33,8 @@ pub struct RawCompress {
     min_size: Option<Size>,
     gzip_level: Option<Count<0, 9>>,
     brotli_quality: Option<Count<0, 11>>,
+    zstd_level: Option<Count<0, 19>>,
+    max_streams: Option<Count<0, 1_000_000>>,
     cache_max: Option<Size>,
     cache_file_max: Option<Size>,
 }
@@ -44,6 +48,11 @@ pub struct CompressConfig {
     pub gzip_level: u32,
     /// brotli quality 1–11, 0 turns brotli off: 5.
     pub brotli_quality: u32,
+    /// zstd level 1–19, 0 turns zstd off: 3.
+    pub zstd_level: u32,
+    /// Most responses compressed as they are sent at once (each encoder lives as long as
+    /// its response): 128.
+    pub max_streams: u32,
     /// Memory for compressed copies of static files, in all: 64 MiB.
     pub cache_max: u64,
     /// Largest file whose compressed copy is kept: 1 MiB.
@@ -52,7 +61,15 @@ pub struct CompressConfig {
 
 impl Default for CompressConfig {
     fn default() -> Self {
-        CompressConfig { min_size: 256, gzip_level: 6, brotli_quality: 5, cache_max: 64 << 20, cache_file_max: 1 << 20 }
+        CompressConfig {
+            min_size: 256,
+            gzip_level: 6,
+            brotli_quality: 5,
+            zstd_level: 3,
+            max_streams: 128,
+            cache_max: 64 << 20,
+            cache_file_max: 1 << 20,
+        }
     }
 }
 
@@ -64,6 +81,8 @@ impl CompressConfig {
             min_size: r.min_size.map_or(d.min_size, Size::get),
             gzip_level: r.gzip_level.map_or(d.gzip_level, Count::get_u32),
             brotli_quality: r.brotli_quality.map_or(d.brotli_quality, Count::get_u32),
+            zstd_level: r.zstd_level.map_or(d.zstd_level, Count::get_u32),
+            max_streams: r.max_streams.map_or(d.max_streams, Count::get_u32),
             cache_max: r.cache_max.map_or(d.cache_max, Size::get),
             cache_file_max: r.cache_file_max.map_or(d.cache_file_max, Size::get),
         }
@@ -106,8 +125,12 @@ impl Drop for Ticket {
 impl Compression {
     /// The compressor for `cfg`.
     pub fn new(cfg: CompressConfig) -> Compression {
-        let engine =
-            Compress::new().min_size(cfg.min_size).gzip_level(cfg.gzip_level).brotli_quality(cfg.brotli_quality);
+        let engine = Compress::new()
+            .min_size(cfg.min_size)
+            .gzip_level(cfg.gzip_level)
+            .brotli_quality(cfg.brotli_quality)
+            .zstd_level(cfg.zstd_level)
+            .max_streams(cfg.max_streams as usize);
         Compression { engine, cfg, used: Arc::new(AtomicU64::new(0)) }
     }
 
@@ -116,10 +139,17 @@ impl Compression {
         &self.cfg
     }
 
-    /// The coding for an `Accept-Encoding` value (`None`: identity).
+    /// The coding of a body compressed in one go (a kept copy), for an `Accept-Encoding`
+    /// value (`None`: identity).
     #[inline]
     pub fn choose(&self, accept_encoding: Option<&[u8]>) -> Option<Coding> {
         accept_encoding.and_then(|a| self.engine.choose(a))
+    }
+
+    /// The codings for an `Accept-Encoding` value: in one go, and as sent (gzip or zstd).
+    #[inline]
+    pub fn choice(&self, accept_encoding: Option<&[u8]>) -> Choice {
+        accept_encoding.map_or(Choice::default(), |a| self.engine.choice(a))
     }
 
     /// Bytes held in kept copies now.
@@ -156,17 +186,19 @@ impl Compression {
         Some(v)
     }
 
-    /// Compresses `res` as it is sent (a file too large to keep, a proxied or CGI response).
-    pub fn stream(&self, res: Response, coding: Option<Coding>) -> Response {
-        self.engine.response(res, coding)
+    /// Compresses `res` in the coding `choice` names for its body: a body in memory in one
+    /// go, a file too large to keep or a proxied, CGI or listing response as it is sent.
+    pub fn stream(&self, res: Response, choice: Choice) -> Response {
+        self.engine.response(res, choice)
     }
 
     fn key(&self, coding: Coding) -> u64 {
-        let level = match coding {
-            Coding::Gzip => self.cfg.gzip_level,
-            Coding::Brotli => self.cfg.brotli_quality,
+        let (kind, level) = match coding {
+            Coding::Gzip => (0, self.cfg.gzip_level),
+            Coding::Brotli => (1, self.cfg.brotli_quality),
+            Coding::Zstd => (2, self.cfg.zstd_level),
         };
-        0xc0de_0000_0000 | (u64::from(coding == Coding::Brotli) << 8) | u64::from(level)
+        0xc0de_0000_0000 | (kind << 8) | u64::from(level)
     }
 }
 
@@ -205,5 +237,6 @@ mod tests {
         let e = HeaderValue::from_static("\"a1-b2\"");
         assert_eq!(variant_etag(&e, Coding::Brotli), "\"a1-b2-br\"");
         assert_eq!(variant_etag(&e, Coding::Gzip), "\"a1-b2-gzip\"");
+        assert_eq!(variant_etag(&e, Coding::Zstd), "\"a1-b2-zstd\"");
     }
 }

@@ -37,8 +37,13 @@ pub struct ConfigError {
 }
 
 impl fmt::Display for ConfigError {
+    /// `FILE:LINE:COLUMN: reason`, or `FILE: reason` for an error of the whole file (it
+    /// cannot be read).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}: {}", self.file.display(), self.line, self.col, self.reason)
+        match self.line {
+            0 => write!(f, "{}: {}", self.file.display(), self.reason),
+            _ => write!(f, "{}:{}:{}: {}", self.file.display(), self.line, self.col, self.reason),
+        }
     }
 }
 
@@ -240,6 +245,9 @@ pub struct Config {
     /// their addresses, as in `listen` and `tls`, and the networks whose header is believed
     /// (`proxy_protocol_from`).
     pub proxy_protocol: Vec<(Listen, Vec<ipnet::IpNet>)>,
+    /// Listeners that may share their address with other processes (`[[listen]]
+    /// reuse_port`); the others refuse an address another process listens on.
+    pub shared: Vec<Listen>,
     /// Virtual hosts.
     pub vhosts: Vec<VhostConfig>,
     /// Automatic HTTPS settings (`[acme]`, or its defaults when a host says `tls = "acme"`).
@@ -248,6 +256,8 @@ pub struct Config {
     pub compress: crate::compression::CompressConfig,
     /// The admin listener, if any (metrics are collected only with one).
     pub admin: Option<AdminConfig>,
+    /// `[mime]`: types by extension, before the built-in ones.
+    pub mime: std::collections::BTreeMap<String, String>,
     /// `[server] release_startup_code`: after start and each reload, let go of the code
     /// pages only start-up used (`selvedge::server::release_code_pages`): true.
     pub release_startup_code: bool,
@@ -273,6 +283,7 @@ impl Config {
             group: None,
             trusted_proxies: TrustedProxies::default(),
             proxy_protocol: Vec::new(),
+            shared: Vec::new(),
             vhosts: vec![VhostConfig {
                 hosts: Vec::new(),
                 routes: vec![RouteConfig {
@@ -289,6 +300,7 @@ impl Config {
             acme: None,
             compress: Default::default(),
             admin: None,
+            mime: Default::default(),
             release_startup_code: true,
         }
     }
@@ -317,7 +329,11 @@ impl Config {
             ConfigError { file: file.to_path_buf(), line, col, reason }
         };
         let raw: Raw = toml::from_str(text).map_err(|e| err(e.span(), e.message().trim().to_string()))?;
-        let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        // A bare file name's directory is the current one (`Path::parent` gives "").
+        let base = match file.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
         let abs = |p: &str| if Path::new(p).is_absolute() { PathBuf::from(p) } else { base.join(p) };
 
         let mut settings = Settings::default();
@@ -342,6 +358,7 @@ impl Config {
         let mut tls = Vec::new();
         let mut redirect = Vec::new();
         let mut proxy_protocol = Vec::new();
+        let mut shared = Vec::new();
         for l in &raw.listen {
             let r = l.get_ref();
             let addr = match (&r.address, &r.host, r.port) {
@@ -363,6 +380,9 @@ impl Config {
                     ))
                 }
             };
+            if l.get_ref().reuse_port.unwrap_or(false) {
+                shared.push(addr.clone());
+            }
             match (l.get_ref().proxy_protocol.unwrap_or(false), &l.get_ref().proxy_protocol_from) {
                 (true, Some(from)) => {
                     let mut nets = Vec::new();
@@ -512,7 +532,10 @@ impl Config {
             let v = v.into_inner();
             if v.hosts.is_empty() {
                 if seen_default {
-                    return Err(err(None, "more than one [[vhost]] without hosts (the default host)".into()));
+                    return Err(err(
+                        Some(v_span.clone()),
+                        "a second [[vhost]] without hosts: there is one default host (give this one `hosts`)".into(),
+                    ));
                 }
                 seen_default = true;
             }
@@ -667,7 +690,9 @@ impl Config {
             };
             let mut redirects = Vec::new();
             for rd in &v.redirect {
-                redirects.push(crate::redirect::Rule::from_raw(rd.get_ref()).map_err(|e| err(Some(rd.span()), e))?);
+                redirects.push(
+                    crate::redirect::Rule::from_raw(rd.get_ref()).map_err(|(sp, e)| err(sp.or(Some(rd.span())), e))?,
+                );
             }
             vhosts.push(VhostConfig { hosts, routes, tls, acme, redirects });
         }
@@ -717,8 +742,16 @@ impl Config {
                 Some(AdminConfig { listen, public })
             }
         };
+        let mut mime = std::collections::BTreeMap::new();
+        if let Some(m) = &raw.mime {
+            for (ext, ty) in m.get_ref() {
+                crate::mime::check_override(ext, ty).map_err(|e| err(Some(m.span()), e))?;
+                mime.insert(ext.to_ascii_lowercase(), ty.clone());
+            }
+        }
         Ok(Config {
             admin,
+            mime,
             file: Some(file.to_path_buf()),
             listen,
             tls,
@@ -735,6 +768,7 @@ impl Config {
             group: raw.server.group.clone(),
             trusted_proxies,
             proxy_protocol,
+            shared,
             vhosts,
             acme,
             compress: crate::compression::CompressConfig::from_raw(&raw.compress),
@@ -834,6 +868,7 @@ struct Raw {
     #[serde(default)]
     compress: crate::compression::RawCompress,
     admin: Option<Spanned<RawAdmin>>,
+    mime: Option<Spanned<std::collections::BTreeMap<String, String>>>,
 }
 
 #[derive(Deserialize)]
@@ -871,6 +906,7 @@ struct RawListen {
     proxy_protocol: Option<bool>,
     proxy_protocol_from: Option<Spanned<Vec<String>>>,
     quic: Option<bool>,
+    reuse_port: Option<bool>,
 }
 
 #[derive(Deserialize)]

@@ -22,10 +22,10 @@ use std::sync::{Arc, OnceLock};
 use selvedge::Request;
 
 use crate::config::Config;
-use crate::routes::Site;
+use crate::routes::{without_parameters, Site};
 
 /// The pieces an input's bytes pick from, one byte each.
-const PIECES: &[&str] = &[
+pub const PIECES: &[&str] = &[
     "/",
     "//",
     ".",
@@ -136,30 +136,19 @@ const ROUTES: &[(&str, Option<&str>)] = &[
     ("/api/internal", None),
 ];
 
-/// The route whose prefix is the longest match of `path` (whole segments, a segment's `;`
-/// parameters aside).
+/// The route whose prefix is the longest match of `path` (whole segments, the segments'
+/// `;` parameters left out).
 fn route_of(path: &[u8]) -> &'static str {
+    let path = without_parameters(path);
     ROUTES
         .iter()
         .map(|(p, _)| *p)
         .filter(|p| {
             let p = p.as_bytes();
-            path.starts_with(p) && (p == b"/" || path.len() == p.len() || matches!(path[p.len()], b'/' | b';'))
+            path.starts_with(p) && (p == b"/" || path.len() == p.len() || path[p.len()] == b'/')
         })
         .max_by_key(|p| p.len())
         .unwrap_or("none")
-}
-
-/// `path` with each segment's `;` parameters dropped, as Java servlet containers read it.
-fn without_parameters(path: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(path.len());
-    for (i, seg) in path.split(|&b| b == b'/').enumerate() {
-        if i > 0 {
-            out.push(b'/');
-        }
-        out.extend_from_slice(seg.split(|&b| b == b';').next().unwrap_or(seg));
-    }
-    out
 }
 
 /// The route whose directory is the longest ancestor of `file` (a canonical path).

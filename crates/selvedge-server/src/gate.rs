@@ -8,7 +8,8 @@
 //! is under the root (or anywhere, with `symlinks_outside`) and under none of the nested
 //! roots. So a symlink cannot lead a request out of the root, nor into another route's
 //! files past that route's checks (`www/old -> admin` does not serve `/admin`'s files
-//! through `/`).
+//! through `/`). Without `dotfiles`, the canonical path must not pass through a name
+//! starting with `.` under the root either (`www/notdot -> .secret` is not served).
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,8 @@ pub struct Gate {
     outside: bool,
     /// The canonical roots of other routes of the virtual host inside this one's.
     nested: Arc<[PathBuf]>,
+    /// Names starting with `.` are not served.
+    hide_dotfiles: bool,
 }
 
 /// Whether `path` is `dir` or under it: a byte comparison of canonical paths
@@ -35,7 +38,13 @@ pub fn inside(dir: &Path, path: &Path) -> bool {
 impl Gate {
     /// The gate of a route serving `root` (canonical); `outside`: admit paths outside it.
     pub fn new(root: PathBuf, outside: bool) -> Gate {
-        Gate { root, outside, nested: Arc::from(Vec::new()) }
+        Gate { root, outside, nested: Arc::from(Vec::new()), hide_dotfiles: true }
+    }
+
+    /// The same gate, serving names that start with `.` (a static route's `dotfiles`).
+    pub fn with_dotfiles(mut self, dotfiles: bool) -> Gate {
+        self.hide_dotfiles = !dotfiles;
+        self
     }
 
     /// The same gate, minus those of `roots` (canonical roots of the other routes of the
@@ -55,7 +64,17 @@ impl Gate {
     /// Whether the canonical path `real` may be served through this route.
     #[inline]
     pub fn admits(&self, real: &Path) -> bool {
-        (self.outside || inside(&self.root, real)) && (self.nested.is_empty() || self.not_nested(real))
+        let under = inside(&self.root, real);
+        (self.outside || under)
+            && (self.nested.is_empty() || self.not_nested(real))
+            && !(self.hide_dotfiles && under && self.dot_below_root(real))
+    }
+
+    /// Whether `real` (under the root) passes through a name starting with `.` below it.
+    #[inline]
+    fn dot_below_root(&self, real: &Path) -> bool {
+        let rel = &real.as_os_str().as_bytes()[self.root.as_os_str().len()..];
+        rel.windows(2).any(|w| w == b"/.") || (self.root.as_os_str() == "/" && rel.starts_with(b"."))
     }
 
     /// [`Gate::admits`] for a path built under the root from plain names, with no symlink
@@ -93,6 +112,12 @@ mod tests {
         assert!(!open.admits(&p("/srv/www/admin/x")));
         let root = Gate::new(p("/"), false);
         assert!(root.admits(&p("/etc")));
+        // Dotfiles: hidden unless the route serves them.
+        assert!(!g.admits(&p("/srv/www/.secret")));
+        assert!(!g.admits(&p("/srv/www/a/.git/config")));
+        assert!(g.admits(&p("/srv/www/a.b/c")));
+        assert!(Gate::new(p("/srv/www"), false).with_dotfiles(true).admits(&p("/srv/www/.well-known/x")));
+        assert!(!root.admits(&p("/.hidden")));
         assert!(inside(&p("/"), &p("/x")));
     }
 }

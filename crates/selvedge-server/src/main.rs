@@ -34,18 +34,37 @@ fn main() -> ExitCode {
     let (action, level) = cli::parse();
     match action {
         Action::Completions(shell) => {
-            clap_complete::generate(shell, &mut cli::command(), "selvedge", &mut std::io::stdout());
-            ExitCode::SUCCESS
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut cli::command(), "selvedge", &mut out);
+            print_all(&out)
         }
-        Action::Man => match clap_mangen::Man::new(cli::command()).render(&mut std::io::stdout()) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("selvedge: {e}");
-                ExitCode::FAILURE
+        Action::Man => {
+            let mut out = Vec::new();
+            match clap_mangen::Man::new(cli::command()).render(&mut out) {
+                Ok(()) => print_all(&out),
+                Err(e) => {
+                    eprintln!("selvedge: {e}");
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
         Action::Check(file) => check(&file),
         Action::Run(cfg) => run(*cfg, level.as_deref(), exe, args),
+    }
+}
+
+/// Writes `text` to standard output. A reader that stopped early (`| head`) is not an
+/// error: what it wanted went out.
+fn print_all(text: &[u8]) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("selvedge: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -150,11 +169,12 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
         Err(e) => return fail(e),
     };
     selvedge_server::client::set_trusted(&cfg.trusted_proxies);
+    selvedge_server::mime::set_overrides(&cfg.mime);
     let log = match open_log(&cfg.log) {
         Ok(l) => l,
         Err(e) => return fail(format_args!("access log: {e}")),
     };
-    let roots = site.roots();
+    let routes_served = site.summary(8);
     // The admin listener first: /readyz says "starting" until the public listeners serve.
     let admin_srv = match &cfg.admin {
         None => None,
@@ -186,16 +206,20 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
     let mut names = Vec::new();
     // A listener with proxy_protocol reads the PROXY header first (whether bound here or
     // inherited).
-    // Its header names the client only when the peer is one of `proxy_protocol_from`.
-    let pp = |server: Server, a: &Listen| match cfg.proxy_protocol.iter().find(|(l, _)| l == a) {
-        Some((_, nets)) => {
-            let nets = nets.clone();
-            server.proxy_protocol_from(move |peer| match peer {
-                selvedge::PeerAddr::Tcp(s) => nets.iter().any(|n| n.contains(&s.ip().to_canonical())),
-                selvedge::PeerAddr::Unix => true,
-            })
+    // Its header names the client only when the peer is one of `proxy_protocol_from`. A
+    // listener with `reuse_port` may share its address with other processes.
+    let pp = |server: Server, a: &Listen| {
+        let server = if cfg.shared.contains(a) { server.reuse_port() } else { server };
+        match cfg.proxy_protocol.iter().find(|(l, _)| l == a) {
+            Some((_, nets)) => {
+                let nets = nets.clone();
+                server.proxy_protocol_from(move |peer| match peer {
+                    selvedge::PeerAddr::Tcp(s) => nets.iter().any(|n| n.contains(&s.ip().to_canonical())),
+                    selvedge::PeerAddr::Unix => true,
+                })
+            }
+            None => server,
         }
-        None => server,
     };
     for (i, a) in cfg.listen.iter().enumerate() {
         let fds = std::mem::take(&mut assigned.http[i]);
@@ -264,6 +288,9 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
             let fds = std::mem::take(&mut assigned.redirect[i]);
             if fds.is_empty() {
                 r = r.bind(a.clone());
+                if cfg.shared.contains(a) {
+                    r = r.reuse_port();
+                }
                 redirect_names.push(format!("redirect:{i}"));
             }
             for fd in fds {
@@ -359,11 +386,11 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
             }
         }
     }
+    let workers = cfg.worker_count();
     let status = format!(
-        "listening on {} with {} workers, root {}, config {}, access log {}{}",
+        "listening on {} with {workers} worker{}; serving {routes_served}; config {}, access log {}{}",
         urls.join(" "),
-        cfg.worker_count(),
-        roots.join(" "),
+        if workers == 1 { "" } else { "s" },
         cfg.file.as_ref().map_or("none".into(), |f| f.display().to_string()),
         match &cfg.log.target {
             LogTarget::Off => "off".to_string(),
@@ -629,11 +656,16 @@ fn reload(r: &mut Running) {
         || new.workers != r.cfg.workers
         || new.user != r.cfg.user
         || new.proxy_protocol != r.cfg.proxy_protocol
+        || new.shared != r.cfg.shared
     {
-        warn!("listeners (and their proxy_protocol), workers and user change only on restart (or upgrade, SIGUSR2)");
+        warn!(
+            "listeners (and their proxy_protocol and reuse_port), workers and user change only on restart (or \
+             upgrade, SIGUSR2)"
+        );
     }
     let log = Option::clone(&r.front.log.load());
     selvedge_server::client::set_trusted(&new.trusted_proxies);
+    selvedge_server::mime::set_overrides(&new.mime);
     r.front.swap(site, routes::engine_pages(&new), log);
     reload_certs(&r.cert_stores, &new);
     let specs = acme::specs(&new);
@@ -644,10 +676,12 @@ fn reload(r: &mut Running) {
     }
     let listen = std::mem::take(&mut r.cfg.listen);
     let proxy_protocol = std::mem::take(&mut r.cfg.proxy_protocol);
+    let shared = std::mem::take(&mut r.cfg.shared);
     let workers = r.cfg.workers;
     r.cfg = new;
     r.cfg.listen = listen;
     r.cfg.proxy_protocol = proxy_protocol;
+    r.cfg.shared = shared;
     r.cfg.workers = workers;
     selvedge_server::metrics::registry().events.reloads_ok.fetch_add(1, Ordering::Relaxed);
     loaded_now();

@@ -1,9 +1,13 @@
-//! MIME types by file extension: one hash lookup (O(1)) in a table built once, keyed by the
-//! lower-cased extension; unknown extensions get `application/octet-stream`.
+//! MIME types by file extension, case-insensitively: the `[mime]` table of the configuration
+//! first, then the server's own table (the common web types, text ones with
+//! `charset=utf-8`), then the shared MIME list of `mime_guess` (about 1,000 extensions:
+//! yaml, m3u8, mov, flac, docx, epub, mkv, heic...); anything else is
+//! `application/octet-stream`.
 //!
-//! Per request this is a byte scan for the extension and an FNV-1a hash of at most 16
-//! bytes (the table is fixed and only looked up, so a keyed hash buys nothing here):
-//! about 60 instructions, where `Path::extension` and SipHash took about 680.
+//! The file cache looks a file's type up once, when it loads the file. A lookup is a byte
+//! scan for the extension and an FNV-1a hash of at most 16 bytes in a table built once
+//! (the table is fixed and only looked up, so a keyed hash buys nothing here): about 60
+//! instructions, where `Path::extension` and SipHash took about 680.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -96,6 +100,54 @@ fn extension(p: &[u8]) -> Option<&[u8]> {
     }
 }
 
+/// The `[mime]` table (extension, lower case, without its dot → type), installed at start
+/// and on reload.
+static OVERRIDES: arc_swap::ArcSwapOption<HashMap<Box<[u8]>, &'static str>> = arc_swap::ArcSwapOption::const_empty();
+
+/// Installs the `[mime]` table (empty: none). Each type is kept for the process's life
+/// (a reload that names the same type again reuses it).
+pub fn set_overrides(table: &std::collections::BTreeMap<String, String>) {
+    static KEPT: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    if table.is_empty() {
+        OVERRIDES.store(None);
+        return;
+    }
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut map = HashMap::new();
+    for (ext, ty) in table {
+        let ty: &'static str = match kept.iter().find(|k| **k == ty.as_str()) {
+            Some(k) => k,
+            None => {
+                let k: &'static str = Box::leak(ty.clone().into_boxed_str());
+                kept.push(k);
+                k
+            }
+        };
+        map.insert(ext.to_ascii_lowercase().into_bytes().into_boxed_slice(), ty);
+    }
+    OVERRIDES.store(Some(std::sync::Arc::new(map)));
+}
+
+/// Checks a `[mime]` entry: an extension (no dot, no slash) and a type that can go in a
+/// header (`type/subtype`, parameters allowed).
+///
+/// # Errors
+/// What is wrong with it.
+pub fn check_override(ext: &str, ty: &str) -> Result<(), String> {
+    if ext.is_empty() || ext.len() > 16 || !ext.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        return Err(format!("mime: {ext:?}: an extension without its dot (letters, digits, '-', '_'; at most 16)"));
+    }
+    let essence = ty.split(';').next().unwrap_or("").trim();
+    let ok_essence = essence.split_once('/').is_some_and(|(a, b)| {
+        let token = |t: &str| !t.is_empty() && t.bytes().all(|c| selvedge::message::TCHAR[usize::from(c)]);
+        token(a) && token(b)
+    });
+    if !ok_essence || selvedge::http::HeaderValue::from_str(ty).is_err() {
+        return Err(format!("mime: {ext} = {ty:?}: a type such as \"text/plain; charset=utf-8\""));
+    }
+    Ok(())
+}
+
 /// The `Content-Type` for `path` (by its extension, case-insensitively).
 pub fn for_path(path: &Path) -> &'static str {
     let Some(ext) = extension(path.as_os_str().as_bytes()) else { return DEFAULT };
@@ -106,7 +158,14 @@ pub fn for_path(path: &Path) -> &'static str {
     for (o, b) in buf.iter_mut().zip(ext) {
         *o = b.to_ascii_lowercase();
     }
-    table().get(&buf[..ext.len()]).copied().unwrap_or(DEFAULT)
+    let ext = &buf[..ext.len()];
+    if let Some(t) = OVERRIDES.load().as_ref().and_then(|o| o.get(ext).copied()) {
+        return t;
+    }
+    if let Some(t) = table().get(ext) {
+        return t;
+    }
+    std::str::from_utf8(ext).ok().and_then(|e| mime_guess::from_ext(e).first_raw()).unwrap_or(DEFAULT)
 }
 
 /// Whether a type is worth a precompressed sibling (text-like).
@@ -148,5 +207,36 @@ mod tests {
         }
         assert!(compressible("text/css; charset=utf-8"));
         assert!(!compressible("image/png"));
+        // The shared list, for what the table does not name.
+        for (ext, want) in [
+            ("yaml", "yaml"),
+            ("m3u8", "mpegurl"),
+            ("mov", "video/quicktime"),
+            ("flac", "audio/"),
+            ("docx", "officedocument"),
+            ("epub", "application/epub+zip"),
+            ("mkv", "matroska"),
+        ] {
+            let t = for_path(Path::new(&format!("x.{ext}")));
+            assert!(t.contains(want), "{ext}: {t}");
+        }
+    }
+
+    #[test]
+    fn overrides_come_first() {
+        assert!(check_override("log", "text/plain; charset=utf-8").is_ok());
+        for (e, t) in
+            [(".log", "text/plain"), ("a/b", "text/plain"), ("log", "text"), ("log", "text/plain\n"), ("", "a/b")]
+        {
+            assert!(check_override(e, t).is_err(), "{e} {t}");
+        }
+        // (Extensions no other test looks up: the table is the process's.)
+        let table =
+            [("LOG".to_string(), "text/plain; charset=utf-8".to_string()), ("weird".into(), "text/x-test".into())];
+        set_overrides(&table.into_iter().collect());
+        assert_eq!(for_path(Path::new("a.log")), "text/plain; charset=utf-8");
+        assert_eq!(for_path(Path::new("a.WEIRD")), "text/x-test");
+        set_overrides(&Default::default());
+        assert_eq!(for_path(Path::new("a.weird")), DEFAULT);
     }
 }

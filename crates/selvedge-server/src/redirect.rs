@@ -34,7 +34,7 @@ pub const MAX_TARGET: usize = 64 * 1024;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRedirect {
-    from: String,
+    from: toml::Spanned<String>,
     to: String,
     status: Option<u16>,
     rewrite: Option<bool>,
@@ -96,13 +96,18 @@ impl Rule {
     /// Checks a rule as written.
     ///
     /// # Errors
-    /// A bad regular expression, a status that is not a redirect, a rewrite target that
-    /// is not a path, a target that cannot go in a header.
-    pub fn from_raw(r: &RawRedirect) -> Result<Rule, String> {
-        let from = regex::bytes::RegexBuilder::new(&r.from)
+    /// A bad regular expression (with the position of `from`, and the expression's own
+    /// message, which points at the fault), a status that is not a redirect, a rewrite
+    /// target that is not a path, a target that cannot go in a header.
+    pub fn from_raw(r: &RawRedirect) -> Result<Rule, (Option<std::ops::Range<usize>>, String)> {
+        let from = regex::bytes::RegexBuilder::new(r.from.get_ref())
             .size_limit(1 << 20)
             .build()
-            .map_err(|e| format!("redirect from: {}", e.to_string().lines().last().unwrap_or("invalid")))?;
+            .map_err(|e| (Some(r.from.span()), format!("redirect from: {e}")))?;
+        Self::checked(r, from).map_err(|e| (None, e))
+    }
+
+    fn checked(r: &RawRedirect, from: Regex) -> Result<Rule, String> {
         if r.to.is_empty() || !r.to.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(format!("redirect to {:?}: visible ASCII, no spaces (percent-encode them)", r.to));
         }
@@ -119,7 +124,7 @@ impl Rule {
                 s => return Err(format!("redirect status {s}: 301, 302, 307 or 308")),
             },
         };
-        let starts = anchored_prefix(&r.from).into_boxed_slice();
+        let starts = anchored_prefix(r.from.get_ref()).into_boxed_slice();
         Ok(Rule { from, starts, to: r.to.clone(), action })
     }
 
@@ -237,6 +242,10 @@ impl Redirects {
                     }
                     // A protocol-relative `to` (`//cdn.example/$1`) is the rule's own choice.
                     let location = if rule.to.starts_with("//") { target.as_str().into() } else { same_host(&target) };
+                    if location.is_empty() || location.starts_with('?') {
+                        tracing::warn!("a redirect rule made an empty target for {}: answered 500", req.path());
+                        return Outcome::Answer(crate::policy::plain(StatusCode::INTERNAL_SERVER_ERROR));
+                    }
                     let Ok(location) = HeaderValue::try_from(&*location) else {
                         return Outcome::Answer(crate::policy::plain(StatusCode::INTERNAL_SERVER_ERROR));
                     };
@@ -295,17 +304,16 @@ mod tests {
     use super::*;
     use bytes::Bytes;
 
+    fn spanned(s: &str) -> toml::Spanned<String> {
+        toml::Spanned::new(0..s.len(), s.to_string())
+    }
+
     fn rules(list: &[(&str, &str, Option<u16>, bool)]) -> Redirects {
         Redirects::new(
             list.iter()
                 .map(|(f, t, s, rw)| {
-                    Rule::from_raw(&RawRedirect {
-                        from: f.to_string(),
-                        to: t.to_string(),
-                        status: *s,
-                        rewrite: Some(*rw),
-                    })
-                    .unwrap()
+                    Rule::from_raw(&RawRedirect { from: spanned(f), to: t.to_string(), status: *s, rewrite: Some(*rw) })
+                        .unwrap()
                 })
                 .collect(),
         )
@@ -362,7 +370,7 @@ mod tests {
         ];
         for p in patterns {
             let rule =
-                Rule::from_raw(&RawRedirect { from: p.into(), to: "/t".into(), status: None, rewrite: Some(true) })
+                Rule::from_raw(&RawRedirect { from: spanned(p), to: "/t".into(), status: None, rewrite: Some(true) })
                     .unwrap();
             for path in paths {
                 assert_eq!(rule.matches(path.as_bytes()), rule.from.is_match(path.as_bytes()), "{p} on {path}");
@@ -415,7 +423,7 @@ mod tests {
     #[test]
     fn config_errors() {
         let raw = |f: &str, t: &str, s: Option<u16>, rw: Option<bool>| {
-            Rule::from_raw(&RawRedirect { from: f.into(), to: t.into(), status: s, rewrite: rw })
+            Rule::from_raw(&RawRedirect { from: spanned(f), to: t.into(), status: s, rewrite: rw })
         };
         assert!(raw("(", "/x", None, None).is_err());
         assert!(raw("^/a", "/x", Some(200), None).is_err());

@@ -82,9 +82,9 @@ impl RouteApp {
     fn describe(&self) -> String {
         match self {
             RouteApp::Static(s) => s.root().display().to_string(),
-            RouteApp::Cgi(c) => format!("cgi:{}", c.describe().display()),
-            RouteApp::Fastcgi(f) => format!("fastcgi:{}", f.describe()),
-            RouteApp::Proxy(p) => format!("proxy:{}", p.describe()),
+            RouteApp::Cgi(c) => format!("cgi {}", c.describe().display()),
+            RouteApp::Fastcgi(f) => format!("fastcgi {}", f.describe()),
+            RouteApp::Proxy(p) => format!("proxy {}", p.describe()),
         }
     }
 }
@@ -114,9 +114,29 @@ pub struct RouteAt<'a> {
 }
 
 impl Vhost {
+    /// The route of `path`: the longest prefix (routes are sorted so). Segments' `;`
+    /// parameters are left out of the comparison (`/api;x/internal` is under
+    /// `/api/internal`): Java servlet containers drop them, so a proxied application reads
+    /// the path without them, and its checks must be the route's that owns that path.
     fn route(&self, path: &[u8]) -> Option<usize> {
+        if path.contains(&b';') {
+            let plain = without_parameters(path);
+            return self.routes.iter().position(|r| prefix_matches(&r.prefix, &plain));
+        }
         self.routes.iter().position(|r| prefix_matches(&r.prefix, path))
     }
+}
+
+/// `path` with each segment's `;` parameters left out.
+pub fn without_parameters(path: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(path.len());
+    for (i, seg) in path.split(|&b| b == b'/').enumerate() {
+        if i > 0 {
+            out.push(b'/');
+        }
+        out.extend_from_slice(seg.split(|&b| b == b';').next().unwrap_or(seg));
+    }
+    out
 }
 
 /// A routed request that waits (CGI, proxy, or a bcrypt check): the site it was routed
@@ -130,14 +150,10 @@ pub struct Waiting {
     verify: Option<Box<crate::policy::auth::Verify>>,
 }
 
-/// `prefix` matches `path` on a segment boundary (`/a` matches `/a`, `/a/b`, not `/ab`). A
-/// segment's `;` parameters do not make it another segment (`/a;x/b` is under `/a`): Java
-/// servlet containers drop them, so a proxied `/admin;x/users` is `/admin/users` upstream,
-/// and its checks are `/admin`'s.
+/// `prefix` matches `path` on a segment boundary (`/a` matches `/a`, `/a/b`, not `/ab`).
 fn prefix_matches(prefix: &str, path: &[u8]) -> bool {
     let prefix = prefix.as_bytes();
-    path.starts_with(prefix)
-        && (prefix.ends_with(b"/") || path.len() == prefix.len() || matches!(path[prefix.len()], b'/' | b';'))
+    path.starts_with(prefix) && (prefix.ends_with(b"/") || path.len() == prefix.len() || path[prefix.len()] == b'/')
 }
 
 /// Everything a configuration serves.
@@ -159,7 +175,7 @@ impl Site {
     /// A route's root is not a directory.
     pub fn build(cfg: &Config) -> io::Result<Site> {
         let cache = FileCache::new(CacheConfig {
-            siblings: &["br", "gz"],
+            siblings: &["br", "zst", "gz"],
             content_type: Some(crate::mime::for_path),
             ..cfg.cache
         });
@@ -234,6 +250,8 @@ impl Site {
                     Some(i) if !auth.ends_with(']') => &auth[..i],
                     _ => auth,
                 };
+                // A fully qualified name's trailing dot names the same host (`example.com.`).
+                let host = host.strip_suffix('.').unwrap_or(host);
                 let mut buf = [0u8; 256];
                 if host.len() <= buf.len() {
                     for (o, b) in buf.iter_mut().zip(host.bytes()) {
@@ -342,8 +360,8 @@ impl Site {
                 }
             }
             let coding = match &route.compress {
-                Some(c) if req.upgrade().is_none() => c.choose(req.header("accept-encoding")),
-                _ => None,
+                Some(c) if req.upgrade().is_none() => c.choice(req.header("accept-encoding")),
+                _ => Default::default(),
             };
             let res = match &route.app {
                 RouteApp::Static(s) => {
@@ -400,9 +418,28 @@ impl Site {
         out
     }
 
-    /// The roots served, for the startup line.
-    pub fn roots(&self) -> Vec<String> {
-        self.vhosts.iter().flat_map(|v| v.routes.iter().map(|r| r.app.describe())).collect()
+    /// What is served, for the startup line: `PATH → WHAT` per route (`HOST PATH → WHAT`
+    /// with named hosts), in order of host and path, at most `max` of them and then how
+    /// many more.
+    pub fn summary(&self, max: usize) -> String {
+        let named = self.vhosts.iter().any(|v| v.label != "default");
+        let mut items: Vec<String> = Vec::new();
+        for (host, prefix, what) in self.describe_routes() {
+            let item = match named {
+                true => format!("{host} {prefix} → {what}"),
+                false => format!("{prefix} → {what}"),
+            };
+            if !items.contains(&item) {
+                items.push(item);
+            }
+        }
+        let more = items.len().saturating_sub(max);
+        items.truncate(max);
+        let mut out = items.join(", ");
+        if more > 0 {
+            out.push_str(&format!(" and {more} more"));
+        }
+        out
     }
 }
 
@@ -773,7 +810,7 @@ fn finished(_complete: bool, tag: [u64; 2]) {
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_matches;
+    use super::{prefix_matches, without_parameters};
 
     #[test]
     fn prefixes() {
@@ -783,9 +820,8 @@ mod tests {
         assert!(!prefix_matches("/a", b"/ab"));
         assert!(prefix_matches("/a/", b"/a/b"));
         assert!(!prefix_matches("/a/", b"/a"));
-        assert!(prefix_matches("/a", b"/a;x/b"));
-        assert!(prefix_matches("/a", b"/a;"));
-        assert!(!prefix_matches("/a", b"/ab;x"));
+        assert_eq!(without_parameters(b"/a;x/b;y;z/c/;w"), b"/a/b/c/");
+        assert_eq!(without_parameters(b"/a/b"), b"/a/b");
     }
 
     /// The engine keeps a connection's app future allocated between requests when it is at

@@ -12,7 +12,7 @@
 //!    (301) to the slash form; with one, its index file is served, else its listing
 //!    (`listing`, see [`crate::listing`]). No file: the `fallback` file for a page request
 //!    (200, `Vary: Accept`), else 404.
-//! 4. A `.br` or `.gz` sibling is served instead when `Accept-Encoding` allows it
+//! 4. A `.br`, `.zst` or `.gz` sibling is served instead when `Accept-Encoding` allows it
 //!    (`Content-Encoding`, `Vary: Accept-Encoding`); without one, `compress` gives a copy
 //!    compressed once and kept with the cache entry ([`crate::compression`]).
 //! 5. Conditionals (`If-Match`, `If-Unmodified-Since`, `If-None-Match`,
@@ -174,7 +174,7 @@ impl StaticFiles {
         };
         let fixed = opts.fields.clone().into();
         Ok(StaticFiles {
-            gate: Gate::new(root.clone(), opts.symlinks_outside),
+            gate: Gate::new(root.clone(), opts.symlinks_outside).with_dotfiles(opts.dotfiles),
             root,
             skip,
             opts: Arc::new(opts),
@@ -365,10 +365,16 @@ impl StaticFiles {
             res.header(header::CONTENT_TYPE, "text/html; charset=utf-8")
         };
         res = res.header(header::VARY, "Accept").header(header::CACHE_CONTROL, "no-cache");
-        match (&self.compression, listing_coding(self, req)) {
-            (Some(c), Some(coding)) => c.stream(res, Some(coding)),
-            (Some(_), None) => res.header(header::VARY, "Accept-Encoding"),
-            _ => res,
+        match &self.compression {
+            Some(c) => {
+                let choice = c.choice(req.header("accept-encoding"));
+                if choice.streamed.is_some() {
+                    c.stream(res, choice)
+                } else {
+                    res.header(header::VARY, "Accept-Encoding")
+                }
+            }
+            None => res,
         }
     }
 
@@ -393,7 +399,11 @@ impl StaticFiles {
             let inside = |s: &&Sibling| self.gate.admits(&s.info.real);
             vary_siblings = entry.siblings.iter().any(|s| inside(&s));
             for s in entry.siblings.iter().filter(inside) {
-                let coding = if s.ext == "gz" { "gzip" } else { s.ext };
+                let coding = match s.ext {
+                    "gz" => "gzip",
+                    "zst" => "zstd",
+                    ext => ext,
+                };
                 if accepts(accept, coding) {
                     encoding = Some(coding);
                     f = &s.info;
@@ -414,11 +424,13 @@ impl StaticFiles {
         let mut stream = None;
         if let (Some(accept), None) = (fields.accept_encoding, fields.range) {
             if let Some(c) = dynamic() {
-                if let Some(coding) = c.choose(Some(accept)).filter(|_| compressible()) {
-                    match c.variant(entry, f, coding) {
-                        Some(v) if v.bytes.is_some() => variant = Some((v, coding)),
-                        Some(_) => {}
-                        None => stream = Some(coding),
+                let choice = c.choice(Some(accept));
+                if choice.any() && compressible() {
+                    match choice.whole.map(|coding| (c.variant(entry, f, coding), coding)) {
+                        Some((Some(v), coding)) if v.bytes.is_some() => variant = Some((v, coding)),
+                        Some((Some(_), _)) => {}
+                        // Too large to keep (or the memory is spent): compressed as sent.
+                        _ => stream = choice.streamed.is_some().then_some(choice),
                     }
                 }
             }
@@ -494,10 +506,13 @@ impl StaticFiles {
             });
             let res = bare(StatusCode::OK, f, 0, f.size).shared_fields(shared);
             match (&self.compression, stream) {
-                // Too large to keep compressed (or the memory is spent): compressed as sent.
-                (Some(c), Some(coding)) => {
-                    let mut res = c.stream(res, Some(coding));
-                    res.headers_mut().retain(|(n, _)| n != header::ACCEPT_RANGES);
+                // Too large to keep compressed (or the memory is spent): compressed as sent
+                // (unless max_streams are being compressed already).
+                (Some(c), Some(choice)) => {
+                    let mut res = c.stream(res, choice);
+                    if res.headers().any(|(n, _)| n == header::CONTENT_ENCODING) {
+                        res.headers_mut().retain(|(n, _)| n != header::ACCEPT_RANGES);
+                    }
                     (res, true)
                 }
                 _ => (res, true),
@@ -611,11 +626,6 @@ static PATH_CLASS: [u8; 256] = {
     t[b'/' as usize] = 1;
     t
 };
-
-/// The coding for a listing page (compressed as it is sent).
-fn listing_coding(s: &StaticFiles, req: &Request) -> Option<selvedge::middleware::Coding> {
-    s.compression.as_ref().and_then(|c| c.choose(req.header("accept-encoding")))
-}
 
 /// Whether an `Accept` value names HTML (`text/html` or XHTML with a non-zero q): a page
 /// load, not a script's or an image's request, which `*/*` is.

@@ -306,7 +306,7 @@ fn consistent_hash_moves_only_the_removed_upstreams_keys() {
 #[test]
 fn killed_upstream_under_load_fails_no_request() {
     if !have("wrk") {
-        println!("SKIPPED killed_upstream_under_load_fails_no_request: wrk is not installed (.ci/run installs it)");
+        common::missing_tool("wrk", "killed_upstream_under_load_fails_no_request");
         return;
     }
     let (_da, a) = serve("a", "127.0.0.1", 0);

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use common::{clean_env, Srv, TempDir, BIN};
 
@@ -66,20 +66,24 @@ fn version_and_help_go_to_stdout() {
     }
 }
 
+/// A usage error is clap's whole message on stderr, exit 2: what is wrong or missing (by
+/// name), a similar name when there is one, and the usage line.
 #[test]
-fn usage_errors_are_one_line_and_exit_2() {
-    for args in [
-        &["--frobnicate"][..],
-        &["serve", "--nope"],
-        &["serve", "-p", "http"],
-        &["fly"],
-        &["serve", "--tls-cert", "c.pem"],
+fn usage_errors_say_what_is_wrong_and_exit_2() {
+    for (args, want) in [
+        (&["--frobnicate"][..], "unexpected argument '--frobnicate'"),
+        (&["serve", "--nope"], "unexpected argument '--nope'"),
+        (&["serve", "-p", "http"], "invalid value 'http'"),
+        (&["fly"], "unrecognized subcommand 'fly'"),
+        (&["serv"], "similar"),
+        (&["serve", "--no-listin"], "--no-listing"),
+        (&["run"], "--config <FILE>"),
+        (&["serve", "--tls-cert", "c.pem"], "--tls-key"),
     ] {
         let out = selvedge(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);
-        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-        assert!(err.starts_with("selvedge: "), "{args:?}: {err}");
+        assert!(err.contains(want) && err.contains("--help"), "{args:?}: wanted {want:?} in {err}");
         assert!(out.stdout.is_empty());
     }
     // Nothing at all: the help, on stderr, exit 2.
@@ -89,6 +93,42 @@ fn usage_errors_are_one_line_and_exit_2() {
     let out = selvedge(&["serve", "/no/such/dir"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("/no/such/dir is not a directory"));
+}
+
+/// Boolean variables take 1/0, yes/no, on/off, true/false; anything else is refused with
+/// the variable's name.
+#[test]
+fn boolean_variables_take_the_usual_spellings() {
+    let d = TempDir::new("bools");
+    d.write("root/sub/a.txt", "a");
+    for (value, listed) in
+        [("1", false), ("yes", false), ("ON", false), ("true", false), ("0", true), ("off", true), ("no", true)]
+    {
+        let mut cmd = Command::new(BIN);
+        clean_env(&mut cmd);
+        cmd.args(["serve", d.path().join("root").to_str().unwrap(), "-p", "0", "-w", "1"])
+            .env("SELVEDGE_NO_LISTING", value);
+        let s = Srv::spawn(cmd);
+        assert_eq!(s.get("/sub/").status == 200, listed, "SELVEDGE_NO_LISTING={value}");
+    }
+    let mut cmd = Command::new(BIN);
+    clean_env(&mut cmd);
+    let out = cmd.args(["serve", "-p", "0"]).env("SELVEDGE_NO_LISTING", "maybe").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("SELVEDGE_NO_LISTING=maybe"), "{}", text(&out.stderr));
+}
+
+/// A reader that stops early is not an error: `selvedge completions zsh | head -3`. (The
+/// pipe is closed before the process starts writing: its write fails with EPIPE.)
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    for args in [&["completions", "zsh"][..], &["man"]] {
+        let mut child = Command::new(BIN).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out.stderr));
+        assert!(!text(&out.stderr).contains("panicked"), "{args:?}: {}", text(&out.stderr));
+    }
 }
 
 #[test]
@@ -113,7 +153,7 @@ fn serve_flags_come_from_the_environment() {
     assert_eq!(r.text(), "from SELVEDGE_ROOT");
     assert_eq!(r.header("cache-control"), Some("max-age=3600"));
     assert_eq!(std::fs::read_to_string(&pid).unwrap().trim(), s.pid().to_string());
-    assert!(s.said("with 1 workers"));
+    assert!(s.said("with 1 worker; serving / → "), "{:?}", s.stderr.lock().unwrap());
     assert_eq!(s.stop(), Some(0));
     assert!(std::fs::read_to_string(&log).unwrap().contains("GET /a.txt"));
     // A flag wins over its variable.

@@ -98,3 +98,66 @@ fn range_requests_from_clients_that_do_not_read_hold_little() {
     drop(held);
     assert_eq!(srv.get("/big.txt").body.len(), size as usize);
 }
+
+/// Compression as sent keeps a small encoder per response (gzip or zstd, never brotli,
+/// whose encoder buffered megabytes), and at most `max_streams` of them live at once: an
+/// HTTP/2 connection with 100 streams of a 3 MB text file, closed windows, asking for
+/// brotli (and gzip on some), grows the server by less than 50 MB (brotli as sent held
+/// about 8.6 MB a stream).
+#[test]
+fn compression_as_sent_holds_little_per_response() {
+    let d = TempDir::new("mem-compress");
+    // Text as a site serves it: this crate's sources, to 3 MB.
+    let mut text = Vec::new();
+    while text.len() < 3_000_000 {
+        for e in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src")).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "rs") {
+                text.extend(std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    d.write("site/big.txt", &text);
+    let cfg = d.write(
+        "selvedge.toml",
+        "[server]\nworkers = 1\n[[listen]]\nport = 0\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"site\"\n",
+    );
+    let srv = Srv::start(&["--config", cfg.to_str().unwrap()]);
+    drop(h2_zero_window_with(srv.addr, 1, b"br, gzip"));
+    std::thread::sleep(Duration::from_millis(300));
+    let before = rss_kib(srv.pid());
+    let held = [h2_zero_window_with(srv.addr, 60, b"br"), h2_zero_window_with(srv.addr, 60, b"gzip, br, zstd")];
+    std::thread::sleep(Duration::from_secs(2));
+    let grown = rss_kib(srv.pid()).saturating_sub(before);
+    eprintln!("RSS grew {grown} KiB for 120 streams of a 3 MB file asking for compression");
+    assert!(grown < 50 * 1024, "the server grew by {grown} KiB (want under 50 MiB)");
+    drop(held);
+    let r = srv.get_h("/big.txt", &[("Accept-Encoding", "br")]);
+    assert_eq!((r.status, r.header("content-encoding")), (200, None), "brotli is not streamed");
+    let r = srv.get_h("/big.txt", &[("Accept-Encoding", "gzip")]);
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+}
+
+/// [`h2_zero_window`] for `GET /big.txt` with this `accept-encoding`.
+fn h2_zero_window_with(addr: std::net::SocketAddr, streams: u32, accept: &[u8]) -> TcpStream {
+    use selvedge::h2::frame::{Headers, Setting, Settings};
+    let mut out = Vec::new();
+    out.extend_from_slice(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    Settings { ack: false, values: vec![(Setting::INITIAL_WINDOW_SIZE, 0)] }.encode(&mut out);
+    let mut enc = selvedge::hpack::Encoder::new();
+    for i in 0..streams {
+        let fields = [
+            (&b":method"[..], &b"GET"[..]),
+            (b":scheme", b"http"),
+            (b":path", b"/big.txt"),
+            (b":authority", b"t"),
+            (b"accept-encoding", accept),
+        ];
+        let mut block = BytesMut::new();
+        enc.encode(fields, &mut block);
+        Headers::encode(1 + 2 * i, &block, true, 16_384, &mut out);
+    }
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(&out).unwrap();
+    s
+}

@@ -56,7 +56,7 @@ fn site() -> TempDir {
 #[test]
 fn h2c_upstream_multiplexes_100_streams_over_few_connections() {
     if !have("h2load") || !have("ss") {
-        eprintln!("skipped: h2load or ss missing");
+        common::missing_tool("h2load and ss", "proxy_h2");
         return;
     }
     let d = TempDir::new("pxh2c");
@@ -145,7 +145,7 @@ fn h2_upstream_over_tls_with_alpn() {
 #[test]
 fn a_full_upstream_connection_opens_another() {
     if !have("h2load") || !have("ss") {
-        eprintln!("skipped: h2load or ss missing");
+        common::missing_tool("h2load and ss", "proxy_h2");
         return;
     }
     let d = TempDir::new("pxh2-more");
@@ -230,7 +230,7 @@ fn grpc_through_the_proxy() {
     let py = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/grpc_peer.py");
     let ok = Command::new("python3").args(["-c", "import grpc"]).status().is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipped: python3 grpcio missing");
+        common::missing_tool("python3 grpcio", "proxy_h2 grpc");
         return;
     }
     let d = TempDir::new("pxgrpc");

@@ -240,7 +240,7 @@ fn websocket_to_an_https_upstream() {
 #[test]
 fn client_certificate_to_an_upstream_that_requires_one() {
     if !have("nginx") {
-        eprintln!("skipped: nginx is not installed");
+        common::missing_tool("nginx", "proxy_tls");
         return;
     }
     let d = TempDir::new("pxtls-mtls");

@@ -284,3 +284,55 @@ fn mapped_networks_match_and_host_bits_are_refused() {
         assert!(err.contains(why), "{nets}: {err}");
     }
 }
+
+/// Parameters on an earlier segment of a longer route's prefix (`/api;x/internal`) do not
+/// walk around that route: a Java application behind reads `/api/internal`.
+#[test]
+fn path_parameters_do_not_walk_around_a_nested_route() {
+    let d = TempDir::new("seam-params");
+    let (up, seen) = recorder();
+    let srv = start(
+        &d,
+        &format!(
+            "[[vhost]]\n[[vhost.route]]\npath = \"/api\"\nproxy = {{ upstream = \"http://{up}\" }}\n\
+             [[vhost.route]]\npath = \"/api/internal\"\nproxy = {{ upstream = \"http://{up}\" }}\n\
+             deny = [\"0.0.0.0/0\", \"::/0\"]\n"
+        ),
+    );
+    for t in ["/api;x/internal/secret", "/api;/internal/secret", "/api/internal;x/secret", "/api;a;b/internal;c"] {
+        assert_eq!(get(&srv, t).status, 403, "{t}");
+    }
+    assert_eq!(get(&srv, "/api;x/public").status, 200);
+    assert!(!String::from_utf8_lossy(&seen.lock().unwrap()).contains("internal"));
+}
+
+/// An authority is `host[:port]`: one that smuggles another host past the virtual host's
+/// choice (`good.test:1,evil.example`, userinfo) is a 400; a trailing dot names the same
+/// host; a second `Authorization` is refused; a symlink to a dotfile is not served; a rule
+/// that makes an empty `Location` is a 500, not an empty header.
+#[test]
+fn authorities_credentials_dotfiles_and_empty_locations() {
+    let d = TempDir::new("seam-misc");
+    d.write("www/a.txt", "a");
+    d.write("www/.secret", "hidden");
+    std::os::unix::fs::symlink(d.path().join("www/.secret"), d.path().join("www/notdot")).unwrap();
+    d.write("users", format!("{USER}\n"));
+    let srv = start(
+        &d,
+        "[[vhost]]\nhosts = [\"good.test\"]\n[[vhost.route]]\npath = \"/\"\nroot = \"www\"\nauth = { htpasswd = \"users\" }\n\
+         [[vhost]]\n[[vhost.redirect]]\nfrom = \"^(.*)/$\"\nto = \"$1\"\n[[vhost.route]]\npath = \"/\"\nroot = \"www\"\n",
+    );
+    let with_host = |host: &str, extra: &str| {
+        request(srv.addr, &format!("GET /a.txt HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n"))
+    };
+    for host in ["good.test:1,evil.example", "good.test:@evil.example", "good.test;x", "g%6fod.test"] {
+        assert_eq!(with_host(host, "").status, 400, "{host}");
+    }
+    assert_eq!(with_host("good.test.", "").status, 401, "the same host, its checks");
+    assert_eq!(with_host("good.test", &format!("Authorization: {CREDENTIALS}\r\n")).status, 200);
+    let two = format!("Authorization: {CREDENTIALS}\r\nAuthorization: Bearer other\r\n");
+    assert_eq!(with_host("good.test", &two).status, 401);
+    assert_eq!(get(&srv, "/notdot").status, 404);
+    let r = get(&srv, "/");
+    assert_eq!(r.status, 500, "{:?}", r.headers);
+}

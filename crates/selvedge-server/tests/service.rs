@@ -284,7 +284,7 @@ fn server_pid(addr: std::net::SocketAddr) -> u32 {
 #[test]
 fn binary_upgrade_under_load_drops_nothing() {
     if !have("wrk") {
-        println!("SKIPPED binary_upgrade_under_load_drops_nothing: wrk is not installed (.ci/run installs it)");
+        common::missing_tool("wrk", "binary_upgrade_under_load_drops_nothing");
         return;
     }
     let d = TempDir::new("upgrade");

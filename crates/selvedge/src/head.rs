@@ -185,9 +185,14 @@ pub(crate) fn request(fields: impl Fields, extended_connect: bool, arena: &mut B
     }
     let Some(m) = method else { return Err(HeaderError::Malformed) };
     let method = crate::message::method(&buf[m.range()]).map_err(|_| HeaderError::Malformed)?;
-    // A `Host` naming another entity than `:authority` makes the request malformed (RFC 9113
-    // §8.3.1, RFC 9114 §4.3.1): the virtual host is chosen by one and a script sees the
-    // other otherwise.
+    // An authority is `host[:port]` (no userinfo: RFC 9113 §8.3.1, RFC 9114 §4.3.1), and a
+    // `Host` naming another entity than `:authority` makes the request malformed: the
+    // virtual host is chosen by one and a script sees the other otherwise.
+    for a in [authority, host].into_iter().flatten() {
+        if !crate::message::authority::valid(&buf[a.range()]) {
+            return Err(HeaderError::Malformed);
+        }
+    }
     if let (Some(a), Some(h)) = (authority, host) {
         if !buf[a.range()].eq_ignore_ascii_case(&buf[h.range()]) {
             return Err(HeaderError::Malformed);
@@ -306,6 +311,11 @@ mod tests {
             // A `Host` naming another entity than `:authority`, or two `Host` fields.
             &[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "a.test"), ("host", "b.test")],
             &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("host", "a.test"), ("host", "b.test")],
+            // An authority that is not host[:port].
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "good.test:1/x@evil.example")],
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "good.test:@evil.example")],
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("host", "good.test:1,evil.example")],
+            &[(":method", "CONNECT"), (":authority", "u@example.com:443")],
         ];
         for c in cases {
             assert_eq!(decode(c).err(), Some(HeaderError::Malformed), "{c:?}");

@@ -122,9 +122,15 @@ pub async fn order(
     let mut order = match replaces {
         Some(r) => match account.new_order(&new.replaces(r)).await {
             Ok(o) => o,
-            // The CA may refuse a replacement (already replaced, another account's): a
-            // plain order then.
-            Err(_) => account.new_order(&NewOrder::new(&ids)).await.map_err(|e| format!("new order: {e}"))?,
+            // The CA refused the replacement (already replaced, another account's), or does
+            // not know replacements: no order was made, a plain one is asked for. Any other
+            // failure may have come after the CA made the order (a lost answer): the attempt
+            // fails and is tried again later, rather than leave a second order behind.
+            Err(e @ (instant_acme::Error::Api(_) | instant_acme::Error::Unsupported(_))) => {
+                tracing::debug!("replacement order refused ({e}): a plain order");
+                account.new_order(&NewOrder::new(&ids)).await.map_err(|e| format!("new order: {e}"))?
+            }
+            Err(e) => return Err(format!("new order (replacing the last certificate): {e}")),
         },
         None => account.new_order(&new).await.map_err(|e| format!("new order: {e}"))?,
     };

@@ -1,9 +1,10 @@
 //! `auth`: HTTP Basic authentication (RFC 7617) against an htpasswd file.
 //!
-//! - Entries as `htpasswd` writes them: bcrypt (`$2y$`, `$2a$`, `$2b$`; `htpasswd -B`) and
-//!   `{SHA}` (base64 SHA-1; `htpasswd -s`). MD5-crypt (`$apr1$`, htpasswd's old default),
-//!   crypt(3) and plain text are refused when the configuration is read, with the file's
-//!   line, so a weak file never silently locks everyone out or lets anyone in.
+//! - Entries as `htpasswd` writes them: bcrypt (`$2y$`, `$2a$`, `$2b$`; `htpasswd -B`),
+//!   Apache MD5 (`$apr1$`, the default of Debian's `htpasswd`; 1,000 rounds of MD5, checked
+//!   on the worker) and `{SHA}` (base64 SHA-1; `htpasswd -s`). crypt(3) and plain text are
+//!   refused when the configuration is read, with the file's line, so a file the server
+//!   cannot check never silently locks everyone out or lets anyone in.
 //! - The file is read with the configuration, so SIGHUP reloads it.
 //! - bcrypt is slow on purpose (~50–250 ms at the usual costs): it runs off the worker
 //!   threads (`spawn_blocking`), at most one per core at a time; a login flood queues
@@ -13,8 +14,8 @@
 //!   bcrypt, not one per request. The memory is per route and dropped on reload.
 //! - Secrets are compared in constant time; an unknown user costs a bcrypt like a known
 //!   one (checked against another entry's hash), so timing does not tell users apart.
-//! - `Authorization` values over 1 KiB, other schemes, bad base64 and credentials without
-//!   `:` are answered 401 at once, without hashing anything.
+//! - `Authorization` values over 1 KiB, other schemes, bad base64, credentials without `:`
+//!   and a second `Authorization` field are answered 401 at once, without hashing anything.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -47,6 +48,8 @@ pub struct RawAuth {
 enum Hash {
     Bcrypt(Arc<str>),
     Sha1([u8; 20]),
+    /// `$apr1$SALT$DIGEST`: the salt (at most 8 bytes) and the 22 characters of the digest.
+    Apr1(Box<[u8]>, [u8; 22]),
 }
 
 impl std::fmt::Debug for Hash {
@@ -54,6 +57,7 @@ impl std::fmt::Debug for Hash {
         f.write_str(match self {
             Hash::Bcrypt(_) => "bcrypt",
             Hash::Sha1(_) => "{SHA}",
+            Hash::Apr1(..) => "$apr1$",
         })
     }
 }
@@ -138,10 +142,13 @@ fn parse_hash(h: &str) -> Result<Hash, String> {
             && body.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'/');
         return if ok { Ok(Hash::Bcrypt(h.into())) } else { Err("malformed bcrypt hash".into()) };
     }
-    if h.starts_with("$apr1$") {
-        return Err(
-            "MD5-crypt ($apr1$) is not supported (weak): re-create the entry with `htpasswd -B` (bcrypt)".into()
-        );
+    if let Some(rest) = h.strip_prefix("$apr1$") {
+        let (salt, digest) = rest.split_once('$').ok_or("$apr1$: expected $apr1$SALT$DIGEST")?;
+        let alphabet = |b: u8| b.is_ascii_alphanumeric() || b == b'.' || b == b'/';
+        if salt.len() > 8 || !salt.bytes().all(alphabet) || digest.len() != 22 || !digest.bytes().all(alphabet) {
+            return Err("malformed $apr1$ hash".into());
+        }
+        return Ok(Hash::Apr1(salt.as_bytes().into(), digest.as_bytes().try_into().expect("22 bytes")));
     }
     if h.starts_with('$') {
         return Err("this crypt(3) hash is not supported: use `htpasswd -B` (bcrypt) or `-s` ({SHA})".into());
@@ -209,7 +216,7 @@ impl BasicAuth {
             .expect("the realm was checked");
         let decoy = cfg.users.values().find_map(|h| match h {
             Hash::Bcrypt(b) => Some(b.clone()),
-            Hash::Sha1(_) => None,
+            Hash::Sha1(_) | Hash::Apr1(..) => None,
         });
         let mut key = [0u8; 32];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key).expect("the system's random source");
@@ -219,6 +226,11 @@ impl BasicAuth {
     /// Looks at `req`'s credentials.
     pub fn check(&self, req: &Request) -> Verdict {
         let Some(value) = req.header("authorization") else { return Verdict::Refuse };
+        // One set of credentials: a second `Authorization` (not a list field) could be the
+        // one an application behind reads.
+        if req.header_bytes().filter(|(n, _)| n.eq_ignore_ascii_case(b"authorization")).nth(1).is_some() {
+            return Verdict::Refuse;
+        }
         let Some(creds) = basic_credentials(value) else { return Verdict::Refuse };
         let digest = self.digest(creds);
         if self.passed.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&digest) {
@@ -237,6 +249,14 @@ impl BasicAuth {
                     Verdict::Refuse
                 }
             }
+            Some(Hash::Apr1(salt, want)) => {
+                if ct_eq(&apr1(password, salt), want) {
+                    self.remember(digest);
+                    Verdict::Pass
+                } else {
+                    Verdict::Refuse
+                }
+            }
             Some(Hash::Bcrypt(h)) => {
                 Verdict::Verify(Verify { hash: h.clone(), password: password.to_vec(), digest, known: true })
             }
@@ -245,8 +265,8 @@ impl BasicAuth {
                     Verdict::Verify(Verify { hash: h.clone(), password: password.to_vec(), digest, known: false })
                 }
                 None => {
-                    // Only {SHA} users: hash anyway, as for a known one.
-                    let _ = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, password);
+                    // No bcrypt users: hash anyway, as for a known one.
+                    let _ = apr1(password, b"decoy");
                     Verdict::Refuse
                 }
             },
@@ -318,6 +338,64 @@ fn slots() -> &'static Semaphore {
     SLOTS.get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(1, |n| n.get())))
 }
 
+/// Apache's MD5 password hash (`$apr1$`, Poul-Henning Kamp's MD5-crypt with Apache's magic
+/// string): the 22 characters of the digest of `password` with `salt`, in crypt's base64.
+fn apr1(password: &[u8], salt: &[u8]) -> [u8; 22] {
+    use md5::{Digest, Md5};
+    const MAGIC: &[u8] = b"$apr1$";
+    const ITOA64: &[u8; 64] = b"./0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let alt = Md5::new().chain_update(password).chain_update(salt).chain_update(password).finalize();
+    let mut ctx = Md5::new().chain_update(password).chain_update(MAGIC).chain_update(salt);
+    for chunk in (0..password.len()).step_by(16) {
+        ctx.update(&alt[..16.min(password.len() - chunk)]);
+    }
+    let mut i = password.len();
+    while i > 0 {
+        ctx.update(if i & 1 == 1 { &[0u8][..] } else { &password[..1] });
+        i >>= 1;
+    }
+    let mut fin = ctx.finalize();
+    for round in 0..1000 {
+        let mut c = Md5::new();
+        if round & 1 == 1 {
+            c.update(password);
+        } else {
+            c.update(fin);
+        }
+        if round % 3 != 0 {
+            c.update(salt);
+        }
+        if round % 7 != 0 {
+            c.update(password);
+        }
+        if round & 1 == 1 {
+            c.update(fin);
+        } else {
+            c.update(password);
+        }
+        fin = c.finalize();
+    }
+    let f = |i: usize| u32::from(fin[i]);
+    let groups = [
+        ((f(0) << 16) | (f(6) << 8) | f(12), 4),
+        ((f(1) << 16) | (f(7) << 8) | f(13), 4),
+        ((f(2) << 16) | (f(8) << 8) | f(14), 4),
+        ((f(3) << 16) | (f(9) << 8) | f(15), 4),
+        ((f(4) << 16) | (f(10) << 8) | f(5), 4),
+        (f(11), 2),
+    ];
+    let mut out = [0u8; 22];
+    let mut n = 0;
+    for (mut v, count) in groups {
+        for _ in 0..count {
+            out[n] = ITOA64[(v & 0x3f) as usize];
+            v >>= 6;
+            n += 1;
+        }
+    }
+    out
+}
+
 /// Equality whose time does not depend on where the inputs differ.
 fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
@@ -331,12 +409,26 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    /// `$apr1$` digests as `htpasswd -m` (apache2-utils) made them.
+    #[test]
+    fn apr1_matches_htpasswd() {
+        for (password, salt, digest) in [
+            (&b"wonder land"[..], &b"wyd5TBXD"[..], b"OR9IUa/kPLOwj5FO5T/Rj/"),
+            (b"", b"CAqaeESP", b"1538E6mevaHrN.wWgUK6l1"),
+            (b"password", b"lZL6V/ci", b"eIMz/iKDkbtys/uU7LEK00"),
+        ] {
+            assert_eq!(&apr1(password, salt), digest, "{password:?}");
+        }
+        assert_ne!(&apr1(b"wonder lane", b"wyd5TBXD"), b"OR9IUa/kPLOwj5FO5T/Rj/");
+    }
+
     #[test]
     fn hashes_as_htpasswd_writes_them() {
         assert!(matches!(parse_hash("{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M="), Ok(Hash::Sha1(_))));
         let b = "$2y$05$c4WoMPo3SXsafkva.HHa6uXQZWr7oboPiC2bT/r7q1BB8I2s0BRqC";
         assert!(matches!(parse_hash(b), Ok(Hash::Bcrypt(_))));
-        assert!(parse_hash("$apr1$abc$def").unwrap_err().contains("htpasswd -B"));
+        assert!(parse_hash("$apr1$abc$def").is_err(), "malformed");
+        assert!(matches!(parse_hash("$apr1$wyd5TBXD$OR9IUa/kPLOwj5FO5T/Rj/"), Ok(Hash::Apr1(..))));
         assert!(parse_hash("$2y$05$short").is_err());
         assert!(parse_hash("$2y$99$c4WoMPo3SXsafkva.HHa6uXQZWr7oboPiC2bT/r7q1BB8I2s0BRqC").is_err());
         assert!(parse_hash("$6$salt$hash").is_err());

@@ -302,3 +302,13 @@ pub fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A test that needs `tool`, which is not installed: under `./scripts/test` (which installs
+/// every tool, `SELVEDGE_REQUIRE_TOOLS=1`) and in CI that is a failure; elsewhere the test
+/// says so and is skipped.
+pub fn missing_tool(tool: &str, test: &str) {
+    let required =
+        std::env::var_os("SELVEDGE_REQUIRE_TOOLS").is_some_and(|v| v == "1") || std::env::var_os("CI").is_some();
+    assert!(!required, "{test}: {tool} is not installed (./scripts/setup installs it)");
+    eprintln!("\n!!! {test}: {tool} is not installed (./scripts/setup installs it): SKIPPED !!!\n");
+}

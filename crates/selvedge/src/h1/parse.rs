@@ -18,7 +18,7 @@
 
 use std::fmt;
 
-use crate::message::{class, parse_decimal, swar, trim_ows, HeaderSpan, Span, TCHAR, VALUE};
+use crate::message::{authority, class, parse_decimal, swar, trim_ows, HeaderSpan, Span, TCHAR, VALUE};
 
 /// Limits the parser enforces.
 #[derive(Debug, Clone, Copy)]
@@ -161,47 +161,8 @@ pub enum Status {
 const fn is_target(b: u8) -> bool {
     b >= 0x21 && b <= 0x7e && b != b'#'
 }
-const fn is_host(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'-' | b'.'
-                | b'_'
-                | b'~'
-                | b'!'
-                | b'$'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b'+'
-                | b','
-                | b';'
-                | b'='
-                | b'%'
-                | b':'
-                | b'['
-                | b']'
-        )
-}
-
 /// request-target characters: visible ASCII but `#`.
 static TARGET: [bool; 256] = class!(is_target);
-/// Host characters: reg-name, IP-literal and port.
-static HOST: [bool; 256] = class!(is_host);
-
-/// Whether every byte of `s` is a Host character: the table looked up for each byte
-/// without a branch per byte (a Host value is short and almost always valid).
-#[inline]
-fn all_host(s: &[u8]) -> bool {
-    let mut ok = true;
-    for &b in s {
-        ok &= HOST[b as usize];
-    }
-    ok
-}
-
 /// Headers the parser recognises while scanning (Warp's indexed headers).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Known {
@@ -491,7 +452,8 @@ fn parse_inner(buf: &[u8], limits: &Limits, headers: &mut Vec<HeaderSpan>) -> Re
             }
             Known::Host => {
                 host_count += 1;
-                if !all_host(vb) {
+                // Empty when the target's authority is (RFC 9112 §3.2); else host[:port].
+                if !vb.is_empty() && !authority::valid(vb) {
                     return Err(ParseError::BadRequest("invalid Host"));
                 }
                 if authority.is_none() || form != TargetForm::Absolute {
@@ -572,7 +534,7 @@ fn split_target(method: &[u8], t: &[u8], base: usize) -> Result<Target> {
     };
     if method == b"CONNECT" {
         // authority-form: host:port, nothing else.
-        if t[0] == b'/' || !all_host(t) || !t.contains(&b':') {
+        if t[0] == b'/' || !authority::valid(t) || !t.contains(&b':') {
             return Err(ParseError::BadRequest("CONNECT needs authority-form"));
         }
         return Ok((TargetForm::Authority, span(0, t.len()), None, Some(span(0, t.len()))));
@@ -598,7 +560,7 @@ fn split_target(method: &[u8], t: &[u8], base: usize) -> Result<Target> {
             };
             let a_end = t[rest..].iter().position(|&b| matches!(b, b'/' | b'?')).map_or(t.len(), |p| rest + p);
             let auth = &t[rest..a_end];
-            if auth.is_empty() || auth.contains(&b'@') || !all_host(auth) {
+            if !authority::valid(auth) {
                 return Err(ParseError::BadRequest("invalid authority in absolute-form"));
             }
             let (p, q) = if t.get(a_end) == Some(&b'/') {

@@ -3,6 +3,7 @@
 //!
 //! Nothing here knows a protocol, a socket or a clock; every protocol module sits above it.
 
+pub mod authority;
 mod chars;
 mod list;
 mod names;

@@ -1,4 +1,4 @@
-//! Response compression (gzip and brotli) chosen by `Accept-Encoding`.
+//! Response compression (gzip, brotli and zstd) chosen by `Accept-Encoding`.
 //!
 //! ```
 //! use selvedge::{AppExt, Request, Response, middleware::Compress};
@@ -8,10 +8,15 @@
 //! # let _ = app;
 //! ```
 //!
-//! - The encoding is the acceptable one with the highest q-value (brotli wins ties).
-//! - Bodies in memory are compressed in one go; files and streams are compressed as they
-//!   are sent (a stream's every `write` is flushed through the compressor, so a streaming
-//!   app's messages are not held back).
+//! - Bodies in memory are compressed in one go, in the acceptable coding with the highest
+//!   q-value (on a tie brotli, then zstd, then gzip).
+//! - Files and streams are compressed as they are sent (a stream's every `write` is flushed
+//!   through the compressor, so a streaming app's messages are not held back), in gzip or
+//!   zstd (on a tie gzip), never brotli: a brotli encoder buffers its input by the megabyte
+//!   between flushes, and flushed often it compresses worse than gzip. An encoder lives as
+//!   long as its response, so at most [`Compress::max_streams`] of them are alive at once in
+//!   the process; past that a response goes out as it is. What each holds: gzip about
+//!   0.4 MiB, zstd (a 512 KiB window) about 1.7 MiB.
 //! - Skipped: bodies under `min_size`, types that are already compressed (images other than
 //!   SVG, audio, video, archives, fonts other than TTF/OTF), responses that already carry a
 //!   `Content-Encoding`, `Cache-Control: no-transform`, and 1xx/204/206/304 answers.
@@ -38,8 +43,11 @@ pub struct Compress {
     min_size: u64,
     gzip_level: u32,
     brotli_quality: u32,
+    zstd_level: i32,
     gzip: bool,
     brotli: bool,
+    zstd: bool,
+    max_streams: usize,
 }
 
 impl Default for Compress {
@@ -49,9 +57,19 @@ impl Default for Compress {
 }
 
 impl Compress {
-    /// gzip (level 6) and brotli (quality 5) for bodies of at least 256 bytes.
+    /// gzip (level 6), brotli (quality 5) and zstd (level 3) for bodies of at least 256
+    /// bytes.
     pub fn new() -> Compress {
-        Compress { min_size: 256, gzip_level: 6, brotli_quality: 5, gzip: true, brotli: true }
+        Compress {
+            min_size: 256,
+            gzip_level: 6,
+            brotli_quality: 5,
+            zstd_level: 3,
+            gzip: true,
+            brotli: true,
+            zstd: true,
+            max_streams: 128,
+        }
     }
     /// Smallest body compressed (default 256 bytes).
     pub fn min_size(mut self, n: u64) -> Self {
@@ -71,15 +89,36 @@ impl Compress {
         self
     }
 
+    /// zstd level 1-19 (default 3); 0 disables zstd.
+    pub fn zstd_level(mut self, level: u32) -> Self {
+        self.zstd = level > 0;
+        self.zstd_level = level.min(19) as i32;
+        self
+    }
+
+    /// Most bodies compressed as they are sent at once, in the whole process (default 128);
+    /// past that a file or stream goes out as it is.
+    pub fn max_streams(mut self, n: usize) -> Self {
+        self.max_streams = n;
+        self
+    }
+
     /// The smallest body compressed.
     pub fn min_len(&self) -> u64 {
         self.min_size
     }
 
-    /// The coding this middleware picks for an `Accept-Encoding` value (`None`: identity):
-    /// for an app that compresses some responses itself (and keeps the result).
+    /// The coding this middleware picks for a body in memory, for an `Accept-Encoding` value
+    /// (`None`: identity): for an app that compresses some responses itself (and keeps the
+    /// result).
     pub fn choose(&self, accept_encoding: &[u8]) -> Option<Coding> {
-        negotiate(accept_encoding, self.gzip, self.brotli)
+        negotiate(accept_encoding, self)
+    }
+
+    /// The codings this middleware picks for an `Accept-Encoding` value, for a body in
+    /// memory and for one compressed as it is sent ([`Compress::response`] takes it).
+    pub fn choice(&self, accept_encoding: &[u8]) -> Choice {
+        Choice { whole: negotiate(accept_encoding, self), streamed: negotiate_streamed(accept_encoding, self) }
     }
 
     /// Compresses `data` in one go with `coding` at this middleware's level.
@@ -93,11 +132,28 @@ impl Compress {
         Ok(out)
     }
 
-    /// Compresses `res` with `coding` as the middleware would (same skips, `Vary`, weak
-    /// `ETag`; files and streams as they are sent): for an app that decides per response,
-    /// such as a server whose routes turn compression on and off.
-    pub fn response(&self, res: Response, coding: Option<Coding>) -> Response {
-        compress(res, coding, self)
+    /// Compresses `res` as the middleware would, in the coding `choice` names for its body
+    /// (same skips, `Vary`, weak `ETag`; files and streams as they are sent): for an app that
+    /// decides per response, such as a server whose routes turn compression on and off.
+    pub fn response(&self, res: Response, choice: Choice) -> Response {
+        compress(res, choice, self)
+    }
+}
+
+/// The codings for one request ([`Compress::choice`]): for a body in memory, and for one
+/// compressed as it is sent (never brotli).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Choice {
+    /// For a body compressed in one go.
+    pub whole: Option<Coding>,
+    /// For a file or stream compressed as it is sent.
+    pub streamed: Option<Coding>,
+}
+
+impl Choice {
+    /// Whether the client accepts any coding at all.
+    pub fn any(&self) -> bool {
+        self.whole.is_some() || self.streamed.is_some()
     }
 }
 
@@ -108,27 +164,67 @@ pub enum Coding {
     Gzip,
     /// `br` (RFC 7932).
     Brotli,
+    /// `zstd` (RFC 8878).
+    Zstd,
 }
 
 impl Coding {
-    /// The token in `Content-Encoding` (`gzip`, `br`).
+    /// The token in `Content-Encoding` (`gzip`, `br`, `zstd`).
     pub fn token(self) -> &'static str {
         match self {
             Coding::Gzip => "gzip",
             Coding::Brotli => "br",
+            Coding::Zstd => "zstd",
         }
     }
 }
 
 /// Picks the coding from an `Accept-Encoding` value (RFC 9110 §12.5.3): the acceptable one
-/// with the highest q-value, brotli on a tie.
-pub(crate) fn negotiate(accept: &[u8], gzip: bool, brotli: bool) -> Option<Coding> {
+/// with the highest q-value; on a tie brotli, then zstd, then gzip.
+pub(crate) fn negotiate(accept: &[u8], cfg: &Compress) -> Option<Coding> {
     let q = |on: bool, names: &[&[u8]]| if on { accept_q(accept, names) } else { 0 };
-    let (br, gz) = (q(brotli, &[b"br"]), q(gzip, &[b"gzip", b"x-gzip"]));
-    match (br, gz) {
+    let offers = [
+        (q(cfg.brotli, &[b"br"]), Coding::Brotli),
+        (q(cfg.zstd, &[b"zstd"]), Coding::Zstd),
+        (q(cfg.gzip, &[b"gzip", b"x-gzip"]), Coding::Gzip),
+    ];
+    // The first of the highest (`max_by_key` keeps the last of equals).
+    let best = offers.iter().rev().max_by_key(|(q, _)| *q)?;
+    (best.0 > 0).then_some(best.1)
+}
+
+/// The coding for a body compressed as it is sent: gzip or zstd, the higher q-value, gzip
+/// on a tie (a quarter of zstd's memory, a close ratio at these levels).
+pub(crate) fn negotiate_streamed(accept: &[u8], cfg: &Compress) -> Option<Coding> {
+    let q = |on: bool, names: &[&[u8]]| if on { accept_q(accept, names) } else { 0 };
+    let (gz, zs) = (q(cfg.gzip, &[b"gzip", b"x-gzip"]), q(cfg.zstd, &[b"zstd"]));
+    match (gz, zs) {
         (0, 0) => None,
-        (b, g) if b >= g => Some(Coding::Brotli),
-        _ => Some(Coding::Gzip),
+        (g, z) if g >= z => Some(Coding::Gzip),
+        _ => Some(Coding::Zstd),
+    }
+}
+
+/// Encoders of bodies compressed as they are sent, alive now (in the whole process).
+static STREAMS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One streamed encoder's place under [`Compress::max_streams`], given back on drop.
+struct StreamTicket;
+
+impl StreamTicket {
+    fn take(max: usize) -> Option<StreamTicket> {
+        use std::sync::atomic::Ordering;
+        if STREAMS.fetch_add(1, Ordering::AcqRel) >= max {
+            STREAMS.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(StreamTicket)
+    }
+}
+
+impl Drop for StreamTicket {
+    fn drop(&mut self) {
+        STREAMS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -158,6 +254,7 @@ pub fn compressible(ct: &[u8]) -> bool {
 enum Encoder {
     Gzip(flate2::write::GzEncoder<Vec<u8>>),
     Brotli(Box<brotli::CompressorWriter<Vec<u8>>>),
+    Zstd(Box<zstd::stream::write::Encoder<'static, Vec<u8>>>),
 }
 
 impl std::fmt::Debug for Encoder {
@@ -165,17 +262,17 @@ impl std::fmt::Debug for Encoder {
         f.write_str(match self {
             Encoder::Gzip(_) => "Encoder::Gzip",
             Encoder::Brotli(_) => "Encoder::Brotli",
+            Encoder::Zstd(_) => "Encoder::Zstd",
         })
     }
 }
 
-/// The brotli window (log2 of bytes) of a body compressed as it is sent: 512 KiB, as
-/// nginx's brotli module. With its hash and buffers, a streamed brotli encoder at quality 5
-/// holds at most about 2.3 MiB (a 4 MiB window: about 9.3 MiB); gzip's about 0.3 MiB.
+/// The window (log2 of bytes) of a body compressed as it is sent (zstd): 512 KiB; its
+/// encoder then holds about 1.7 MiB at level 3 (zstd's own 2 MiB window: about 3.2 MiB).
 pub const STREAM_WINDOW: u32 = 19;
 
-/// The brotli window for a body of `len` bytes (`None`: unknown): the smallest that holds
-/// the body (at least 64 KiB), at most 4 MiB for a body compressed in one go, at most
+/// The window for a body of `len` bytes (`None`: unknown): the smallest that holds the body
+/// (at least 64 KiB), at most 4 MiB for a body compressed in one go, at most
 /// [`STREAM_WINDOW`] for one compressed as it is sent.
 fn window(len: Option<u64>, streamed: bool) -> u32 {
     let max = if streamed { STREAM_WINDOW } else { 22 };
@@ -199,6 +296,17 @@ impl Encoder {
                 cfg.brotli_quality,
                 window(len, streamed),
             ))),
+            Coding::Zstd => {
+                // The same window rule as brotli's (zstd's default at level 3 is 2 MiB); a
+                // failure to set a parameter leaves the encoder's default, which still works.
+                let mut e = zstd::stream::write::Encoder::new(Vec::new(), cfg.zstd_level)
+                    .unwrap_or_else(|_| zstd::stream::write::Encoder::new(Vec::new(), 3).expect("zstd level 3"));
+                let _ = e.window_log(window(len, streamed));
+                if let Some(n) = len {
+                    let _ = e.set_pledged_src_size(Some(n));
+                }
+                Encoder::Zstd(Box::new(e))
+            }
         }
     }
 
@@ -220,6 +328,13 @@ impl Encoder {
                 }
                 Ok(std::mem::take(e.get_mut()))
             }
+            Encoder::Zstd(e) => {
+                e.write_all(data)?;
+                if flush {
+                    e.flush()?;
+                }
+                Ok(std::mem::take(e.get_mut()))
+            }
         }
     }
 
@@ -228,6 +343,7 @@ impl Encoder {
         match self {
             Encoder::Gzip(e) => e.finish(),
             Encoder::Brotli(e) => Ok(e.into_inner()),
+            Encoder::Zstd(e) => e.finish(),
         }
     }
 }
@@ -249,17 +365,17 @@ impl<A: App> Middleware<A> for Compress {
 impl<A: App> App for CompressApp<A> {
     fn handle(&self, req: Request) -> impl Future<Output = Response> + Send {
         // A tunnel (upgrade, extended CONNECT) carries another protocol: never compressed.
-        let coding = match req.upgrade() {
-            Some(_) => None,
-            None => req.header("accept-encoding").and_then(|a| negotiate(a, self.cfg.gzip, self.cfg.brotli)),
+        let choice = match req.upgrade() {
+            Some(_) => Choice::default(),
+            None => req.header("accept-encoding").map_or(Choice::default(), |a| self.cfg.choice(a)),
         };
         let fut = self.app.handle(req);
         let cfg = self.cfg;
-        async move { compress(fut.await, coding, &cfg) }
+        async move { compress(fut.await, choice, &cfg) }
     }
 }
 
-fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Response {
+fn compress(mut res: Response, choice: Choice, cfg: &Compress) -> Response {
     let status = res.status;
     if crate::message::bodiless(status) || status == StatusCode::PARTIAL_CONTENT {
         return res;
@@ -288,7 +404,16 @@ fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Respon
     if no_transform {
         return res;
     }
-    let Some(coding) = coding else { return res };
+    let whole = matches!(res.body, ResponseBody::Bytes(_));
+    let Some(coding) = (if whole { choice.whole } else { choice.streamed }) else { return res };
+    // A file or stream's encoder lives as long as the response: one of max_streams.
+    let ticket = match whole {
+        true => None,
+        false => match StreamTicket::take(cfg.max_streams) {
+            Some(t) => Some(t),
+            None => return res,
+        },
+    };
     let body = std::mem::replace(&mut res.body, ResponseBody::Empty);
     res.body = match body {
         ResponseBody::Bytes(b) if (b.len() as u64) >= cfg.min_size => {
@@ -307,6 +432,7 @@ fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Respon
             ResponseBody::Stream(StreamBody(
                 Box::new(move |mut w: BodyWriter| {
                     Box::pin(async move {
+                        let _ticket = ticket;
                         let mut enc = Encoder::new(coding, &cfg, Some(f.len), true);
                         let mut buf = vec![0u8; 64 * 1024];
                         let (mut off, end) = (f.offset, f.offset + f.len);
@@ -332,6 +458,7 @@ fn compress(mut res: Response, coding: Option<Coding>, cfg: &Compress) -> Respon
             ResponseBody::Stream(StreamBody(
                 Box::new(move |w: BodyWriter| {
                     Box::pin(async move {
+                        let _ticket = ticket;
                         let home = Arc::new(Mutex::new(None));
                         let state = Box::new(Compressing { inner: w, enc: Encoder::new(coding, &cfg, None, true) });
                         let cw = BodyWriter::new(CompressSink { state: Some(state), home: home.clone() });
@@ -426,18 +553,31 @@ mod tests {
 
     #[test]
     fn negotiation() {
-        let n = |s: &str| negotiate(s.as_bytes(), true, true);
+        let all = Compress::new();
+        let n = |s: &str| negotiate(s.as_bytes(), &all);
         assert_eq!(n("gzip"), Some(Coding::Gzip));
+        assert_eq!(n("gzip, deflate, br, zstd"), Some(Coding::Brotli));
+        assert_eq!(n("gzip, zstd"), Some(Coding::Zstd));
+        assert_eq!(n("zstd;q=0.5, gzip"), Some(Coding::Gzip));
         assert_eq!(n("gzip, deflate, br"), Some(Coding::Brotli));
         assert_eq!(n("br;q=0.5, gzip"), Some(Coding::Gzip));
         assert_eq!(n("br;q=0, gzip;q=0"), None);
         assert_eq!(n("identity"), None);
         assert_eq!(n(""), None);
         assert_eq!(n("*"), Some(Coding::Brotli));
-        assert_eq!(n("br;q=0, *"), Some(Coding::Gzip));
+        assert_eq!(n("br;q=0, *"), Some(Coding::Zstd));
+        assert_eq!(n("br;q=0, zstd;q=0, *"), Some(Coding::Gzip));
         assert_eq!(n("gzip;q=1.0, br;q=0.999"), Some(Coding::Gzip));
         assert_eq!(n("gzip;q=2"), None);
-        assert_eq!(negotiate(b"br, gzip", true, false), Some(Coding::Gzip));
+        assert_eq!(negotiate(b"br, gzip", &Compress::new().brotli_quality(0)), Some(Coding::Gzip));
+        assert_eq!(negotiate(b"zstd, gzip", &Compress::new().zstd_level(0)), Some(Coding::Gzip));
+        // As sent: gzip or zstd, never brotli; gzip on a tie.
+        let s = |a: &str| negotiate_streamed(a.as_bytes(), &all);
+        assert_eq!(s("gzip, deflate, br, zstd"), Some(Coding::Gzip));
+        assert_eq!(s("br, zstd"), Some(Coding::Zstd));
+        assert_eq!(s("br"), None);
+        assert_eq!(s("gzip;q=0.5, zstd"), Some(Coding::Zstd));
+        assert_eq!(all.choice(b"br, gzip"), Choice { whole: Some(Coding::Brotli), streamed: Some(Coding::Gzip) });
     }
 
     #[test]
@@ -471,7 +611,7 @@ mod tests {
             }
             r
         };
-        let run = |r| compress(r, Some(Coding::Gzip), &Compress::new());
+        let run = |r| compress(r, Choice { whole: Some(Coding::Gzip), streamed: Some(Coding::Gzip) }, &Compress::new());
         let values = |r: &Response, name| r.headers().filter(|(n, _)| *n == name).count();
         let zipped = |r: &Response| r.header_value(&CONTENT_ENCODING).is_some_and(|v| v == "gzip");
 
@@ -495,7 +635,7 @@ mod tests {
 
     #[test]
     fn encoders_round_trip() {
-        for c in [Coding::Gzip, Coding::Brotli] {
+        for c in [Coding::Gzip, Coding::Brotli, Coding::Zstd] {
             let mut e = Encoder::new(c, &Compress::new(), None, true);
             let mut z = e.push(b"hello hello hello ", true).unwrap();
             assert!(!z.is_empty(), "flush must produce output");
@@ -509,6 +649,7 @@ mod tests {
                 Coding::Brotli => {
                     io::Read::read_to_end(&mut brotli::Decompressor::new(&z[..], 4096), &mut out).unwrap();
                 }
+                Coding::Zstd => out = zstd::decode_all(&z[..]).unwrap(),
             }
             assert_eq!(out, b"hello hello hello world");
         }

@@ -72,4 +72,4 @@ where
 }
 
 #[cfg(feature = "compress")]
-pub use compress::{compressible, Coding, Compress, CompressApp};
+pub use compress::{compressible, Choice, Coding, Compress, CompressApp, STREAM_WINDOW};

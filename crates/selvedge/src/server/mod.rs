@@ -87,6 +87,8 @@ struct ListenOpts {
     proxy_protocol: bool,
     /// The peers whose PROXY header is believed (`None`: every peer's).
     proxy_from: Option<TrustPeer>,
+    /// Share the address with other processes that also ask to ([`Server::reuse_port`]).
+    shared: bool,
     /// HTTP/3 on this TLS listener's port ([`Server::http3`]).
     #[cfg(feature = "http3")]
     quic: Quic,
@@ -232,6 +234,17 @@ impl Server {
         self
     }
 
+    /// The TCP listener added last may share its address with other processes that set
+    /// `SO_REUSEPORT` too (the kernel spreads connections between them). Without it a
+    /// listener refuses an address another process already listens on (`AddrInUse`), as
+    /// nginx does, instead of taking a share of its connections unseen.
+    pub fn reuse_port(mut self) -> Server {
+        if let Some(o) = self.tls.last_mut() {
+            o.shared = true;
+        }
+        self
+    }
+
     /// [`Server::proxy_protocol`] for the listener added last, believing the header only
     /// from peers `trusted` admits (the balancers in front): from any other peer the header
     /// is still required and read, but the connection's peer stays the socket's (as nginx's
@@ -287,6 +300,9 @@ impl Server {
         for (i, (l, tls)) in self.listen.into_iter().zip(self.tls).enumerate() {
             match l {
                 Source::Bind(Listen::Tcp(mut addr)) => {
+                    if !tls.shared && addr.port() != 0 {
+                        exclusive(addr)?;
+                    }
                     for (w, socks) in sockets.iter_mut().enumerate() {
                         let s = tcp_listener(addr, &cfg, per_core)?;
                         if w == 0 {
@@ -480,6 +496,24 @@ impl ServerHandle {
             let _ = t.join();
         }
     }
+}
+
+/// Fails with `AddrInUse` when another process listens on `addr`: a socket without
+/// `SO_REUSEPORT` cannot be bound beside a listening one (the workers' own sockets, which
+/// all set it, could). The probe is closed before the workers bind.
+fn exclusive(addr: SocketAddr) -> io::Result<()> {
+    let s = socket2::Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.bind(&addr.into()).map_err(|e| match e.kind() {
+        io::ErrorKind::AddrInUse => io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("{addr} is in use by another process (share it with reuse_port, if that is meant)"),
+        ),
+        _ => e,
+    })
 }
 
 fn tcp_listener(addr: SocketAddr, cfg: &Settings, reuse_port: bool) -> io::Result<socket2::Socket> {

@@ -159,3 +159,13 @@ pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// A test that needs `tool`, which is not installed: under `./scripts/test` (which installs
+/// every tool, `SELVEDGE_REQUIRE_TOOLS=1`) and in CI that is a failure; elsewhere the test
+/// says so and is skipped.
+pub fn missing_tool(tool: &str, test: &str) {
+    let required =
+        std::env::var_os("SELVEDGE_REQUIRE_TOOLS").is_some_and(|v| v == "1") || std::env::var_os("CI").is_some();
+    assert!(!required, "{test}: {tool} is not installed (./scripts/setup installs it)");
+    eprintln!("\n!!! {test}: {tool} is not installed (./scripts/setup installs it): SKIPPED !!!\n");
+}
