@@ -197,6 +197,16 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
             Err(e) => return fail(format_args!("acme storage: {e}")),
         },
     };
+    // The storage is written after the drop to [server] user: it is that user's.
+    if let (Some(id), Some(a)) = (&identity, &acme) {
+        if let Err(e) = id.give_tree(a.storage_root()) {
+            return fail(format_args!(
+                "acme storage {}: giving it to {}: {e}",
+                a.storage_root().display(),
+                id.describe()
+            ));
+        }
+    }
     // HTTP-01 answers on the cleartext listeners, before routes and redirects.
     let http01 = acme.as_ref().filter(|a| a.http01()).map(Acme::challenges);
 

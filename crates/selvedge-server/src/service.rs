@@ -163,6 +163,24 @@ impl Identity {
         Ok(())
     }
 
+    /// Gives the directory tree at `root` to this user and group (files the server writes
+    /// after dropping root, such as ACME's storage, made by root before the drop).
+    ///
+    /// # Errors
+    /// A file could not be changed.
+    pub fn give_tree(&self, root: &Path) -> io::Result<()> {
+        std::os::unix::fs::chown(root, Some(self.user.uid.as_raw()), Some(self.gid.as_raw()))?;
+        if std::fs::symlink_metadata(root)?.is_dir() {
+            for e in std::fs::read_dir(root)? {
+                let p = e?.path();
+                if !std::fs::symlink_metadata(&p)?.file_type().is_symlink() {
+                    self.give_tree(&p)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `user:group` for messages.
     pub fn describe(&self) -> String {
         format!("{}:{}", self.user.name, self.group_name)

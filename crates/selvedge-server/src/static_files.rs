@@ -41,7 +41,7 @@ use crate::gate::Gate;
 use crate::{listing, mime};
 
 /// A `multipart/byteranges` body is read from its file this many bytes at a time, as the
-/// client takes them ([`multipart`]).
+/// client takes them (the `multipart` body).
 pub const MULTIPART_CHUNK: usize = 16 * 1024;
 
 /// `Accept-Ranges: bytes`, checked at compile time rather than per response.

@@ -94,6 +94,57 @@ fn https_upstream_verified_by_a_test_ca() {
     assert_eq!(px.get("/index.html").status, 502);
 }
 
+/// A self-signed upstream certificate (what `openssl req -x509` makes, marked as a CA) given
+/// as `tls.ca` is trusted for itself, byte for byte, and its name is still checked
+/// (webpki refused it as a CA used as an end entity).
+#[test]
+fn a_self_signed_upstream_certificate_is_pinned() {
+    let d = TempDir::new("pxtls-self");
+    let make = |name: &str| {
+        let (cert, key) = (d.path().join(format!("{name}.crt")), d.path().join(format!("{name}.key")));
+        let out = Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+            .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+            .args(["-keyout", key.to_str().unwrap(), "-out", cert.to_str().unwrap()])
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some((cert, key)),
+            _ => None,
+        }
+    };
+    let (Some((cert, key)), Some((other, _))) = (make("self"), make("other")) else {
+        common::missing_tool("openssl", "a_self_signed_upstream_certificate_is_pinned");
+        return;
+    };
+    let site = TempDir::new("pxtls-self-site");
+    site.write("index.html", "pinned\n");
+    let up = Srv::start(&[
+        "serve",
+        site.path().to_str().unwrap(),
+        "--port",
+        "0",
+        "--workers",
+        "1",
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    let port = up.addr.port();
+    let (ca, oca) = (cert.to_str().unwrap(), other.to_str().unwrap());
+    let px = proxy(&d, &format!("upstream = \"https://localhost:{port}\", tls = {{ ca = \"{ca}\" }}"));
+    let r = px.get("/index.html");
+    assert_eq!((r.status, r.text().as_str()), (200, "pinned\n"), "{:?}", px.stderr.lock().unwrap());
+    // The name is still checked, and another self-signed certificate is not this one.
+    let px = proxy(
+        &d,
+        &format!("upstream = \"https://127.0.0.1:{port}\", tls = {{ ca = \"{ca}\", sni = \"api.internal\" }}"),
+    );
+    assert_eq!(px.get("/index.html").status, 502);
+    let px = proxy(&d, &format!("upstream = \"https://localhost:{port}\", tls = {{ ca = \"{oca}\" }}"));
+    assert_eq!(px.get("/index.html").status, 502);
+}
+
 #[test]
 fn https_members_of_a_pool() {
     let d = TempDir::new("pxtls-pool");

@@ -134,6 +134,11 @@ impl Acme {
         Ok(Acme { shared, tasks: Mutex::new(Vec::new()) })
     }
 
+    /// The storage directory (given to the user the server runs as, see `service`).
+    pub fn storage_root(&self) -> &std::path::Path {
+        self.shared.storage.root()
+    }
+
     /// The certificates to add to every TLS listener's store.
     pub fn managed(&self) -> ManagedCerts {
         self.shared.managed.clone()

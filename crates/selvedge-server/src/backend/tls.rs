@@ -67,10 +67,17 @@ impl TlsTarget {
             builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
         } else {
             let mut roots = RootCertStore::empty();
+            let mut pinned = Vec::new();
             match &raw.ca {
                 Some(ca) => {
+                    // Each certificate is trusted for itself (pinned: a self-signed server
+                    // certificate, as `openssl req -x509` makes, which webpki would refuse
+                    // as a CA used as an end entity), and the CAs among them as issuers.
                     for c in read_certs(ca)? {
-                        roots.add(c).map_err(|e| format!("tls ca {ca}: {e}"))?;
+                        if is_ca(&c).map_err(|e| format!("tls ca {ca}: {e}"))? {
+                            roots.add(c.clone()).map_err(|e| format!("tls ca {ca}: {e}"))?;
+                        }
+                        pinned.push(c);
                     }
                 }
                 None => {
@@ -81,7 +88,19 @@ impl TlsTarget {
                     }
                 }
             }
-            builder.with_root_certificates(roots)
+            if pinned.is_empty() {
+                builder.with_root_certificates(roots)
+            } else {
+                let chains = match roots.is_empty() {
+                    true => None,
+                    false => Some(
+                        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                            .build()
+                            .map_err(|e| format!("tls ca: {e}"))?,
+                    ),
+                };
+                builder.dangerous().with_custom_certificate_verifier(Arc::new(Pinned { pinned, chains, provider }))
+            }
         };
         let mut config = match (&raw.client_cert, &raw.client_key) {
             (Some(cert), Some(key)) => {
@@ -108,6 +127,78 @@ fn read_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
         return Err(format!("tls {path}: no certificate"));
     }
     Ok(certs)
+}
+
+/// Whether a certificate is a CA's (basic constraints `CA:TRUE`).
+fn is_ca(c: &CertificateDer<'_>) -> Result<bool, String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(c).map_err(|e| format!("not a certificate: {e}"))?;
+    let ca = cert.basic_constraints().map_err(|e| format!("{e}"))?.is_some_and(|b| b.value.ca);
+    Ok(ca)
+}
+
+/// `tls.ca` with server certificates in it (self-signed ones, as `openssl req -x509` makes):
+/// the upstream's certificate is accepted when it is one of them, byte for byte, valid now
+/// and for the name (SNI) as any certificate must be; else it must chain to the file's CA
+/// certificates, if it has any.
+#[derive(Debug)]
+struct Pinned {
+    pinned: Vec<CertificateDer<'static>>,
+    chains: Option<Arc<rustls::client::WebPkiServerVerifier>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        use rustls::{CertificateError, Error};
+        if self.pinned.iter().any(|p| p.as_ref() == end_entity.as_ref()) {
+            let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+            rustls::client::verify_server_name(&parsed, server_name)?;
+            let (_, cert) = x509_parser::parse_x509_certificate(end_entity)
+                .map_err(|_| Error::InvalidCertificate(CertificateError::BadEncoding))?;
+            let t = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+            let v = cert.validity();
+            if t < v.not_before.timestamp() {
+                return Err(Error::InvalidCertificate(CertificateError::NotValidYet));
+            }
+            if t > v.not_after.timestamp() {
+                return Err(Error::InvalidCertificate(CertificateError::Expired));
+            }
+            return Ok(ServerCertVerified::assertion());
+        }
+        match &self.chains {
+            Some(v) => v.verify_server_cert(end_entity, intermediates, server_name, ocsp, now),
+            None => Err(Error::InvalidCertificate(CertificateError::UnknownIssuer)),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// `verify = false`: any certificate, any name (signatures still checked).
