@@ -1018,7 +1018,7 @@ impl RawTimeouts {
     }
 }
 
-/// `[http2]`: every field of [`selvedge::h2::H2Settings`].
+/// `[http2]`: every field of [`selvedge::H2Settings`].
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawHttp2 {
@@ -1046,7 +1046,7 @@ struct RawHttp2 {
 }
 
 impl RawHttp2 {
-    fn apply(&self, h: &mut selvedge::h2::H2Settings) {
+    fn apply(&self, h: &mut selvedge::H2Settings) {
         // Every bound below is at most u32::MAX, so `as u32` is exact.
         let set = |v: Option<u64>, d: &mut u32| *d = v.map_or(*d, |v| v as u32);
         set(self.max_concurrent_streams.map(Count::get), &mut h.max_concurrent_streams);

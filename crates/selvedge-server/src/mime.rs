@@ -139,7 +139,7 @@ pub fn check_override(ext: &str, ty: &str) -> Result<(), String> {
     }
     let essence = ty.split(';').next().unwrap_or("").trim();
     let ok_essence = essence.split_once('/').is_some_and(|(a, b)| {
-        let token = |t: &str| !t.is_empty() && t.bytes().all(|c| selvedge::message::TCHAR[usize::from(c)]);
+        let token = |t: &str| !t.is_empty() && t.bytes().all(|c| selvedge_proto::message::TCHAR[usize::from(c)]);
         token(a) && token(b)
     });
     if !ok_essence || selvedge::http::HeaderValue::from_str(ty).is_err() {

@@ -704,7 +704,7 @@ async fn wait_observed(req: Request, o: Box<Observing>) -> Response {
 /// The request's side of a sample, taken before the app consumes it.
 #[derive(Debug, Clone, Copy)]
 struct Observed {
-    /// [`selvedge::sys::monotonic_ns`] when the app got the request.
+    /// [`selvedge::time::monotonic_ns`] when the app got the request.
     start: u64,
     method: u8,
     protocol: u8,
@@ -723,7 +723,7 @@ impl Observed {
             req.header("content-length").and_then(|v| std::str::from_utf8(v).ok()?.parse().ok()).unwrap_or(0)
         };
         Observed {
-            start: selvedge::sys::monotonic_ns(),
+            start: selvedge::time::monotonic_ns(),
             method,
             protocol: crate::metrics::protocol(req.version()),
             head: method == 1,
@@ -759,7 +759,7 @@ impl Observed {
     /// Microseconds from the request to now.
     #[inline]
     fn ttfb_us(&self) -> u64 {
-        selvedge::sys::monotonic_ns().saturating_sub(self.start) / 1000
+        selvedge::time::monotonic_ns().saturating_sub(self.start) / 1000
     }
 
     /// Counts `res` in the metrics (if they are on): the request, its time to first byte
@@ -801,10 +801,10 @@ impl Observed {
 }
 
 /// The engine's report that a response ended (`tag`: its start, in
-/// [`selvedge::sys::monotonic_ns`], and its route's slot): its duration to the last byte
+/// [`selvedge::time::monotonic_ns`], and its route's slot): its duration to the last byte
 /// (or to where it was abandoned) goes into the route's histogram.
 fn finished(_complete: bool, tag: [u64; 2]) {
-    let us = selvedge::sys::monotonic_ns().saturating_sub(tag[0]) / 1000;
+    let us = selvedge::time::monotonic_ns().saturating_sub(tag[0]) / 1000;
     crate::metrics::registry().record_duration(tag[1] as u32, us);
 }
 

@@ -33,8 +33,8 @@ use bytes::Bytes;
 use selvedge::file::range::{self, ByteRange, Ranges};
 use selvedge::file::{conditional, Entry, FileCache, FileInfo, Kind, Precondition, Preconditions, Sibling};
 use selvedge::http::{header, HeaderName, HeaderValue, Method, StatusCode};
-use selvedge::message::trim_ows;
 use selvedge::{Request, Response, SharedFields};
+use selvedge_proto::message::trim_ows;
 
 use crate::compression::Compression;
 use crate::gate::Gate;
@@ -702,7 +702,7 @@ fn plain(status: StatusCode) -> Response {
 
 /// Whether `Accept-Encoding` allows `coding` (by name or `*`, with a non-zero q).
 fn accepts(header: &[u8], coding: &str) -> bool {
-    selvedge::message::accept_q(header, &[coding.as_bytes()]) > 0
+    selvedge_proto::message::accept_q(header, &[coding.as_bytes()]) > 0
 }
 
 /// A `multipart/byteranges` answer (206) for `rs` (at most [`range::MAX_RANGES`], in order,

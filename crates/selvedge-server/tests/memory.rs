@@ -34,11 +34,11 @@ fn disjoint(size: u64) -> String {
 /// (SETTINGS_INITIAL_WINDOW_SIZE = 0) and never reads nor opens it: each answer's head
 /// goes out, its body cannot.
 fn h2_zero_window(addr: std::net::SocketAddr, streams: u32, range: &dyn Fn(u32) -> String) -> TcpStream {
-    use selvedge::h2::frame::{Headers, Setting, Settings};
+    use selvedge_proto::h2::frame::{Headers, Setting, Settings};
     let mut out = Vec::new();
     out.extend_from_slice(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
     Settings { ack: false, values: vec![(Setting::INITIAL_WINDOW_SIZE, 0)] }.encode(&mut out);
-    let mut enc = selvedge::hpack::Encoder::new();
+    let mut enc = selvedge_proto::hpack::Encoder::new();
     for i in 0..streams {
         let r = range(i);
         let fields = [
@@ -140,11 +140,11 @@ fn compression_as_sent_holds_little_per_response() {
 
 /// [`h2_zero_window`] for `GET /big.txt` with this `accept-encoding`.
 fn h2_zero_window_with(addr: std::net::SocketAddr, streams: u32, accept: &[u8]) -> TcpStream {
-    use selvedge::h2::frame::{Headers, Setting, Settings};
+    use selvedge_proto::h2::frame::{Headers, Setting, Settings};
     let mut out = Vec::new();
     out.extend_from_slice(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
     Settings { ack: false, values: vec![(Setting::INITIAL_WINDOW_SIZE, 0)] }.encode(&mut out);
-    let mut enc = selvedge::hpack::Encoder::new();
+    let mut enc = selvedge_proto::hpack::Encoder::new();
     for i in 0..streams {
         let fields = [
             (&b":method"[..], &b"GET"[..]),

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use common::{Srv, TempDir};
-use selvedge::h2::codec::{decode_frame, PREFACE};
-use selvedge::h2::frame::{self, flag, kind, Frame, Head};
-use selvedge::hpack;
+use selvedge_proto::h2::codec::{decode_frame, PREFACE};
+use selvedge_proto::h2::frame::{self, flag, kind, Frame, Head};
+use selvedge_proto::hpack;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ws_echo.py");
 

@@ -1,5 +1,5 @@
 //! An HTTP/3 load generator for `bench/h3.sh`, on quinn and the engine's own HTTP/3
-//! framing and QPACK (`selvedge::h3`, an unstable module): `N` GETs of one URL path over
+//! framing and QPACK (`selvedge_proto::h3`, an unstable module): `N` GETs of one URL path over
 //! `CONNS` QUIC connections, each keeping `STREAMS` requests in flight; checks every
 //! status is 200 and prints requests, seconds, requests/s and body bytes. Like h2load, it
 //! does as little per request as it can (one pre-encoded request head, responses read whole
@@ -18,7 +18,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
-use selvedge::h3::{frame, qpack};
+use selvedge_proto::h3::{frame, qpack};
 
 /// Accepts any certificate, checks the handshake's signatures.
 #[derive(Debug)]

@@ -287,7 +287,7 @@ pub fn h2_conn(data: &[u8]) {
     let mut now = 0u64;
     for _ in 0..10_000 {
         now += 1;
-        match p.recv_next(&mut buf, now) {
+        match p.handle_bytes(&mut buf, now) {
             Ok(true) => {}
             Ok(false) => break,
             Err(r) => {
@@ -295,7 +295,7 @@ pub fn h2_conn(data: &[u8]) {
                 break;
             }
         }
-        p.take_events(&mut events);
+        p.poll_events(&mut events);
         for ev in events.drain(..) {
             if let Event::Request(id, _req, _) = ev {
                 let res = crate::Response::bytes(http::StatusCode::OK, "fuzz");
@@ -303,13 +303,13 @@ pub fn h2_conn(data: &[u8]) {
             }
         }
         out.clear();
-        p.fill(&mut out, 64 * 1024, &DATE, &mut Vec::new());
+        p.poll_transmit(&mut out, 64 * 1024, &DATE, &mut Vec::new());
         if p.is_done() {
             break;
         }
     }
     out.clear();
-    p.fill(&mut out, 64 * 1024, &DATE, &mut Vec::new());
+    p.poll_transmit(&mut out, 64 * 1024, &DATE, &mut Vec::new());
 }
 
 /// The `Range` header parser, against a size taken from the first two bytes.

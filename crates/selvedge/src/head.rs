@@ -63,6 +63,20 @@ pub(crate) trait Fields {
     fn encoded_len(&self) -> usize;
 }
 
+/// A QPACK field section (no dynamic table: nothing to decode it with but itself).
+#[cfg(feature = "http3")]
+impl Fields for selvedge_proto::h3::qpack::Section<'_> {
+    #[inline]
+    fn decode<F: FnMut(HeaderField<'_>)>(self, emit: F) -> Result<(), DecodeError> {
+        self.decode_each(emit)
+    }
+
+    #[inline]
+    fn encoded_len(&self) -> usize {
+        self.block.len()
+    }
+}
+
 /// An HPACK block and its connection's decoder.
 pub(crate) struct Hpack<'a>(pub(crate) &'a mut hpack::Decoder, pub(crate) &'a [u8]);
 

@@ -1,6 +1,6 @@
 //! # selvedge
 //!
-//! A high-performance HTTP/1.1 and HTTP/2 server engine, built on the design of Haskell's
+//! A high-performance HTTP/1.1, HTTP/2 and HTTP/3 server engine, built on the design of Haskell's
 //! Warp (Yamamoto, Snoyman and Voellmy, "Warp", *The Performance of Open Source
 //! Applications*, chapter 11) and of its HTTP/2 successor (Yamamoto, "Experience Report:
 //! Developing High Performance HTTP/2 Server in Haskell"): an app is an async function from
@@ -69,45 +69,43 @@
 //!   buffers back to the thread's pool.
 //!
 //! ## Architecture
-//! Protocol logic is sans-IO: the HTTP/1.1 connection (`h1::conn`) and the HTTP/2
-//! connection (`h2::proto`) take bytes and the time in and give requests, bytes and their
-//! next deadline out; they never touch a socket or the clock, and are tested byte by byte.
-//! Around each, a thin async driver (`h1::driver`, `h2::conn`) does the I/O. The drivers
-//! never call each other: the server chooses the protocol in one place (`server::negotiate`:
-//! ALPN, the HTTP/2 preface, `Upgrade: h2c`). What every driver shares sits below them: the
-//! app interface ([`App`], [`Request`], [`Response`]), protocol-neutral bodies ([`Body`],
-//! [`BodyWriter`], over small traits each protocol implements), running an app for one
-//! request (`dispatch`: panics, hooks, error pages), and the vocabulary of messages
-//! (`message`).
+//! The protocols are sans-IO state machines in the `selvedge-proto` crate (HTTP/1.1 heads,
+//! bodies and the composer, HTTP/2 frames, flow control, stream states and priorities,
+//! HPACK, HTTP/3 frames and QPACK) and in this crate's `h1::conn` and `h2::proto` (the
+//! connections, which also know the app interface): bytes and the time go in, requests,
+//! bytes and the next deadline come out; they never touch a socket or the clock, and are
+//! tested byte by byte. Around each, a thin async driver (`h1::driver`, `h2::conn`,
+//! `h3::conn` over quinn) does the I/O. The drivers never call each other: the server
+//! chooses the protocol in one place (`server::negotiate`: ALPN, the HTTP/2 preface,
+//! `Upgrade: h2c`). What every driver shares sits below them: the app interface ([`App`],
+//! [`Request`], [`Response`]), protocol-neutral bodies ([`Body`], [`BodyWriter`], over small
+//! traits each protocol implements), and running an app for one request (`dispatch`:
+//! panics, hooks, error pages).
 //!
 //! ## Module dependency order
 //! Each module uses only modules on its own line or above it, and no files import each
-//! other in a circle (both checked by `tests/layering.rs`):
+//! other in a circle (both checked by `tests/layering.rs`, which checks `selvedge-proto`
+//! the same way):
 //!
-//! 1. `message`, `error`, `sys`, `time`, `stats`, `hpack`, `h2::frame`, `h2::codec`, `proxy_protocol`:
-//!    the vocabulary, errors, system calls, the clock, counters, codecs and the PROXY
-//!    protocol header's parser.
-//! 2. `h1::parse`, `h1::body`, `pool`, `socket`: HTTP/1.1 heads and body framing, buffer
-//!    pools, the raw socket.
+//! 1. `error`, `sys`, `time`, `stats`, `proxy_protocol`: errors, system calls, the clock,
+//!    counters and the PROXY protocol header's parser.
+//! 2. `pool`, `socket`: buffer pools, the raw socket.
 //! 3. `tls`, `transport`: TLS over the socket, and the transport (plain or TLS) the drivers
 //!    use.
 //! 4. `body`, `request`, `response`, `app`: the app interface.
 //! 5. `middleware`, `file`, `tower`: what apps are built from.
 //! 6. `settings`, `dispatch`: limits and hooks; running an app for one request.
-//! 7. `h1::write`, `h1::inbound`, `h1::conn`, `h2::proto`, `head`, `h3::frame`, `h3::qpack`:
-//!    the sans-IO protocol state machines, the request heads HTTP/2 and HTTP/3 decode, HTTP/3's
-//!    frames and QPACK.
+//! 7. `h1::inbound`, `h1::conn`, `h2::proto`, `head`: the sans-IO connections and the
+//!    request heads HTTP/2 and HTTP/3 decode.
 //! 8. `h1`, `h1::reader`, `h1::sink`, `h1::driver`, `h2`, `h2::conn`, `h3`, `h3::conn`: the
 //!    protocol drivers.
 //! 9. `server`, `fuzzing`: listeners, workers, negotiation; the fuzz targets' entry points.
 //!
 //! ## Features
 //! `tls` (default: TLS listeners with rustls), `http3` (HTTP/3 over QUIC on TLS listeners
-//! that ask for it, [`Server::http3`]: QUIC from `quinn`, HTTP/3 and QPACK ours), `compress` (default: gzip and brotli
-//! responses), `tower` (tower services as apps), `tracing` (a span per connection and per
-//! request, see `docs/observability.md`), `unstable` (the protocol internals `h1`,
-//! `h2`, `h3` (with `http3`), `hpack`, `message`, `sys` as public modules, for benches, fuzz targets and the
-//! selvedge server's proxy; no compatibility promise).
+//! that ask for it, [`Server::http3`]: QUIC from `quinn`, HTTP/3 and QPACK ours),
+//! `compress` (default: gzip, brotli and zstd responses), `tower` (tower services as apps),
+//! `tracing` (a span per connection and per request, see `docs/observability.md`).
 
 #![warn(missing_docs)]
 
@@ -133,54 +131,27 @@ pub mod tls;
 pub mod tower;
 mod transport;
 
-// The protocol internals: public with the `unstable` feature (for benches, fuzz targets,
-// tests and the selvedge server's proxy; no compatibility promise), private otherwise.
-// Written out rather than generated, so that rustdoc resolves each module's links in the
-// module itself.
-#[cfg(feature = "unstable")]
-pub mod h1;
-#[cfg(not(feature = "unstable"))]
-#[allow(dead_code, unused_imports)]
+// The protocol drivers and the system calls: private. The sans-IO codecs and state
+// machines they drive are the `selvedge-proto` crate; the modules that moved there are
+// reached under their old paths through these re-exports.
 mod h1;
-#[cfg(feature = "unstable")]
-pub mod h2;
-#[cfg(not(feature = "unstable"))]
-#[allow(dead_code, unused_imports)]
 mod h2;
-#[cfg(all(feature = "http3", feature = "unstable"))]
-pub mod h3;
-#[cfg(all(feature = "http3", not(feature = "unstable")))]
-#[allow(dead_code, unused_imports)]
+#[cfg(feature = "http3")]
 mod h3;
-#[cfg(feature = "unstable")]
-pub mod hpack;
-#[cfg(not(feature = "unstable"))]
-#[allow(dead_code, unused_imports)]
-mod hpack;
-#[cfg(feature = "unstable")]
-pub mod message;
-#[cfg(not(feature = "unstable"))]
-#[allow(dead_code, unused_imports)]
-mod message;
-#[cfg(feature = "unstable")]
-pub mod sys;
-#[cfg(not(feature = "unstable"))]
-#[allow(dead_code, unused_imports)]
+pub(crate) use selvedge_proto::{hpack, message};
 mod sys;
 
-/// Entry points for the fuzz targets (unstable).
-#[cfg(feature = "unstable")]
+/// Entry points for the fuzz targets and the tests that replay their corpora.
 #[doc(hidden)]
 pub mod fuzzing;
 
 pub use app::{App, AppExt, BoxApp, Middleware};
 pub use body::{Body, BodyWriter};
 pub use error::Error;
-pub use h1::body::BodyLimits;
-pub use h1::parse::Limits;
-pub use message::path;
 pub use request::{percent_decode, Request, Segments, TlsVersion};
 pub use response::{Cleanup, FieldsSlot, FileBody, IntoHeaderValue, Response, ResponseBody, SharedFields};
+pub use selvedge_proto::h1::{BodyLimits, Limits};
+pub use selvedge_proto::message::path;
 pub use server::{Listen, Listening, Server, ServerHandle};
 #[cfg(feature = "http3")]
 pub use settings::H3Settings;

@@ -14,6 +14,7 @@ use http::{HeaderName, HeaderValue, StatusCode, Version};
 
 use crate::body::{Body, BodyWriter};
 use crate::Request;
+pub use selvedge_proto::message::SharedFields;
 
 /// A response: status, headers and one of the body kinds.
 pub struct Response {
@@ -55,74 +56,6 @@ pub(crate) struct Parts {
     pub(crate) body: ResponseBody,
 }
 
-/// Header fields rendered once and shared by many responses: a cached file's
-/// `Last-Modified`, `ETag`, `Content-Type` and so on. The HTTP/1.1 composer copies their
-/// pre-rendered lines with one `memcpy` instead of pushing, comparing and copying field by
-/// field, and nothing is cloned or dropped per response but one `Arc`; HTTP/2 encodes the
-/// fields in place, and a connection sends a head it already encoded with the same set
-/// (same status, date and length, in the same HPACK table state) as the same bytes again.
-/// Attach with [`Response::shared_fields`].
-pub struct SharedFields {
-    fields: Vec<(HeaderName, HeaderValue)>,
-    h1: Box<[u8]>,
-    has_date: bool,
-    has_server: bool,
-    /// The fields' HTTP/3 field lines (QPACK without a dynamic table is stateless, so one
-    /// encoding serves every response), made by the first response that needs them.
-    #[cfg(feature = "http3")]
-    h3: std::sync::OnceLock<Bytes>,
-}
-
-impl SharedFields {
-    /// Renders `fields`. `Content-Length`, `Transfer-Encoding` and `Connection` are left
-    /// out: the engine writes those itself from the body and the connection, as it does
-    /// for a response's own headers.
-    pub fn new(fields: impl IntoIterator<Item = (HeaderName, HeaderValue)>) -> SharedFields {
-        use http::header::{CONNECTION, CONTENT_LENGTH, DATE, SERVER, TRANSFER_ENCODING};
-        let fields: Vec<_> = fields
-            .into_iter()
-            .filter(|(n, _)| n != CONTENT_LENGTH && n != TRANSFER_ENCODING && n != CONNECTION)
-            .collect();
-        let mut h1 = Vec::new();
-        for (n, v) in &fields {
-            h1.extend_from_slice(n.as_str().as_bytes());
-            h1.extend_from_slice(b": ");
-            h1.extend_from_slice(v.as_bytes());
-            h1.extend_from_slice(b"\r\n");
-        }
-        let has = |name| fields.iter().any(|(n, _)| *n == name);
-        SharedFields {
-            has_date: has(DATE),
-            has_server: has(SERVER),
-            h1: h1.into_boxed_slice(),
-            fields,
-            #[cfg(feature = "http3")]
-            h3: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// The fields, in order.
-    pub fn fields(&self) -> &[(HeaderName, HeaderValue)] {
-        &self.fields
-    }
-
-    /// The HTTP/1.1 header lines (`name: value\r\n` each).
-    pub(crate) fn h1_lines(&self) -> &[u8] {
-        &self.h1
-    }
-
-    /// Whether the fields set `Date` / `Server` (the composer then adds neither).
-    pub(crate) fn sets_date_server(&self) -> (bool, bool) {
-        (self.has_date, self.has_server)
-    }
-
-    /// The fields' HTTP/3 field lines, `encode`d the first time.
-    #[cfg(feature = "http3")]
-    pub(crate) fn h3_lines(&self, encode: impl FnOnce(&[(HeaderName, HeaderValue)]) -> Bytes) -> &Bytes {
-        self.h3.get_or_init(|| encode(&self.fields))
-    }
-}
-
 /// A place to keep the [`SharedFields`] rendered for something long-lived (a cached file's
 /// [`FileInfo`](crate::file::FileInfo)), tagged with the key of whoever rendered them: the
 /// first renderer's fields are kept and handed out to it; another key gets freshly
@@ -151,12 +84,6 @@ impl FieldsSlot {
 impl fmt::Debug for FieldsSlot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(if self.0.get().is_some() { "FieldsSlot(set)" } else { "FieldsSlot(empty)" })
-    }
-}
-
-impl fmt::Debug for SharedFields {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(&self.fields).finish()
     }
 }
 
@@ -408,7 +335,7 @@ impl Response {
     /// The headers, in order: the shared fields, if any, then the response's own.
     pub fn headers(&self) -> impl Iterator<Item = &(HeaderName, HeaderValue)> + '_ {
         // Two slices chained: cheaper per field than flattening the `Option` first.
-        let shared: &[_] = self.shared.as_deref().map_or(&[], |s| &s.fields);
+        let shared: &[_] = self.shared.as_deref().map_or(&[], |s| s.fields());
         shared.iter().chain(self.headers.iter())
     }
 
@@ -418,8 +345,8 @@ impl Response {
         if let Some(s) = self.shared.take() {
             // A recycled list (HTTP/2 hands its lists back to the pool once encoded).
             let mut all = crate::pool::take_headers();
-            all.reserve(s.fields.len() + self.headers.len());
-            all.extend(s.fields.iter().cloned());
+            all.reserve(s.fields().len() + self.headers.len());
+            all.extend(s.fields().iter().cloned());
             all.append(&mut self.headers);
             crate::pool::put_headers(std::mem::replace(&mut self.headers, all));
         }
@@ -459,7 +386,7 @@ impl Response {
         let mut res = http::Response::new(self.body);
         *res.status_mut() = self.status;
         let map = res.headers_mut();
-        for (n, v) in self.shared.iter().flat_map(|s| s.fields.iter().cloned()).chain(self.headers) {
+        for (n, v) in self.shared.iter().flat_map(|s| s.fields().iter().cloned()).chain(self.headers) {
             map.append(n, v);
         }
         res
@@ -522,5 +449,33 @@ impl<R, F: FnOnce(R)> Drop for Cleanup<R, F> {
 impl<R: fmt::Debug, F: FnOnce(R)> fmt::Debug for Cleanup<R, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("Cleanup").field(&self.resource).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::header::{CONTENT_LENGTH, CONTENT_TYPE, ETAG, SERVER};
+
+    /// The response sees shared fields as its own: listed first, found, and copied into its
+    /// list when edited.
+    #[test]
+    fn shared_fields_are_the_responses_own() {
+        let shared = SharedFields::new([
+            (ETAG, HeaderValue::from_static("\"1-2\"")),
+            (CONTENT_LENGTH, HeaderValue::from_static("5")),
+            (SERVER, HeaderValue::from_static("mine")),
+        ]);
+        let res =
+            Response::bytes(StatusCode::OK, "abc").header(CONTENT_TYPE, "text/plain").shared_fields(Arc::new(shared));
+        let names: Vec<_> = res.headers().map(|(n, _)| n.as_str().to_owned()).collect();
+        assert_eq!(names, ["etag", "server", "content-type"]);
+        assert_eq!(res.header_value(&SERVER).unwrap(), "mine");
+        let mut res = res;
+        res.headers_mut().retain(|(n, _)| n != SERVER);
+        let names: Vec<_> = res.headers().map(|(n, _)| n.as_str().to_owned()).collect();
+        assert_eq!(names, ["etag", "content-type"]);
+        let http = res.into_http();
+        assert_eq!(http.headers().len(), 2);
     }
 }

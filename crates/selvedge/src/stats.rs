@@ -446,8 +446,10 @@ impl Drop for OpenConn {
 /// Counts one TLS handshake's outcome: a timeout (the connection's task dropped while
 /// it ran) unless [`TlsHandshake::done`] or [`TlsHandshake::failed`] says otherwise.
 #[derive(Debug)]
+#[cfg(feature = "tls")]
 pub(crate) struct TlsHandshake(bool);
 
+#[cfg(feature = "tls")]
 impl TlsHandshake {
     #[inline]
     pub(crate) fn start() -> TlsHandshake {
@@ -469,6 +471,7 @@ impl TlsHandshake {
     }
 }
 
+#[cfg(feature = "tls")]
 impl Drop for TlsHandshake {
     #[inline]
     fn drop(&mut self) {

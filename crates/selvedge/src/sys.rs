@@ -168,6 +168,7 @@ pub fn sendfile(sock: BorrowedFd<'_>, file: BorrowedFd<'_>, offset: &mut u64, le
 ///
 /// # Errors
 /// The kernel's error.
+#[cfg(any(feature = "tls", feature = "compress"))]
 pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
     cvt(unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) })
@@ -232,6 +233,7 @@ pub fn shutdown_write(fd: BorrowedFd<'_>) {
 ///
 /// # Errors
 /// The kernel's error.
+#[cfg(test)]
 pub fn getsockopt_int(fd: &impl AsFd, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
     let mut val: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -334,4 +336,32 @@ pub(crate) fn take_inherited(fd: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: F_SETFD with a flag value takes no pointer.
     unsafe { libc::fcntl(owned.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
     Ok(owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepted_sockets_inherit_nodelay_from_the_listener() {
+        use std::os::fd::AsFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        set_nodelay(&l).unwrap();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (fd, peer) = accept(l.as_fd()).unwrap();
+        assert!(matches!(peer, PeerAddr::Tcp(_)));
+        assert_eq!(getsockopt_int(&fd, libc::IPPROTO_TCP, libc::TCP_NODELAY).unwrap(), 1);
+        // TCP_NOTSENT_LOWAT too (0 means "the kernel's default" on a socket that did not set it).
+        assert_eq!(getsockopt_int(&fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT).unwrap(), 0);
+        set_notsent_lowat(&l, 100_000).unwrap();
+        let _c2 = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (fd2, _) = accept(l.as_fd()).unwrap();
+        assert_eq!(getsockopt_int(&fd2, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT).unwrap(), 100_000);
+        // And accept4 set O_NONBLOCK: a read with nothing to read does not block.
+        let mut buf = bytes::BytesMut::with_capacity(16);
+        let e = read_into(fd.as_fd(), &mut buf).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+    }
 }

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use common::h2::{raw, Client};
 use common::{connect, settings, start};
-use selvedge::h2::frame::{kind, Frame, Reason};
 use selvedge::http::{header, Method, StatusCode};
 use selvedge::{Request, Response};
+use selvedge_proto::h2::frame::{kind, Frame, Reason};
 
 /// A static-file route's answers: the page for GET and HEAD, 405 for other methods without
 /// reading the body (as `selvedge serve` answers `POST /index.html`); the common test app
@@ -279,7 +279,7 @@ fn polite_hpack_bomber_is_cut_off_at_the_first_bomb() {
     first.extend_from_slice(&[0x7f, 0xa1, 0x1e]); // 4,000 = 127 + 3,873
     first.extend(std::iter::repeat_n(b'v', 4000));
     let mut frames = Vec::new();
-    selvedge::h2::frame::Headers::encode(1, &first, true, 16_384, &mut frames);
+    selvedge_proto::h2::frame::Headers::encode(1, &first, true, 16_384, &mut frames);
     c.send(&frames);
     // Each bomb references entry 62 until its block fills a frame: ~16k references, some
     // 66 MB decoded, far over the 64 KiB header list limit. One at a time: the client waits
@@ -290,7 +290,7 @@ fn polite_hpack_bomber_is_cut_off_at_the_first_bomb() {
     'bombs: for i in 1..=200u32 {
         let id = 2 * i + 1;
         let mut f = Vec::new();
-        selvedge::h2::frame::Headers::encode(id, &bomb, true, 16_384, &mut f);
+        selvedge_proto::h2::frame::Headers::encode(id, &bomb, true, 16_384, &mut f);
         c.send(&f);
         while let Some(f) = c.next() {
             match f {

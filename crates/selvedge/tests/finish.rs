@@ -82,7 +82,7 @@ fn each_response_reports_its_end_once() {
     let mut c = common::h2::Client::connect(srv.addr, &[]);
     c.get(1, "/large/8");
     while let Some(f) = c.next() {
-        if let selvedge::h2::frame::Frame::Headers(_) = f {
+        if let selvedge_proto::h2::frame::Frame::Headers(_) = f {
             break;
         }
     }

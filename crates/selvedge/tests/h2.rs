@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use common::app::{app, file_app};
 use common::h2::{raw, Client};
 use common::{settings, start};
-use selvedge::h2::frame::{flag, kind, Frame, Reason};
 use selvedge::http::StatusCode;
 use selvedge::{Request, Response};
+use selvedge_proto::h2::frame::{flag, kind, Frame, Reason};
 
 fn curl(args: &[&str]) -> (String, String) {
     let out = Command::new("curl").args(["-sS"]).args(args).output().expect("curl is installed");
@@ -331,7 +331,7 @@ fn continuation_flood_and_hpack_bomb() {
         block.extend(std::iter::repeat_n(b'v', 4000));
         block.extend(std::iter::repeat_n(0xbe, refs)); // index 62: the new entry
         let mut frames = Vec::new();
-        selvedge::h2::frame::Headers::encode(1, &block, true, 16_384, &mut frames);
+        selvedge_proto::h2::frame::Headers::encode(1, &block, true, 16_384, &mut frames);
         frames
     };
     let mut c = Client::connect(srv.addr, &[]);

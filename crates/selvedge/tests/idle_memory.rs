@@ -173,7 +173,7 @@ fn h2_conn(addr: SocketAddr) -> TcpStream {
     let mut body = 0;
     while body < PAGE.len() {
         match c.next().expect("an answer") {
-            selvedge::h2::frame::Frame::Data(d) if d.stream == 1 => body += d.data.len(),
+            selvedge_proto::h2::frame::Frame::Data(d) if d.stream == 1 => body += d.data.len(),
             _ => {}
         }
     }

@@ -1,8 +1,11 @@
-//! The engine's files import each other in one direction only: no circles, and no file
-//! uses a module listed below its own in the "Module dependency order" of `src/lib.rs`'s
-//! documentation. Read from the source: every `crate::`, `super::` and `self::` path, and
-//! every path through a module the file declares (in `use` trees and in code, tests
-//! included), is resolved to the file that defines it, following re-exports (`pub use`).
+//! The files of the engine and of `selvedge-proto` import each other in one direction
+//! only: no circles, and no file uses a module listed below its own in the "Module
+//! dependency order" of its crate's `src/lib.rs` documentation. Read from the source: every
+//! `crate::`, `super::` and `self::` path, and every path through a module the file declares
+//! (in `use` trees and in code, tests included), is resolved to the file that defines it,
+//! following re-exports (`pub use`). What the engine re-exports from `selvedge-proto` is
+//! another crate's, below every engine file; `selvedge-proto` itself names no crate of
+//! selvedge's and no runtime, socket or clock (`no_io_in_the_protocol_crate`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -11,6 +14,8 @@ use std::path::{Path, PathBuf};
 type Module = Vec<String>;
 
 struct Crate {
+    /// The crate's `src`.
+    src: PathBuf,
     /// Module path -> its file.
     files: BTreeMap<Module, PathBuf>,
     /// Module -> the names it re-exports (`pub use span::Span;`) -> the path they name,
@@ -18,12 +23,23 @@ struct Crate {
     exports: BTreeMap<Module, BTreeMap<String, (String, Vec<String>)>>,
 }
 
-fn src() -> PathBuf {
+/// The engine's sources.
+fn engine() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-fn module_of(path: &Path) -> Module {
-    let rel = path.strip_prefix(src()).unwrap();
+/// `selvedge-proto`'s sources.
+fn proto() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../selvedge-proto/src")
+}
+
+/// Each crate checked, with how many files it has at least (so that a broken walk fails).
+fn crates() -> [(PathBuf, usize); 2] {
+    [(engine(), 40), (proto(), 30)]
+}
+
+fn module_of(src: &Path, path: &Path) -> Module {
+    let rel = path.strip_prefix(src).unwrap();
     let mut m: Module = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
     let last = m.pop().unwrap();
     match last.as_str() {
@@ -217,10 +233,10 @@ fn tree(code: &str, mut pos: usize, base: &[String], out: &mut Vec<Vec<String>>)
 }
 
 impl Crate {
-    fn read() -> Crate {
+    fn read(src: &Path) -> Crate {
         let mut list = Vec::new();
-        walk(&src(), &mut list);
-        let files: BTreeMap<Module, PathBuf> = list.into_iter().map(|p| (module_of(&p), p)).collect();
+        walk(src, &mut list);
+        let files: BTreeMap<Module, PathBuf> = list.into_iter().map(|p| (module_of(src, &p), p)).collect();
         let mut exports = BTreeMap::new();
         for (m, path) in &files {
             let text = code(&std::fs::read_to_string(path).unwrap());
@@ -238,6 +254,11 @@ impl Crate {
                     let Some(name) = p.last().cloned() else { continue };
                     let prefix = match p[0].as_str() {
                         "crate" | "self" | "super" => p.remove(0),
+                        // The protocol crate's: outside this one, below all of it.
+                        "selvedge_proto" => {
+                            names.insert(name, ("extern".to_owned(), Vec::new()));
+                            continue;
+                        }
                         first
                             if kids.iter().any(|k| k == first)
                                 || files.contains_key(&[m.clone(), vec![first.to_owned()]].concat()) =>
@@ -251,7 +272,7 @@ impl Crate {
             }
             exports.insert(m.clone(), names);
         }
-        Crate { files, exports }
+        Crate { src: src.to_owned(), files, exports }
     }
 
     /// The file a path from `from` refers to: the deepest module it names, or, where it
@@ -262,6 +283,7 @@ impl Crate {
 
     fn resolve_in(&self, from: &Module, inline: bool, prefix: &str, segs: &[String], depth: usize) -> Option<Module> {
         let mut m: Module = match prefix {
+            "extern" => return None,
             "crate" => Vec::new(),
             // In `a/b.rs` (module a::b) `self` is a::b; in `a/mod.rs` (module a) too.
             "self" => from.clone(),
@@ -400,18 +422,20 @@ fn circles(g: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<Vec<Module>> {
 
 #[test]
 fn no_file_imports_in_a_circle() {
-    let c = Crate::read();
-    let g = c.graph();
-    assert!(g.len() > 50, "only {} files read", g.len());
-    let found = circles(&g);
-    let text: Vec<String> = found.iter().map(|c| c.iter().map(name).collect::<Vec<_>>().join(" <-> ")).collect();
-    assert!(found.is_empty(), "import circles:\n{}", text.join("\n"));
+    for (src, least) in crates() {
+        let c = Crate::read(&src);
+        let g = c.graph();
+        assert!(g.len() >= least, "only {} files read in {}", g.len(), src.display());
+        let found = circles(&g);
+        let text: Vec<String> = found.iter().map(|c| c.iter().map(name).collect::<Vec<_>>().join(" <-> ")).collect();
+        assert!(found.is_empty(), "import circles in {}:\n{}", src.display(), text.join("\n"));
+    }
 }
 
 /// The layers of `lib.rs`'s "Module dependency order": one numbered line per layer, each
 /// naming modules in backticks.
-fn documented_layers() -> Vec<Vec<Module>> {
-    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+fn documented_layers(src: &Path) -> Vec<Vec<Module>> {
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
     let section = lib.split("## Module dependency order").nth(1).expect("lib.rs documents the order");
     let mut layers = Vec::new();
     for line in section.lines().map(|l| l.trim_start_matches("//!").trim()) {
@@ -430,14 +454,20 @@ fn documented_layers() -> Vec<Vec<Module>> {
             .collect();
         layers.push(mods);
     }
-    assert!(layers.len() >= 5, "too few layers documented: {layers:?}");
+    assert!(layers.len() >= 4, "too few layers documented: {layers:?}");
     layers
 }
 
 #[test]
 fn files_use_only_their_layer_and_the_ones_above() {
-    let c = Crate::read();
-    let layers = documented_layers();
+    for (src, _) in crates() {
+        uses_follow_the_layers(&src);
+    }
+}
+
+fn uses_follow_the_layers(src: &Path) {
+    let c = Crate::read(src);
+    let layers = documented_layers(src);
     // A file's layer: the layer of the longest documented module containing it.
     let layer_of = |m: &Module| -> Option<usize> {
         let mut best: Option<(usize, usize)> = None;
@@ -472,6 +502,60 @@ fn files_use_only_their_layer_and_the_ones_above() {
             }
         }
     }
-    assert!(missing.is_empty(), "files in no documented layer: {missing:?}");
-    assert!(wrong.is_empty(), "uses against the documented order:\n{}", wrong.join("\n"));
+    assert!(missing.is_empty(), "files in no documented layer in {}: {missing:?}", c.src.display());
+    assert!(wrong.is_empty(), "uses against the documented order in {}:\n{}", c.src.display(), wrong.join("\n"));
+}
+
+/// Whether `path` is a module only tests compile (`#[cfg(test)] mod gen;` in its parent).
+fn test_only(path: &Path) -> bool {
+    let stem = path.file_stem().unwrap().to_string_lossy();
+    let dir = path.parent().unwrap();
+    let parent = if dir.join("mod.rs").exists() && stem != "mod" { dir.join("mod.rs") } else { return false };
+    let text = code(&std::fs::read_to_string(parent).unwrap());
+    let decl = format!("mod {stem};");
+    text.find(&decl).is_some_and(|at| text[..at].trim_end().ends_with("#[cfg(test)]"))
+}
+
+/// `selvedge-proto` is sans-IO: its code names no runtime, socket, file, thread or clock
+/// (tests aside), and it depends on `bytes` and `http` only.
+#[test]
+fn no_io_in_the_protocol_crate() {
+    let mut list = Vec::new();
+    walk(&proto(), &mut list);
+    let banned = [
+        "tokio",
+        "quinn",
+        "mio",
+        "libc",
+        "socket2",
+        "std::net",
+        "std::fs",
+        "std::thread",
+        "std::process",
+        "Instant",
+        "SystemTime",
+        "std::io::Read",
+        "std::io::Write",
+        "selvedge::",
+    ];
+    let mut found = Vec::new();
+    for path in &list {
+        if test_only(path) {
+            continue;
+        }
+        let text = code(&std::fs::read_to_string(path).unwrap());
+        // Unit tests (the file's inline `mod tests`) may do what they like.
+        let text = &text[..inline_module(&text).min(text.len())];
+        for b in banned {
+            if text.contains(b) {
+                found.push(format!("{}: {b}", path.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "I/O in selvedge-proto:\n{}", found.join("\n"));
+    let manifest = std::fs::read_to_string(proto().join("../Cargo.toml")).unwrap();
+    let deps = manifest.split("[dependencies]").nth(1).unwrap().split("\n[").next().unwrap();
+    let names: Vec<&str> =
+        deps.lines().filter_map(|l| l.split(['.', ' ', '=']).next()).filter(|n| !n.is_empty()).collect();
+    assert_eq!(names, ["bytes", "http"], "selvedge-proto's dependencies");
 }

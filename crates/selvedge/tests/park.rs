@@ -110,14 +110,14 @@ fn h2_get(c: &mut common::h2::Client, stream: u32, path: &str) -> String {
     let mut body = Vec::new();
     while let Some(f) = c.next() {
         match f {
-            selvedge::h2::frame::Frame::Headers(h) => assert_eq!(c.status(&h), "200"),
-            selvedge::h2::frame::Frame::Data(d) if d.stream == stream => {
+            selvedge_proto::h2::frame::Frame::Headers(h) => assert_eq!(c.status(&h), "200"),
+            selvedge_proto::h2::frame::Frame::Data(d) if d.stream == stream => {
                 body.extend_from_slice(&d.data);
                 if d.end_stream {
                     break;
                 }
             }
-            selvedge::h2::frame::Frame::GoAway(g) => panic!("GOAWAY {:?}", g.reason),
+            selvedge_proto::h2::frame::Frame::GoAway(g) => panic!("GOAWAY {:?}", g.reason),
             _ => {}
         }
     }
@@ -159,7 +159,7 @@ fn a_parked_http2_connection_says_goaway_at_its_idle_timeout() {
     parked(1);
     let goaway = c.until_goaway();
     let waited = t0.elapsed();
-    assert_eq!(goaway, Some((selvedge::h2::frame::Reason::NO_ERROR, 3)));
+    assert_eq!(goaway, Some((selvedge_proto::h2::frame::Reason::NO_ERROR, 3)));
     assert!(waited >= Duration::from_millis(900) && waited < Duration::from_millis(2500), "GOAWAY after {waited:?}");
     assert!(read_to_close(&mut c.sock).1);
     parked(0);
@@ -180,7 +180,7 @@ fn shutdown_says_goaway_to_parked_http2_connections() {
     h.join();
     assert!(t0.elapsed() < Duration::from_secs(2), "shutdown took {:?}", t0.elapsed());
     for c in &mut conns {
-        assert_eq!(c.until_goaway(), Some((selvedge::h2::frame::Reason::NO_ERROR, 1)));
+        assert_eq!(c.until_goaway(), Some((selvedge_proto::h2::frame::Reason::NO_ERROR, 1)));
         assert!(read_to_close(&mut c.sock).1);
     }
     parked(0);
@@ -278,7 +278,7 @@ fn drain_says_goaway_to_parked_http2_connections() {
     // The HTTP/2 client is told at once, as one in its task would be; the HTTP/1.1
     // connection waits for its next request.
     let t0 = Instant::now();
-    assert_eq!(h2.until_goaway(), Some((selvedge::h2::frame::Reason::NO_ERROR, 1)));
+    assert_eq!(h2.until_goaway(), Some((selvedge_proto::h2::frame::Reason::NO_ERROR, 1)));
     assert!(t0.elapsed() < Duration::from_secs(1), "GOAWAY after {:?}", t0.elapsed());
     assert!(read_to_close(&mut h2.sock).1);
     parked(1);

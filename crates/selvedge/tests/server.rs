@@ -3,7 +3,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::app::app;
@@ -115,27 +115,4 @@ fn graceful_shutdown_finishes_in_flight_and_closes_idle() {
     assert!(wait_for(2, || std::net::TcpStream::connect(srv.addr).is_err()));
     let mut srv = srv;
     srv.handle.take().unwrap().join();
-}
-
-#[test]
-fn accepted_sockets_inherit_nodelay_from_the_listener() {
-    use std::os::fd::AsFd;
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    selvedge::sys::set_nodelay(&l).unwrap();
-    let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
-    let (fd, peer) = selvedge::sys::accept(l.as_fd()).unwrap();
-    assert!(matches!(peer, selvedge::PeerAddr::Tcp(_)));
-    assert_eq!(selvedge::sys::getsockopt_int(&fd, libc::IPPROTO_TCP, libc::TCP_NODELAY).unwrap(), 1);
-    // TCP_NOTSENT_LOWAT too (0 means "the kernel's default" on a socket that did not set it).
-    assert_eq!(selvedge::sys::getsockopt_int(&fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT).unwrap(), 0);
-    selvedge::sys::set_notsent_lowat(&l, 100_000).unwrap();
-    let _c2 = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
-    let (fd2, _) = selvedge::sys::accept(l.as_fd()).unwrap();
-    assert_eq!(selvedge::sys::getsockopt_int(&fd2, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT).unwrap(), 100_000);
-    // And accept4 set O_NONBLOCK: a read with nothing to read does not block.
-    let mut buf = bytes::BytesMut::with_capacity(16);
-    let e = selvedge::sys::read_into(fd.as_fd(), &mut buf).unwrap_err();
-    assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
 }

@@ -15,11 +15,11 @@ use bytes::BytesMut;
 use common::app::app;
 use common::*;
 use rustls::pki_types::pem::PemObject;
-use selvedge::h2::codec::{decode_frame, PREFACE};
-use selvedge::h2::frame::{self, kind, Frame};
-use selvedge::hpack;
 use selvedge::tls::{server_config, server_config_with_store, CertKey, CertStore, ManagedCerts};
 use selvedge::Server;
+use selvedge_proto::h2::codec::{decode_frame, PREFACE};
+use selvedge_proto::h2::frame::{self, kind, Frame};
+use selvedge_proto::hpack;
 
 struct Tls {
     dir: PathBuf,

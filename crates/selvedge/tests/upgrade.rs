@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use common::h2::{raw, Client};
 use common::{connect, read_responses, settings, start};
-use selvedge::h2::frame::{flag, kind, Frame, Setting};
 use selvedge::http::{header, HeaderName, StatusCode};
 use selvedge::{Request, Response};
+use selvedge_proto::h2::frame::{flag, kind, Frame, Setting};
 
 /// Echoes every byte of an `echo` tunnel back, upper-cased; anything else gets 426 (or a
 /// plain 200 when no upgrade was asked for).

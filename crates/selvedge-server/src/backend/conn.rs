@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use selvedge::message::HeaderSpan;
+use selvedge_proto::message::HeaderSpan;
 use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::OwnedSemaphorePermit;

@@ -1,5 +1,5 @@
 //! HTTP/2 connections to upstreams, shared by many requests at once: the engine's sans-IO
-//! client ([`selvedge::h2::client`]) driven over one socket (h2c with prior knowledge, or
+//! client ([`selvedge_proto::h2::client`]) driven over one socket (h2c with prior knowledge, or
 //! TLS after ALPN `h2`).
 //!
 //! - A **driver task** per connection owns the socket: it reads, feeds the [`Client`]
@@ -24,8 +24,8 @@ use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use selvedge::h2::client::{Client, ClientSettings, Event, Fields};
-use selvedge::h2::frame::Reason;
+use selvedge_proto::h2::client::{Client, ClientSettings, Event, Fields};
+use selvedge_proto::h2::frame::Reason;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
@@ -337,7 +337,7 @@ async fn drive(h: Arc<H2Conn>, t: super::conn::Tunnel, idle: Duration) {
         notified.as_mut().enable();
         let (done, streams) = {
             let mut st = h.lock();
-            st.client.take_output(&mut wbuf);
+            st.client.poll_transmit(&mut wbuf);
             (st.client.is_done(), st.client.active())
         };
         if !wbuf.is_empty() {
@@ -362,7 +362,7 @@ async fn drive(h: Arc<H2Conn>, t: super::conn::Tunnel, idle: Duration) {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {
                         let mut st = h.lock();
-                        let _ = st.client.recv(&mut rbuf);
+                        let _ = st.client.handle_bytes(&mut rbuf);
                         dispatch(&mut st);
                         if !settled && st.client.peer_settled() {
                             settled = true;

@@ -239,7 +239,7 @@ const SCRIPT_CACHE_MAX: usize = 1024;
 /// `PATH_INFO` are copies of the path: remembering them could hold much more memory).
 const SCRIPT_CACHE_PATH_MAX: usize = 512;
 
-/// A remembered lookup: until when ([`selvedge::sys::monotonic_ns`]), and what it found.
+/// A remembered lookup: until when ([`selvedge::time::monotonic_ns`]), and what it found.
 type Located = (u64, Result<Arc<Script>, Miss>);
 
 /// This worker's remembered lookups: by route ([`Route::id`]), then by request path.
@@ -267,7 +267,7 @@ impl Route {
         if ttl == 0 || path.len() > SCRIPT_CACHE_PATH_MAX {
             return walk();
         }
-        let now = selvedge::sys::monotonic_ns();
+        let now = selvedge::time::monotonic_ns();
         LOCATED.with(|r| {
             let mut r = r.borrow_mut();
             if let Some((until, found)) = r.routes.get_mut(&self.id).and_then(|m| m.get_mut(path)) {

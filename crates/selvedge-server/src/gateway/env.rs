@@ -23,8 +23,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use selvedge::http::Version;
-use selvedge::message::decimal;
 use selvedge::{PeerAddr, Request};
+use selvedge_proto::message::decimal;
 
 use super::script::Script;
 

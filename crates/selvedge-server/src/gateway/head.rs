@@ -133,7 +133,7 @@ fn field(line: &[u8], head: &mut Head, value: &dyn Fn(&[u8]) -> Option<HeaderVal
         return Err(Malformed("folded line"));
     }
     let colon = line.iter().position(|&b| b == b':').ok_or(Malformed("a line without ':'"))?;
-    let name = selvedge::message::field_name(&line[..colon]).map_err(|_| Malformed("bad field name"))?;
+    let name = selvedge_proto::message::field_name(&line[..colon]).map_err(|_| Malformed("bad field name"))?;
     let value = value(line[colon + 1..].trim_ascii()).ok_or(Malformed("bad field value"))?;
     match name.as_str() {
         "status" => {

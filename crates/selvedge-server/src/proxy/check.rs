@@ -7,10 +7,10 @@ use std::sync::Arc;
 use bytes::Buf;
 
 use super::forward::HostMode;
-use super::head;
 use super::ProxyConfig;
 use crate::backend::conn::{Conn, Wait};
 use crate::upstream::{Endpoint, HealthCheck, Probe};
+use selvedge_proto::h1::response as head;
 
 /// The probe for `cfg`'s members (the caller bounds each run by the check's timeout).
 pub(super) fn probe(cfg: &ProxyConfig, check: &HealthCheck) -> Probe {

@@ -17,7 +17,7 @@ use std::net::IpAddr;
 
 use selvedge::{PeerAddr, Request};
 
-use super::head::TCHAR;
+use selvedge_proto::message::TCHAR;
 
 /// How the upstream request's body is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -342,7 +342,7 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
 
 /// Appends the decimal digits of `n`.
 pub(crate) fn put_u64(dst: &mut Vec<u8>, n: u64) {
-    dst.extend_from_slice(selvedge::message::decimal(n, &mut [0; 20]));
+    dst.extend_from_slice(selvedge_proto::message::decimal(n, &mut [0; 20]));
 }
 
 /// Appends `ip` as text ([`crate::client::ip_text`]).

@@ -25,11 +25,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use selvedge::h2::client::ClientSettings;
-use selvedge::h2::frame::Reason;
 use selvedge::http::header::CONTENT_TYPE;
 use selvedge::http::{HeaderName, HeaderValue, Method, StatusCode};
 use selvedge::{Body, Request, Response};
+use selvedge_proto::h2::client::ClientSettings;
+use selvedge_proto::h2::frame::Reason;
 
 use super::forward::{self, ComposeError, Framing};
 use super::{read_body, Fail, Route, SMALL_BODY};

@@ -15,8 +15,8 @@
 //!    the next is read (backpressure both ways), while the upstream is watched for an early
 //!    answer (a final response ends the upload; interim 1xx are consumed). An idempotent
 //!    request's body of up to 64 KiB is read first instead, so it can be sent again.
-//! 3. **Response head**: parsed strictly (`head`) within `first_byte_timeout`; interim
-//!    responses (100 Continue, 103...) are swallowed. A reused connection that fails before
+//! 3. **Response head**: parsed strictly (`selvedge_proto::h1::response`, the client role)
+//!    within `first_byte_timeout`; interim responses (100 Continue, 103...) are swallowed. A reused connection that fails before
 //!    the first response byte is retried once on a new connection, for replayable requests
 //!    only (idempotent, with no body or a body read whole).
 //! 4. **Retry**: a failed attempt (connect error, reset, timeout, invalid answer, or a
@@ -47,7 +47,6 @@
 mod check;
 mod forward;
 mod h2;
-mod head;
 mod tunnel;
 
 use std::future::Future;
@@ -57,11 +56,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use selvedge::h1::body::{BodyLimits, Decoded, Decoder};
 use selvedge::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use selvedge::http::{HeaderName, HeaderValue, Method, StatusCode};
-use selvedge::message::{put_hex, HeaderSpan};
 use selvedge::{Body, BodyWriter, Request, Response};
+use selvedge_proto::h1::body::{BodyLimits, Decoded, Decoder};
+use selvedge_proto::message::{put_hex, HeaderSpan};
 use serde::Deserialize;
 
 use crate::backend::conn::{Conn, Wait, Written};
@@ -73,8 +72,8 @@ use crate::upstream::{self, Endpoint, HashKey, HealthCheck, Passive, Picked, Pol
 pub use crate::upstream::{Addr, RawHealth, RawUpstream, Resolver};
 pub use forward::HostMode;
 use forward::{ComposeError, Framing, Rewrite};
-pub use head::HeadLimits;
-use head::ResponseHead;
+pub use selvedge_proto::h1::response::HeadLimits;
+use selvedge_proto::h1::response::{self as head, ResponseHead};
 
 /// Responses with a `Content-Length` up to this size are read whole and sent as one buffer
 /// (and request bodies of idempotent requests up to this size are read before they are
@@ -1003,7 +1002,7 @@ fn relay_fields(
         if forward::dropped_response_field(name) || tokens.iter().any(|t| t.eq_ignore_ascii_case(name)) {
             continue;
         }
-        let Ok(name) = selvedge::message::field_name(name) else { continue };
+        let Ok(name) = selvedge_proto::message::field_name(name) else { continue };
         if name == CONTENT_LENGTH && !keep_length {
             continue;
         }

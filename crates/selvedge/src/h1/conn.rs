@@ -60,6 +60,7 @@ use crate::request::{Request, RequestHead};
 use crate::response::{FileBody, Response, ResponseBody, StreamBody};
 use crate::settings::Settings;
 use crate::sys::PeerAddr;
+use crate::time::date::SharedDate;
 use crate::time::rate::BodyRule;
 use crate::time::timeout::NO_DEADLINE;
 
@@ -250,7 +251,7 @@ impl Conn {
     /// When the connection must be closed if it has not moved on ([`NO_DEADLINE`]: no
     /// deadline, while the app runs).
     #[inline]
-    pub(crate) fn deadline(&self) -> u64 {
+    pub(crate) fn poll_timeout(&self) -> u64 {
         self.deadline
     }
 
@@ -694,7 +695,7 @@ impl Conn {
                     "the app answered 101 Switching Protocols to a request that cannot switch",
                 ));
             };
-            compose(&mut self.wbuf, status, shared, &headers, Out::None, ConnHeader::Upgrade, server);
+            compose(&mut self.wbuf, status, shared, &headers, Out::None, ConnHeader::Upgrade, server, &SharedDate);
             self.reading = Reading::Closed { linger: false };
             return Ok(Send::Switch(s, flag));
         }
@@ -708,12 +709,12 @@ impl Conn {
         let send = match body {
             ResponseBody::Empty => {
                 let f = if bodiless { Out::None } else { Out::Length(0) };
-                compose(&mut self.wbuf, status, shared, &headers, f, conn(cur.keep_alive), server);
+                compose(&mut self.wbuf, status, shared, &headers, f, conn(cur.keep_alive), server, &SharedDate);
                 Send::Buffered
             }
             ResponseBody::Bytes(b) => {
                 let f = if bodiless { Out::None } else { Out::Length(b.len() as u64) };
-                compose(&mut self.wbuf, status, shared, &headers, f, conn(cur.keep_alive), server);
+                compose(&mut self.wbuf, status, shared, &headers, f, conn(cur.keep_alive), server, &SharedDate);
                 if cur.is_head || bodiless {
                     Send::Buffered
                 } else if b.len() <= COPY_BODY_MAX {
@@ -725,7 +726,7 @@ impl Conn {
             }
             ResponseBody::File(mut f) => {
                 let framing = if bodiless { Out::None } else { Out::Length(f.len) };
-                compose(&mut self.wbuf, status, shared, &headers, framing, conn(cur.keep_alive), server);
+                compose(&mut self.wbuf, status, shared, &headers, framing, conn(cur.keep_alive), server, &SharedDate);
                 if cur.is_head || bodiless {
                     if let Some(fin) = f.finish.take() {
                         fin.report(true);
@@ -747,17 +748,44 @@ impl Conn {
                         (false, Some(n)) => Out::Length(n),
                         (false, None) => Out::Chunked,
                     };
-                    compose(&mut self.wbuf, status, shared, &headers, framing, conn(cur.keep_alive), server);
+                    compose(
+                        &mut self.wbuf,
+                        status,
+                        shared,
+                        &headers,
+                        framing,
+                        conn(cur.keep_alive),
+                        server,
+                        &SharedDate,
+                    );
                     Send::Buffered
                 } else if let Some(n) = declared {
-                    compose(&mut self.wbuf, status, shared, &headers, Out::Length(n), conn(cur.keep_alive), server);
+                    compose(
+                        &mut self.wbuf,
+                        status,
+                        shared,
+                        &headers,
+                        Out::Length(n),
+                        conn(cur.keep_alive),
+                        server,
+                        &SharedDate,
+                    );
                     Send::Stream(s, StreamFraming::Sized(n))
                 } else if cur.minor == Minor::One {
-                    compose(&mut self.wbuf, status, shared, &headers, Out::Chunked, conn(cur.keep_alive), server);
+                    compose(
+                        &mut self.wbuf,
+                        status,
+                        shared,
+                        &headers,
+                        Out::Chunked,
+                        conn(cur.keep_alive),
+                        server,
+                        &SharedDate,
+                    );
                     Send::Stream(s, StreamFraming::Chunked)
                 } else {
                     self.cur.keep_alive = false;
-                    compose(&mut self.wbuf, status, shared, &headers, Out::Close, conn(false), server);
+                    compose(&mut self.wbuf, status, shared, &headers, Out::Close, conn(false), server, &SharedDate);
                     Send::Stream(s, StreamFraming::Close)
                 }
             }

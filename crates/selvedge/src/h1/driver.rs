@@ -133,7 +133,7 @@ pub(crate) async fn serve<A: App>(
             }
             Next::Flush => {
                 open.set_phase(Phase::Send);
-                timer.set_at(conn.deadline());
+                timer.set_at(conn.poll_timeout());
                 // Usually the socket takes it all at once: no write future is made.
                 let buf = conn.write_buf();
                 let r = match sock.try_write(buf) {
@@ -153,7 +153,7 @@ pub(crate) async fn serve<A: App>(
                     open.close_as(CloseReason::Server);
                     return Ended::Closed;
                 }
-                timer.set_at(conn.deadline());
+                timer.set_at(conn.poll_timeout());
                 let r = if crate::pool::hold_while_idle() && conn.holds_buffers() {
                     sock.idle_read(conn.read_buf(), |_| {}, &timer).await
                 } else {
@@ -170,7 +170,7 @@ pub(crate) async fn serve<A: App>(
                 match r {
                     Ok(Some(n)) if n > 0 && timer.leave_idle() => {
                         conn.handle_read(n, now_ms());
-                        timer.set_at(conn.deadline());
+                        timer.set_at(conn.poll_timeout());
                     }
                     Ok(None) => {
                         conn.release_buffers();
@@ -232,7 +232,7 @@ impl Io<'_> {
     /// Reads the rest of a head, or of a body being drained. `false`: the connection is
     /// over (closed or failed).
     async fn read(&self, conn: &mut Conn) -> bool {
-        self.timer.set_at(conn.deadline());
+        self.timer.set_at(conn.poll_timeout());
         let r = if conn.reading_head() && !crate::pool::hold_while_idle() {
             // The rest of a head: unless it is there already, wait for it without the
             // receive buffer (as an idle connection waits), keeping only the bytes so far.
@@ -251,7 +251,7 @@ impl Io<'_> {
         match r {
             Ok(n) if n > 0 => {
                 conn.handle_read(n, now_ms());
-                self.timer.set_at(conn.deadline());
+                self.timer.set_at(conn.poll_timeout());
                 true
             }
             _ => false,

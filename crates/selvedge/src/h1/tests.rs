@@ -646,30 +646,30 @@ fn deadlines_follow_the_phase() {
     let mut conn = Conn::new(c, bytes::BytesMut::new(), 0);
     // A new connection waits the header timeout for its first bytes.
     assert_eq!(conn.poll(1_000), Next::Read { idle: true });
-    assert_eq!(conn.deadline(), 1_000 + header);
+    assert_eq!(conn.poll_timeout(), 1_000 + header);
     // The head's deadline runs from its first byte; later reads do not extend it.
     conn.read_buf().extend_from_slice(b"GET / HTTP/1.1\r\n");
     conn.handle_read(16, 2_000);
     assert_eq!(conn.poll(2_000), Next::Read { idle: false });
-    assert_eq!(conn.deadline(), 2_000 + header);
+    assert_eq!(conn.poll_timeout(), 2_000 + header);
     conn.read_buf().extend_from_slice(b"Host: h\r\n");
     conn.handle_read(9, 5_000);
     assert_eq!(conn.poll(5_000), Next::Read { idle: false });
-    assert_eq!(conn.deadline(), 2_000 + header, "not extended");
+    assert_eq!(conn.poll_timeout(), 2_000 + header, "not extended");
     conn.read_buf().extend_from_slice(b"\r\n");
     conn.handle_read(2, 6_000);
     assert_eq!(conn.poll(6_000), Next::Request);
     // None while the app runs.
     conn.start(false, &PeerAddr::Unix, None, |_| Body::empty(), |_| {});
-    assert_eq!(conn.deadline(), NO_DEADLINE);
+    assert_eq!(conn.poll_timeout(), NO_DEADLINE);
     conn.app_done(Returned::None, false);
     assert!(matches!(conn.respond(Response::new(StatusCode::OK), false), Ok(Send::Buffered)));
     // Sending has the send timeout; then the idle wait has the idle timeout.
     assert_eq!(conn.poll(7_000), Next::Flush);
-    assert_eq!(conn.deadline(), 7_000 + send);
+    assert_eq!(conn.poll_timeout(), 7_000 + send);
     conn.handle_written();
     assert_eq!(conn.poll(8_000), Next::Read { idle: true });
-    assert_eq!(conn.deadline(), 8_000 + idle);
+    assert_eq!(conn.poll_timeout(), 8_000 + idle);
 }
 
 #[test]
@@ -693,12 +693,12 @@ fn bytes_left_after_a_request_start_the_header_clock() {
         assert_eq!(conn.poll(3_000), Next::Flush);
         conn.handle_written();
         assert_eq!(conn.poll(4_000), Next::Read { idle: false });
-        assert_eq!(conn.deadline(), 4_000 + header, "{tail:?}");
+        assert_eq!(conn.poll_timeout(), 4_000 + header, "{tail:?}");
         // Later reads and polls do not move it.
         conn.read_buf().extend_from_slice(b"T");
         conn.handle_read(1, 5_000);
         assert_eq!(conn.poll(5_000), Next::Read { idle: false });
-        assert_eq!(conn.deadline(), 4_000 + header, "{tail:?}");
+        assert_eq!(conn.poll_timeout(), 4_000 + header, "{tail:?}");
     }
 }
 
@@ -730,10 +730,10 @@ fn a_drained_body_has_the_body_deadline() {
     assert_eq!(s.conn.poll(60), Next::Flush);
     s.conn.handle_written();
     assert_eq!(s.conn.poll(70), Next::Read { idle: false });
-    assert_eq!(s.conn.deadline(), 70 + grace.min(body));
+    assert_eq!(s.conn.poll_timeout(), 70 + grace.min(body));
     // Far below the rate: the deadline hardly moves.
     s.input.push_back(b"5".to_vec());
     assert!(s.feed());
     assert_eq!(s.conn.poll(1_000), Next::Read { idle: false });
-    assert_eq!(s.conn.deadline(), 70 + grace + 1_000 / rate);
+    assert_eq!(s.conn.poll_timeout(), 70 + grace + 1_000 / rate);
 }

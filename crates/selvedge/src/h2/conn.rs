@@ -282,7 +282,7 @@ fn start(cfg: &Settings, upgraded: Option<&Request>) -> (Arc<Shared>, Vec<u8>) {
     }
     let shared = Arc::new(Shared::new(proto));
     let mut wbuf = Vec::with_capacity(h2cfg.write_batch + 16 * 1024);
-    shared.lock().fill(&mut wbuf, 0, &[0; DATE_LEN], &mut Vec::new());
+    shared.lock().poll_transmit(&mut wbuf, 0, &[0; DATE_LEN], &mut Vec::new());
     (shared, wbuf)
 }
 
@@ -339,7 +339,7 @@ async fn handshake<A: App>(
                 {
                     let mut p = shared.lock();
                     p.go_away(Reason::PROTOCOL_ERROR);
-                    p.fill(&mut out, 0, &[0; DATE_LEN], &mut Vec::new());
+                    p.poll_transmit(&mut out, 0, &[0; DATE_LEN], &mut Vec::new());
                 }
                 let _ = sock.write_all(&out).await;
                 open.close_as(crate::stats::CloseReason::Error);
@@ -419,7 +419,7 @@ async fn reaper(shared: &Shared) {
         let changed = shared.timers.notified();
         tokio::pin!(changed);
         changed.as_mut().enable();
-        let next = shared.lock().next_deadline();
+        let next = shared.lock().poll_timeout();
         match next {
             None => changed.await,
             Some(at) => {
@@ -430,7 +430,7 @@ async fn reaper(shared: &Shared) {
                         () = changed => continue,
                     }
                 }
-                shared.lock().expire(now_ms());
+                shared.lock().handle_timeout(now_ms());
                 shared.wake.notify_one();
                 // The coarse clock may lag the sleep: do not spin while it catches up.
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -478,7 +478,7 @@ async fn receiver<A: App>(
             let mut p = shared.lock();
             let now = now_ms();
             loop {
-                match p.recv_next(&mut rbuf, now) {
+                match p.handle_bytes(&mut rbuf, now) {
                     Ok(true) => {}
                     Ok(false) => break,
                     Err(r) => {
@@ -487,7 +487,7 @@ async fn receiver<A: App>(
                     }
                 }
             }
-            p.take_events(&mut events);
+            p.poll_events(&mut events);
             if p.take_timers_changed() {
                 shared.timers.notify_one();
             }
@@ -682,7 +682,7 @@ async fn sender(
         let (done, failed, streams, quiet) = {
             let mut p = shared.lock();
             p.set_now(now_ms());
-            p.fill(&mut wbuf, batch, &date, &mut reads);
+            p.poll_transmit(&mut wbuf, batch, &date, &mut reads);
             if p.take_timers_changed() {
                 shared.timers.notify_one();
             }

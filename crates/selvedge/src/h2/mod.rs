@@ -1,10 +1,8 @@
 //! HTTP/2 (RFC 9113), the Warp way: a receiver, a sender and a task per stream.
 //!
-//! - [`frame`]: one file per frame type, pure data with strict parse checks.
-//! - [`codec`]: the preface and cutting frames out of the receive buffer.
-//! - `proto`: the connection and stream state machines, flow control, the weighted fair
-//!   output queue ([`priority`]) and the abuse budgets — sans-IO.
-//! - [`client`]: the client side (sans-IO), for the proxy's HTTP/2 upstreams.
+//! - `frame`, `codec`: `selvedge-proto`'s frames and frame codec, re-exported.
+//! - `proto`: the server's connection state machine (stream states and windows from
+//!   `selvedge-proto`, the output queue, the abuse budgets, deadlines): sans-IO.
 //! - `conn`: the driver: the receiver feeds the state machine from the socket, a task per
 //!   stream runs the app, the sender drains control frames first, then packs frames of
 //!   many streams into one buffer and one write.
@@ -13,11 +11,6 @@
 //! (`server/negotiate.rs`): ALPN `h2`, prior knowledge (the connection starts with the
 //! preface), and `Upgrade: h2c` (HTTP/1.1 hands the connection over).
 
-pub mod client;
-pub mod codec;
+pub(crate) use selvedge_proto::h2::{codec, frame};
 pub(crate) mod conn;
-pub mod frame;
 pub(crate) mod proto;
-
-pub use crate::settings::H2Settings;
-pub use proto::priority;

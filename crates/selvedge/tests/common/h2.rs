@@ -6,9 +6,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use selvedge::h2::codec::{decode_frame, PREFACE};
-use selvedge::h2::frame::{self, flag, kind, Frame, Head};
-use selvedge::hpack;
+use selvedge_proto::h2::codec::{decode_frame, PREFACE};
+use selvedge_proto::h2::frame::{self, flag, kind, Frame, Head};
+use selvedge_proto::hpack;
 
 pub struct Client {
     pub sock: TcpStream,

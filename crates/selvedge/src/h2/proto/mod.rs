@@ -1,19 +1,23 @@
 //! The HTTP/2 connection as a sans-IO state machine: frames in, events and frames out.
 //!
-//! [`Proto::recv`] takes one parsed frame (and the time, for the abuse budgets and the
-//! deadlines) and updates stream states, windows and the HPACK context; what the peer must
-//! be told (SETTINGS acks, PING acks, WINDOW_UPDATE, RST_STREAM, GOAWAY) is queued as
-//! encoded control frames; new requests come out as [`Event`]s. [`Proto::fill`] (in
-//! `send.rs`) writes the next batch of output: all control frames first, then response
-//! frames chosen by the priority queue. Nothing here touches a socket, a file or a clock:
-//! the time and the `Date` are passed in, and file bytes are read by the driver into the
-//! places `fill` leaves for them (outside the connection's lock), so tests drive it byte by
-//! byte.
+//! [`Proto::handle_bytes`] cuts frames out of the receive buffer and
+//! [`Proto::handle_frame`] takes each (with the time, for the abuse budgets and the
+//! deadlines), updating stream states, windows and the HPACK context; what the peer must be
+//! told (SETTINGS acks, PING acks, WINDOW_UPDATE, RST_STREAM, GOAWAY) is queued as encoded
+//! control frames; new requests come out of [`Proto::poll_events`]. [`Proto::poll_transmit`]
+//! (in `send.rs`) writes the next batch of output: all control frames first, then response
+//! frames chosen by the priority queue. [`Proto::poll_timeout`] and
+//! [`Proto::handle_timeout`] are its deadlines. Nothing here touches a socket, a file or a
+//! clock: the time and the `Date` are passed in, and file bytes are read by the driver into
+//! the places `poll_transmit` leaves for them (outside the connection's lock), so tests
+//! drive it byte by byte. (The names are `selvedge-proto`'s vocabulary: `handle_*` in,
+//! `poll_*` out.)
 //!
-//! The parts: `stream.rs` (one stream's state), `flow.rs` (windows), `budget.rs` (abuse
-//! budgets), `continuation.rs` (header blocks over several frames), `headers.rs` (blocks
-//! to request heads), `send.rs` (responses out), `timers.rs` (deadlines), `priority.rs`
-//! (the output queue), `store.rs` (the stream map).
+//! The parts: `stream.rs` (one stream: its state, windows, body and response), `budget.rs`
+//! (abuse budgets), `continuation.rs` (header blocks over several frames), `send.rs`
+//! (responses out), `timers.rs` (deadlines), `store.rs` (the stream map); request heads
+//! come from `crate::head`, and windows (`flow`), stream states and the output queue
+//! (`priority`) from `selvedge-proto`.
 //!
 //! Errors follow RFC 9113 §5.4: `recv` returns a connection error's code (the caller ends
 //! the connection with [`Proto::go_away`]); stream errors are handled inside by resetting
@@ -21,8 +25,7 @@
 
 mod budget;
 mod continuation;
-pub(crate) mod flow;
-pub mod priority;
+pub(crate) use selvedge_proto::h2::{flow, priority};
 mod send;
 mod store;
 pub(crate) use send::{After, FileRead};
@@ -319,7 +322,7 @@ impl Proto {
     }
 
     /// Takes the events produced so far.
-    pub(crate) fn take_events(&mut self, out: &mut Vec<Event>) {
+    pub(crate) fn poll_events(&mut self, out: &mut Vec<Event>) {
         if out.is_empty() {
             // The usual case: hand over the vector instead of moving each event.
             std::mem::swap(out, &mut self.events);
@@ -493,7 +496,7 @@ impl Proto {
     ///
     /// # Errors
     /// A connection error's code: call [`Proto::go_away`] with it.
-    pub(crate) fn recv_next(&mut self, buf: &mut BytesMut, now: u64) -> Result<bool, Reason> {
+    pub(crate) fn handle_bytes(&mut self, buf: &mut BytesMut, now: u64) -> Result<bool, Reason> {
         let max = self.max_frame_size();
         if buf.len() >= frame::HEADER_LEN {
             let head = frame::Head::parse(buf[..frame::HEADER_LEN].try_into().expect("nine bytes"));
@@ -508,14 +511,14 @@ impl Proto {
             }
         }
         match super::codec::decode_frame(buf, max) {
-            Ok(Some(f)) => self.recv(f, now).map(|()| true),
+            Ok(Some(f)) => self.handle_frame(f, now).map(|()| true),
             Ok(None) => Ok(false),
             // The frame is already cut off the buffer.
             Err(e) => self.recv_error(e).map(|()| true),
         }
     }
 
-    /// [`Proto::recv`] for a HEADERS frame borrowed from the receive buffer.
+    /// [`Proto::handle_frame`] for a HEADERS frame borrowed from the receive buffer.
     fn recv_headers_ref(&mut self, h: frame::HeadersRef<'_>, now: u64) -> Result<(), Reason> {
         self.now = now;
         self.active_at = Some(now);
@@ -530,7 +533,7 @@ impl Proto {
     ///
     /// # Errors
     /// A connection error's code: call [`Proto::go_away`] with it.
-    pub(crate) fn recv(&mut self, f: Frame, now: u64) -> Result<(), Reason> {
+    pub(crate) fn handle_frame(&mut self, f: Frame, now: u64) -> Result<(), Reason> {
         self.now = now;
         self.budget.tick(now);
         if !self.got_settings {
@@ -603,7 +606,7 @@ impl Proto {
     /// Parses and handles a frame error from the frame layer.
     ///
     /// # Errors
-    /// As [`Proto::recv`].
+    /// As [`Proto::handle_frame`].
     pub(crate) fn recv_error(&mut self, e: frame::Error) -> Result<(), Reason> {
         match e {
             frame::Error::Connection(r) => Err(r),

@@ -1,5 +1,5 @@
 //! The output side of [`Proto`]: responses handed over by the apps, the request body read
-//! by the apps, and [`Proto::fill`], which packs the next batch of frames into one buffer:
+//! by the apps, and [`Proto::poll_transmit`], which packs the next batch of frames into one buffer:
 //! control frames first, then one frame per turn of the priority queue, so that streams
 //! interleave by precedence at frame granularity.
 //!
@@ -277,7 +277,7 @@ impl Proto {
         !self.conn_blocked.is_empty() || (self.win_blocked > 0 && self.queue.is_empty())
     }
 
-    /// Whether [`Proto::fill`] would write something.
+    /// Whether [`Proto::poll_transmit`] would write something.
     pub(crate) fn has_output(&self) -> bool {
         // After a connection error only the GOAWAY goes out.
         !self.control.is_empty() || (self.failed.is_none() && !self.queue.is_empty())
@@ -287,7 +287,13 @@ impl Proto {
     /// control frames, then frames of ready streams in priority order, one frame per turn.
     /// Response heads carry `date`; file payloads are left to the caller, as `reads` (in
     /// batch order).
-    pub(crate) fn fill(&mut self, out: &mut Vec<u8>, max: usize, date: &[u8; DATE_LEN], reads: &mut Vec<FileRead>) {
+    pub(crate) fn poll_transmit(
+        &mut self,
+        out: &mut Vec<u8>,
+        max: usize,
+        date: &[u8; DATE_LEN],
+        reads: &mut Vec<FileRead>,
+    ) {
         out.extend_from_slice(&self.control);
         self.control.clear();
         if self.failed.is_some() {

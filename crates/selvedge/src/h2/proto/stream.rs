@@ -14,72 +14,7 @@ use crate::h2::frame::Reason;
 use crate::response::SharedFields;
 use crate::time::rate::BodyClock;
 
-/// A stream's state, server side (no push, so no reserved states):
-///
-/// ```text
-///                          +--------+
-///                          |  idle  |
-///                          +--------+
-///                              |
-///                              | recv H
-///                              v
-///                          +--------+
-///                  recv ES |        | send ES
-///                  ,-------|  open  |-------.
-///                 /        |        |        \
-///                v         +--------+         v
-///         +----------+          |           +----------+
-///         |   half-  |          |           |   half-  |
-///         |  closed  |          | send R /  |  closed  |
-///         | (remote) |          | recv R    | (local)  |
-///         +----------+          |           +----------+
-///              |                |                 |
-///              | send ES /      |       recv ES / |
-///              | send R /       v        send R / |
-///              | recv R     +--------+   recv R   |
-///              `----------->|        |<-----------'
-///                           | closed |
-///                           +--------+
-/// ```
-///
-/// (RFC 9113 §5.1. Idle streams are not stored: an id above the last one seen is idle; a
-/// closed stream is removed from the map and remembered for a while.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum State {
-    /// Both sides may send.
-    Open,
-    /// The client sent END_STREAM; we may still send.
-    HalfClosedRemote,
-    /// We sent END_STREAM; the client may still send (its request body).
-    HalfClosedLocal,
-    /// Nothing more in either direction.
-    Closed,
-}
-
-impl State {
-    /// After receiving END_STREAM.
-    pub(crate) fn recv_end(self) -> State {
-        match self {
-            State::Open => State::HalfClosedRemote,
-            State::HalfClosedLocal => State::Closed,
-            s => s,
-        }
-    }
-
-    /// After sending END_STREAM.
-    pub(crate) fn send_end(self) -> State {
-        match self {
-            State::Open => State::HalfClosedLocal,
-            State::HalfClosedRemote => State::Closed,
-            s => s,
-        }
-    }
-
-    /// Whether the client may still send on the stream.
-    pub(crate) fn can_recv(self) -> bool {
-        matches!(self, State::Open | State::HalfClosedLocal)
-    }
-}
+pub(crate) use selvedge_proto::h2::state::State;
 
 /// Why a stream closed, remembered for a while after it left the map (to tell a closed
 /// stream from an idle one, and to answer late frames and reads rightly).
@@ -308,16 +243,6 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn transitions() {
-        assert_eq!(State::Open.recv_end(), State::HalfClosedRemote);
-        assert_eq!(State::Open.send_end(), State::HalfClosedLocal);
-        assert_eq!(State::HalfClosedLocal.recv_end(), State::Closed);
-        assert_eq!(State::HalfClosedRemote.send_end(), State::Closed);
-        assert!(!State::HalfClosedRemote.can_recv());
-        assert!(State::HalfClosedLocal.can_recv());
-    }
 
     /// A window's worth of one-byte payloads, each a slice of a 32 KiB receive buffer of its
     /// own: the inbox keeps a few gathered buffers, not 65,535 read buffers, in order.

@@ -58,7 +58,7 @@ impl Peer {
                 if self.error.is_some() {
                     return;
                 }
-                match self.proto.recv_next(&mut self.rbuf, self.now) {
+                match self.proto.handle_bytes(&mut self.rbuf, self.now) {
                     Ok(true) => {}
                     Ok(false) => break,
                     Err(r) => {
@@ -68,7 +68,7 @@ impl Peer {
                 }
             }
         }
-        self.proto.take_events(&mut self.events);
+        self.proto.poll_events(&mut self.events);
     }
 
     fn headers(&mut self, stream: u32, fields: &[(&str, &str)], end_stream: bool) {
@@ -110,11 +110,11 @@ impl Peer {
     }
 }
 
-/// `fill` as the driver calls it, with a fixed date, file payloads read and put in their
+/// `poll_transmit` as the driver calls it, with a fixed date, file payloads read and put in their
 /// places (the driver sends them there).
 fn fill(p: &mut Proto, out: &mut Vec<u8>) {
     let mut reads = Vec::new();
-    p.fill(out, 1 << 20, b"Sun, 06 Nov 1994 08:49:37 GMT", &mut reads);
+    p.poll_transmit(out, 1 << 20, b"Sun, 06 Nov 1994 08:49:37 GMT", &mut reads);
     for r in reads.iter().rev() {
         let mut payload = vec![0; r.len];
         let n = std::os::unix::fs::FileExt::read_at(&*r.file, &mut payload, r.offset).unwrap();
@@ -428,16 +428,16 @@ fn a_stream_opened_and_reset_in_one_read_never_reaches_the_app() {
     bytes.extend(raw(kind::RST_STREAM, 0, 1, &8u32.to_be_bytes()));
     // One read: the whole batch at once (as the driver reads it).
     p.rbuf.extend_from_slice(&bytes);
-    while p.proto.recv_next(&mut p.rbuf, 0).unwrap() {}
-    p.proto.take_events(&mut p.events);
+    while p.proto.handle_bytes(&mut p.rbuf, 0).unwrap() {}
+    p.proto.poll_events(&mut p.events);
     assert!(p.events.is_empty(), "{:?}", p.events);
     // Provoked the same way: a WINDOW_UPDATE of 0 right behind the HEADERS.
     let mut bytes = Vec::new();
     frame::Headers::encode(3, &block[..], true, 16_384, &mut bytes);
     bytes.extend(raw(kind::WINDOW_UPDATE, 0, 3, &0u32.to_be_bytes()));
     p.rbuf.extend_from_slice(&bytes);
-    while p.proto.recv_next(&mut p.rbuf, 0).unwrap() {}
-    p.proto.take_events(&mut p.events);
+    while p.proto.handle_bytes(&mut p.rbuf, 0).unwrap() {}
+    p.proto.poll_events(&mut p.events);
     assert!(p.events.is_empty(), "{:?}", p.events);
     assert_eq!(rst(&p.output()), vec![(3, Reason::PROTOCOL_ERROR)]);
 }
@@ -589,22 +589,22 @@ fn zero_window_connection_gets_goaway_at_the_send_deadline_pings_or_not() {
     let out = p.output();
     assert!(out.iter().any(|f| matches!(f, Frame::Data(d) if d.data.len() == 100)), "{out:?}");
     assert!(p.proto.take_timers_changed());
-    assert_eq!(p.proto.next_deadline(), Some(1_100), "from the last DATA progress");
+    assert_eq!(p.proto.poll_timeout(), Some(1_100), "from the last DATA progress");
     // PINGs are answered, and change nothing.
     for t in [300, 600, 900, 1_050] {
         p.now = t;
         p.send(&raw(kind::PING, 0, 0, b"chatter!"));
         assert!(matches!(&p.output()[..], [Frame::Ping(a)] if a.ack));
     }
-    assert_eq!(p.proto.next_deadline(), Some(1_100));
+    assert_eq!(p.proto.poll_timeout(), Some(1_100));
     // A window update that lets 50 bytes go is progress: the deadline moves.
     p.now = 1_080;
     p.send(&raw(kind::WINDOW_UPDATE, 0, 1, &50u32.to_be_bytes()));
     assert!(p.output().iter().any(|f| matches!(f, Frame::Data(d) if d.data.len() == 50)));
-    assert_eq!(p.proto.next_deadline(), Some(2_080));
-    p.proto.expire(2_079);
+    assert_eq!(p.proto.poll_timeout(), Some(2_080));
+    p.proto.handle_timeout(2_079);
     assert_eq!(goaway(&p.output()), None);
-    p.proto.expire(2_080);
+    p.proto.handle_timeout(2_080);
     assert_eq!(goaway(&p.output()), Some(Reason::ENHANCE_YOUR_CALM));
     assert!(p.proto.is_done());
 }
@@ -613,20 +613,20 @@ fn zero_window_connection_gets_goaway_at_the_send_deadline_pings_or_not() {
 fn idle_connection_gets_goaway_no_error() {
     let mut p = Peer::new(H2Settings::default());
     p.proto.set_timeouts(super::Timeouts { idle: 5_000, ..timeouts() });
-    assert_eq!(p.proto.next_deadline(), Some(5_000), "from the client's SETTINGS");
+    assert_eq!(p.proto.poll_timeout(), Some(5_000), "from the client's SETTINGS");
     p.now = 1_000;
     p.get(1);
     p.proto.respond(1, Response::bytes(StatusCode::OK, "hi"));
     let _ = p.output();
-    assert_eq!(p.proto.next_deadline(), Some(6_000), "from the last frame");
+    assert_eq!(p.proto.poll_timeout(), Some(6_000), "from the last frame");
     // A stream in flight is not idle.
     p.now = 2_000;
     p.get(3);
-    p.proto.expire(7_000);
+    p.proto.handle_timeout(7_000);
     assert_eq!(goaway(&p.output()), None);
     p.proto.respond(3, Response::bytes(StatusCode::OK, "hi"));
     let _ = p.output();
-    p.proto.expire(12_000);
+    p.proto.handle_timeout(12_000);
     assert_eq!(goaway(&p.output()), Some(Reason::NO_ERROR));
 }
 
@@ -636,13 +636,13 @@ fn slow_request_body_stream_is_reset_at_its_deadline() {
     p.proto.set_timeouts(timeouts());
     p.headers(1, &[(":method", "POST"), (":scheme", "http"), (":path", "/slow")], false);
     p.headers(3, &[(":method", "POST"), (":scheme", "http"), (":path", "/fast")], false);
-    assert_eq!(p.proto.next_deadline(), None, "no deadline before the app waits");
+    assert_eq!(p.proto.poll_timeout(), None, "no deadline before the app waits");
     let waker = std::task::Waker::noop();
     let mut cx = std::task::Context::from_waker(waker);
     assert!(p.proto.poll_body(1, &mut cx).is_pending());
     assert!(p.proto.poll_body(3, &mut cx).is_pending());
     assert!(p.proto.take_timers_changed());
-    assert_eq!(p.proto.next_deadline(), Some(2_000));
+    assert_eq!(p.proto.poll_timeout(), Some(2_000));
     // Stream 3 keeps 100 B/s (200 bytes per 2 s: extended); stream 1 sends 10 bytes.
     for t in [1_000u64, 1_900, 2_900, 3_800] {
         p.now = t;
@@ -653,16 +653,16 @@ fn slow_request_body_stream_is_reset_at_its_deadline() {
     p.send(&raw(kind::DATA, 0, 1, b"0123456789"));
     assert!(matches!(p.proto.poll_body(1, &mut cx), std::task::Poll::Ready(Some(Ok(_)))));
     assert!(p.proto.poll_body(1, &mut cx).is_pending());
-    p.proto.expire(1_999);
+    p.proto.handle_timeout(1_999);
     assert!(rst(&p.output()).is_empty(), "nothing is late yet");
-    p.proto.expire(2_000);
+    p.proto.handle_timeout(2_000);
     assert_eq!(rst(&p.output()), vec![(1, Reason::CANCEL)]);
     assert!(matches!(p.proto.poll_body(1, &mut cx), std::task::Poll::Ready(Some(Err(_)))));
     // Stream 3 is alive: its deadline moved with its data.
-    assert!(p.proto.next_deadline().is_some_and(|d| d > 4_000), "{:?}", p.proto.next_deadline());
+    assert!(p.proto.poll_timeout().is_some_and(|d| d > 4_000), "{:?}", p.proto.poll_timeout());
     p.now = 4_000;
     p.send(&raw(kind::DATA, flag::END_STREAM, 3, b"end"));
-    assert_eq!(p.proto.next_deadline(), None, "the body ended: its deadline is gone");
+    assert_eq!(p.proto.poll_timeout(), None, "the body ended: its deadline is gone");
 }
 
 #[test]
@@ -676,9 +676,9 @@ fn app_not_reading_does_not_count_against_the_client() {
     p.now = 100;
     p.send(&raw(kind::DATA, 0, 1, &[b'x'; 500]));
     // The app does not read for a long time: unread data extends the deadline.
-    p.proto.expire(10_000);
+    p.proto.handle_timeout(10_000);
     assert!(rst(&p.output()).is_empty());
-    assert_eq!(p.proto.next_deadline(), Some(12_000));
+    assert_eq!(p.proto.poll_timeout(), Some(12_000));
 }
 
 #[test]
@@ -699,15 +699,15 @@ fn stalled_stream_is_reset_while_others_go_on() {
     p.proto.set_now(10);
     fill(&mut p.proto, &mut out);
     assert!(p.proto.take_timers_changed());
-    assert_eq!(p.proto.next_deadline(), Some(3_010));
+    assert_eq!(p.proto.poll_timeout(), Some(3_010));
     // Nothing else has output now, so the connection counts as stuck too (its own send
     // deadline); while other streams send, it would not.
     assert!(p.proto.flow_blocked());
-    p.proto.expire(3_009);
+    p.proto.handle_timeout(3_009);
     assert!(rst(&p.output()).is_empty());
-    p.proto.expire(3_010);
+    p.proto.handle_timeout(3_010);
     assert_eq!(rst(&p.output()), vec![(1, Reason::CANCEL)]);
-    assert_eq!(p.proto.next_deadline(), None);
+    assert_eq!(p.proto.poll_timeout(), None);
 }
 
 #[test]
@@ -719,10 +719,10 @@ fn slow_header_block_gets_goaway() {
     p.now = 50;
     // HEADERS without END_HEADERS: the rest never comes.
     p.send(&raw(kind::HEADERS, flag::END_STREAM, 1, &block[..2]));
-    assert_eq!(p.proto.next_deadline(), Some(1_050));
-    p.proto.expire(1_049);
+    assert_eq!(p.proto.poll_timeout(), Some(1_050));
+    p.proto.handle_timeout(1_049);
     assert_eq!(goaway(&p.output()), None);
-    p.proto.expire(1_050);
+    p.proto.handle_timeout(1_050);
     assert_eq!(goaway(&p.output()), Some(Reason::ENHANCE_YOUR_CALM));
 }
 
@@ -853,13 +853,13 @@ fn unread_body_after_the_complete_answer_is_held_to_the_rate_and_max_drain() {
     assert!(out.iter().any(|f| matches!(f, Frame::Data(d) if d.end_stream)), "the answer: {out:?}");
     assert!(rst(&out).is_empty(), "an upload that keeps up may finish: {out:?}");
     assert!(p.proto.take_timers_changed());
-    assert_eq!(p.proto.next_deadline(), Some(2_000));
+    assert_eq!(p.proto.poll_timeout(), Some(2_000));
     p.now = 1_000;
     p.send(&raw(kind::DATA, 0, 1, b"more"));
     assert!(rst(&p.output()).is_empty());
-    let at = p.proto.next_deadline().unwrap();
+    let at = p.proto.poll_timeout().unwrap();
     assert!(at < 2_100, "{at}");
-    p.proto.expire(at);
+    p.proto.handle_timeout(at);
     assert_eq!(rst(&p.output()), vec![(1, Reason::CANCEL)]);
     // Stream 3: more declared than max_drain (100 bytes here): stopped at once, NO_ERROR.
     p.headers(3, &[(":method", "POST"), (":scheme", "http"), (":path", "/"), ("content-length", "5000")], false);
@@ -900,8 +900,8 @@ fn body_never_asked_for_is_drained_under_the_body_clock() {
     p.send(&raw(kind::DATA, 0, 1, b"more"));
     assert!(rst(&p.output()).is_empty());
     // Far below the rate: the body clock cuts it.
-    let at = p.proto.next_deadline().unwrap();
-    p.proto.expire(at);
+    let at = p.proto.poll_timeout().unwrap();
+    p.proto.handle_timeout(at);
     assert_eq!(rst(&p.output()), vec![(1, Reason::CANCEL)]);
     // The rest of it coming: the stream ends as the request does, with no reset.
     p.headers(3, &[(":method", "POST"), (":scheme", "http"), (":path", "/"), ("content-length", "8")], false);
@@ -979,15 +979,15 @@ fn body_far_below_the_rate_is_reset_within_the_grace_not_the_timeout() {
     assert!(p.proto.poll_body(1, &mut cx).is_pending());
     // 50 bytes every 500 ms (100 B/s): each earns ~195 ms of credit.
     let mut t = 0;
-    while p.proto.next_deadline().is_some_and(|d| d > t) {
+    while p.proto.poll_timeout().is_some_and(|d| d > t) {
         p.now = t;
         p.send(&raw(kind::DATA, 0, 1, &[b'x'; 50]));
         while let std::task::Poll::Ready(Some(Ok(_))) = p.proto.poll_body(1, &mut cx) {}
         t += 500;
     }
-    let at = p.proto.next_deadline().unwrap();
+    let at = p.proto.poll_timeout().unwrap();
     assert!((3_000..4_000).contains(&at), "{at}");
-    p.proto.expire(at);
+    p.proto.handle_timeout(at);
     assert_eq!(rst(&p.output()), vec![(1, Reason::CANCEL)]);
 }
 
@@ -1039,7 +1039,7 @@ fn a_cached_head_follows_its_date_length_and_status() {
         p.get(id);
         p.proto.respond(id, Response::bytes(status, body));
         let mut out = Vec::new();
-        p.proto.fill(&mut out, 1 << 20, date, &mut Vec::new());
+        p.proto.poll_transmit(&mut out, 1 << 20, date, &mut Vec::new());
         let mut buf = BytesMut::from(&out[..]);
         let mut head = None;
         while let Some(f) = codec::decode_frame(&mut buf, frame::MAX_MAX_FRAME_SIZE).unwrap() {
@@ -1082,11 +1082,11 @@ fn a_file_batch_fits_two_loopback_segments() {
     std::fs::remove_file(&path).unwrap();
     // The SETTINGS ACK, the response head and a first batch of file data, then the rest.
     let mut first = Vec::new();
-    p.proto.fill(&mut first, batch, b"Sun, 06 Nov 1994 08:49:37 GMT", &mut Vec::new());
+    p.proto.poll_transmit(&mut first, batch, b"Sun, 06 Nov 1994 08:49:37 GMT", &mut Vec::new());
     let mut writes = Vec::new();
     loop {
         let (mut out, mut reads) = (Vec::new(), Vec::new());
-        p.proto.fill(&mut out, batch, b"Sun, 06 Nov 1994 08:49:37 GMT", &mut reads);
+        p.proto.poll_transmit(&mut out, batch, b"Sun, 06 Nov 1994 08:49:37 GMT", &mut reads);
         let size = out.len() + reads.iter().map(|r| r.len).sum::<usize>();
         if size == 0 {
             break;

@@ -1,6 +1,6 @@
 //! Per-stream and header-block deadlines, kept by the sans-IO [`Proto`] with times passed
 //! in (milliseconds of [`crate::time::timeout::now_ms`]); the connection driver sleeps
-//! until [`Proto::next_deadline`] and calls [`Proto::expire`].
+//! until [`Proto::poll_timeout`] and calls [`Proto::handle_timeout`].
 //!
 //! - **Header phase**: a header block spread over CONTINUATION frames must be complete
 //!   within `header` of its first frame, else GOAWAY(ENHANCE_YOUR_CALM).
@@ -78,7 +78,7 @@ impl Proto {
         self.timeouts = t;
     }
 
-    /// The current time for what follows (the sender calls this before `fill`).
+    /// The current time for what follows (the sender calls this before `poll_transmit`).
     pub(crate) fn set_now(&mut self, now: u64) {
         self.now = now;
     }
@@ -90,7 +90,7 @@ impl Proto {
     }
 
     /// The earliest armed deadline, if any.
-    pub(crate) fn next_deadline(&self) -> Option<u64> {
+    pub(crate) fn poll_timeout(&self) -> Option<u64> {
         let t = self.timeouts;
         let mut next = self.block.as_ref().filter(|_| t.header > 0).map(|b| b.since + t.header);
         let conn = [
@@ -112,7 +112,7 @@ impl Proto {
     }
 
     /// Acts on every deadline passed at `now`.
-    pub(crate) fn expire(&mut self, now: u64) {
+    pub(crate) fn handle_timeout(&mut self, now: u64) {
         self.now = now;
         let t = self.timeouts;
         if self.block.as_ref().is_some_and(|b| t.header > 0 && now >= b.since + t.header) {

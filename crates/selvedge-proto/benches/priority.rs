@@ -5,7 +5,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use selvedge::h2::priority::{Precedence, Queue};
+use selvedge_proto::h2::priority::{Precedence, Queue};
 
 /// A queue of `n` streams with pseudo-random urgencies and weights.
 fn filled(n: u32) -> Queue {

@@ -13,7 +13,7 @@ use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
 
 use bytes::BytesMut;
-use selvedge::hpack::{Decoder, Encoder};
+use selvedge_proto::hpack::{Decoder, Encoder};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 

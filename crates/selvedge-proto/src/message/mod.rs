@@ -1,5 +1,6 @@
-//! The vocabulary HTTP/1.1, HTTP/2 and the proxy share: spans into a message's bytes, byte
-//! classes, comma-separated lists and q-values, and number writers.
+//! The vocabulary HTTP/1.1, HTTP/2, HTTP/3 and the proxy share: spans into a message's
+//! bytes, byte classes, comma-separated lists and q-values, number writers, the normalized
+//! path, authorities, and header fields rendered once for many responses.
 //!
 //! Nothing here knows a protocol, a socket or a clock; every protocol module sits above it.
 
@@ -9,20 +10,22 @@ mod list;
 mod names;
 mod number;
 pub mod path;
+mod shared;
 mod span;
-pub(crate) mod swar;
+pub mod swar;
 
 pub(crate) use chars::class;
 pub use chars::{LOWER_TOKEN, TCHAR, VALUE};
 pub use list::{accept_q, has_token, parse_q, tokens, trim_ows};
 pub use names::field_name;
 pub use number::{decimal, parse_decimal, put_hex};
+pub use shared::SharedFields;
 pub use span::{HeaderSpan, Span};
 
 /// The request method of `bytes`: `GET`, nearly every request's, by one compare; the rest
 /// through `http`'s parser (which validates the token).
 #[inline]
-pub(crate) fn method(bytes: &[u8]) -> Result<http::Method, http::method::InvalidMethod> {
+pub fn method(bytes: &[u8]) -> Result<http::Method, http::method::InvalidMethod> {
     if bytes == b"GET" {
         Ok(http::Method::GET)
     } else {
@@ -32,7 +35,7 @@ pub(crate) fn method(bytes: &[u8]) -> Result<http::Method, http::method::Invalid
 
 /// Whether a response with this status never has a body (RFC 9110 §6.4.1): 1xx, 204, 304.
 #[inline]
-pub(crate) fn bodiless(status: http::StatusCode) -> bool {
+pub fn bodiless(status: http::StatusCode) -> bool {
     use http::StatusCode;
     status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED
 }
@@ -40,7 +43,7 @@ pub(crate) fn bodiless(status: http::StatusCode) -> bool {
 /// A response field as HTTP/2 and HTTP/3 encode it (name and value bytes), unless it is
 /// connection-specific and so left out (RFC 9113 §8.2.2, RFC 9114 §4.2).
 #[inline]
-pub(crate) fn response_field((n, v): &(http::HeaderName, http::HeaderValue)) -> Option<(&[u8], &[u8])> {
+pub fn response_field((n, v): &(http::HeaderName, http::HeaderValue)) -> Option<(&[u8], &[u8])> {
     use http::header::{CONNECTION, TRANSFER_ENCODING, UPGRADE};
     let specific = n == CONNECTION
         || n == TRANSFER_ENCODING
@@ -50,7 +53,7 @@ pub(crate) fn response_field((n, v): &(http::HeaderName, http::HeaderValue)) -> 
     (!specific).then(|| (n.as_str().as_bytes(), v.as_bytes()))
 }
 
-/// The TLS version of a request's connection (see [`Request::tls_version`](crate::Request::tls_version)).
+/// The TLS version of a request's connection (the engine's `Request::tls_version`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TlsVersion {

@@ -62,7 +62,7 @@ pub const ENTRY_OVERHEAD: usize = 32;
 /// Largest integer the decoder accepts in any prefix integer (RFC 7541 §5.1).
 /// Everything an integer can stand for (an index, a string length, a table
 /// size) is far below this in practice.
-pub(crate) const MAX_INT: usize = u32::MAX as usize;
+pub const MAX_INT: usize = u32::MAX as usize;
 
 /// Number of bytes `value` takes as an integer with an `prefix_bits`-bit
 /// prefix.
@@ -122,7 +122,7 @@ pub(crate) fn encode_int(dst: &mut BytesMut, value: usize, prefix_bits: u32, fla
 /// At most five continuation bytes are read, and the value must not exceed
 /// [`MAX_INT`]; anything else is [`DecodeError::IntegerOverflow`].
 #[inline]
-pub(crate) fn decode_int(block: &[u8], pos: &mut usize, prefix_bits: u32) -> Result<usize, DecodeError> {
+pub fn decode_int(block: &[u8], pos: &mut usize, prefix_bits: u32) -> Result<usize, DecodeError> {
     let max_prefix = ((1u32 << prefix_bits) - 1) as u8;
     let first = match block.get(*pos) {
         Some(&b) => b & max_prefix,

@@ -1,10 +1,10 @@
 //! The client side of an HTTP/2 connection (RFC 9113), sans-IO: the proxy's HTTP/2
-//! upstreams use it. Bytes from the server go in ([`Client::recv`]), frames to send come
-//! out ([`Client::take_output`]), and what happened on each stream is read as [`Event`]s.
-//! No socket, no clock: the driver owns both.
+//! upstreams use it. Bytes from the server go in ([`Client::handle_bytes`]), frames to send
+//! come out ([`Client::poll_transmit`]), and what happened on each stream is read with
+//! [`Client::poll_event`]. No socket, no clock: the driver owns both.
 //!
 //! It shares the server's framing ([`super::frame`], [`super::codec`]), HPACK
-//! ([`crate::hpack`]) and flow-control windows (`proto::flow`).
+//! ([`crate::hpack`]) and flow-control windows ([`super::flow`]).
 //!
 //! Streams (§5.1), as a client sees them:
 //!
@@ -39,8 +39,9 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderName, HeaderValue};
 
 use super::codec;
+use super::flow::FlowControl;
 use super::frame::{self, Error, Frame, Reason, Setting, DEFAULT_WINDOW};
-use super::proto::flow::FlowControl;
+use super::state::State;
 use crate::hpack::{self, Token};
 
 /// The client's own settings.
@@ -117,10 +118,8 @@ struct Stream {
     recv_flow: FlowControl,
     /// A final head arrived.
     got_head: bool,
-    /// END_STREAM sent.
-    local_done: bool,
-    /// END_STREAM received.
-    remote_done: bool,
+    /// Which ends are closed (the states the server role uses, seen from this side).
+    state: State,
 }
 
 /// A header block being received in HEADERS + CONTINUATION frames.
@@ -261,8 +260,7 @@ impl Client {
                 send_flow: FlowControl::new(i64::from(self.peer_initial_window)),
                 recv_flow: FlowControl::new(i64::from(self.cfg.stream_window)),
                 got_head: false,
-                local_done: end_stream,
-                remote_done: false,
+                state: if end_stream { State::Open.send_end() } else { State::Open },
             },
         );
         Some(id)
@@ -271,7 +269,7 @@ impl Client {
     /// How many body bytes `id` may send now (both windows).
     pub fn send_capacity(&self, id: u32) -> usize {
         match self.streams.get(&id) {
-            Some(s) if !s.local_done => s.send_flow.window().min(self.send_flow.window()).max(0) as usize,
+            Some(s) if s.state.can_send() => s.send_flow.window().min(self.send_flow.window()).max(0) as usize,
             _ => 0,
         }
     }
@@ -283,7 +281,7 @@ impl Client {
     pub fn send_data(&mut self, id: u32, data: &mut Bytes, end_stream: bool) -> bool {
         let max = self.peer_max_frame as usize;
         let Some(s) = self.streams.get_mut(&id) else { return false };
-        if s.local_done {
+        if !s.state.can_send() {
             return false;
         }
         loop {
@@ -298,8 +296,8 @@ impl Client {
             s.send_flow.send_data(n as u32);
             self.send_flow.send_data(n as u32);
             if end {
-                s.local_done = true;
-                if s.remote_done {
+                s.state = s.state.send_end();
+                if s.state == State::Closed {
                     self.streams.remove(&id);
                 }
                 return true;
@@ -313,11 +311,11 @@ impl Client {
     /// Ends stream `id` with a trailer section. `false`: the stream is gone.
     pub fn send_trailers<'a>(&mut self, id: u32, fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> bool {
         let Some(s) = self.streams.get_mut(&id) else { return false };
-        if s.local_done {
+        if !s.state.can_send() {
             return false;
         }
-        s.local_done = true;
-        let done = s.remote_done;
+        s.state = s.state.send_end();
+        let done = s.state == State::Closed;
         self.scratch.clear();
         self.henc.encode(fields, &mut self.scratch);
         frame::Headers::encode(id, &self.scratch, true, self.peer_max_frame as usize, &mut self.out);
@@ -343,7 +341,7 @@ impl Client {
             frame::WindowUpdate { stream: 0, increment: inc }.encode(&mut self.out);
         }
         if let Some(s) = self.streams.get_mut(&id) {
-            if s.remote_done {
+            if !s.state.can_recv() {
                 return;
             }
             if let Some(inc) = s.recv_flow.release(n, self.cfg.stream_window / 2) {
@@ -366,7 +364,7 @@ impl Client {
     }
 
     /// Moves the bytes to send into `dst`.
-    pub fn take_output(&mut self, dst: &mut Vec<u8>) {
+    pub fn poll_transmit(&mut self, dst: &mut Vec<u8>) {
         dst.extend_from_slice(&self.out);
         self.out.clear();
     }
@@ -381,7 +379,7 @@ impl Client {
     /// # Errors
     /// A connection error: GOAWAY with it has been queued, every stream is reported reset,
     /// and the connection is done.
-    pub fn recv(&mut self, buf: &mut BytesMut) -> Result<(), Reason> {
+    pub fn handle_bytes(&mut self, buf: &mut BytesMut) -> Result<(), Reason> {
         if let Some(r) = self.failed {
             return Err(r);
         }
@@ -531,7 +529,7 @@ impl Client {
             self.release(d.stream, d.flow_len as usize);
             return Ok(());
         };
-        if !s.got_head || s.remote_done {
+        if !s.got_head || !s.state.can_recv() {
             self.stream_error(d.stream, Reason::PROTOCOL_ERROR);
             self.release(d.stream, d.flow_len as usize);
             return Ok(());
@@ -555,8 +553,8 @@ impl Client {
 
     fn end_remote(&mut self, id: u32) {
         if let Some(s) = self.streams.get_mut(&id) {
-            s.remote_done = true;
-            if s.local_done {
+            s.state = s.state.recv_end();
+            if s.state == State::Closed {
                 self.streams.remove(&id);
             }
         }
@@ -624,7 +622,7 @@ impl Client {
         }
         let id = p.stream;
         let Some(s) = self.streams.get_mut(&id) else { return Ok(()) };
-        if bad || s.remote_done {
+        if bad || !s.state.can_recv() {
             self.stream_error(id, Reason::PROTOCOL_ERROR);
             return Ok(());
         }
@@ -691,7 +689,7 @@ mod tests {
     /// The frames in `c`'s output, with the preface skipped.
     fn sent(c: &mut Client) -> Vec<Frame> {
         let mut v = Vec::new();
-        c.take_output(&mut v);
+        c.poll_transmit(&mut v);
         let mut buf = BytesMut::from(&v[..]);
         if buf.starts_with(codec::PREFACE) {
             let _ = buf.split_to(codec::PREFACE.len());
@@ -718,7 +716,7 @@ mod tests {
     fn preface_settings_and_a_request() {
         let mut c = Client::new(ClientSettings::default());
         let mut v = Vec::new();
-        c.take_output(&mut v);
+        c.poll_transmit(&mut v);
         assert!(v.starts_with(codec::PREFACE));
         let mut buf = BytesMut::from(&v[24..]);
         let Some(Frame::Settings(s)) = codec::decode_frame(&mut buf, 16_384).unwrap() else { panic!() };
@@ -746,7 +744,7 @@ mod tests {
         let mut buf = BytesMut::new();
         for b in input.iter() {
             buf.extend_from_slice(&[*b]);
-            c.recv(&mut buf).unwrap();
+            c.handle_bytes(&mut buf).unwrap();
         }
         let ev = events(&mut c);
         assert_eq!(ev.len(), 3, "{ev:?}");
@@ -766,7 +764,7 @@ mod tests {
         assert!(!c.peer_settled());
         let mut input = BytesMut::new();
         settings(&mut input, &[(Setting::MAX_CONCURRENT_STREAMS, 2)]);
-        c.recv(&mut input).unwrap();
+        c.handle_bytes(&mut input).unwrap();
         assert!(c.peer_settled());
         let (a, b) = (get(&mut c), get(&mut c));
         assert_eq!((a, b), (1, 3));
@@ -774,12 +772,12 @@ mod tests {
         let head: [(&[u8], &[u8]); 1] = [(b":method", b"GET")];
         assert_eq!(c.open(head, true), None);
         frame::GoAway { last_stream: 1, reason: Reason::NO_ERROR, debug: Bytes::new() }.encode(&mut input);
-        c.recv(&mut input).unwrap();
+        c.handle_bytes(&mut input).unwrap();
         assert_eq!(events(&mut c), [Event::Reset { stream: 3, reason: Reason::REFUSED_STREAM }]);
         assert!(!c.can_open() && !c.is_done());
         let mut srv = Server::new();
         srv.head(&mut input, 1, &[(":status", "204")], true);
-        c.recv(&mut input).unwrap();
+        c.handle_bytes(&mut input).unwrap();
         assert!(matches!(events(&mut c)[..], [Event::Head { stream: 1, status: 204, end_stream: true, .. }]));
         assert!(c.is_done());
     }
@@ -790,7 +788,7 @@ mod tests {
             Client::new(ClientSettings { stream_window: 100, conn_window: 65_535, ..ClientSettings::default() });
         let mut input = BytesMut::new();
         settings(&mut input, &[(Setting::INITIAL_WINDOW_SIZE, 10)]);
-        c.recv(&mut input).unwrap();
+        c.handle_bytes(&mut input).unwrap();
         let head: [(&[u8], &[u8]); 1] = [(b":method", b"POST")];
         let id = c.open(head, false).unwrap();
         sent(&mut c);
@@ -799,7 +797,7 @@ mod tests {
         assert_eq!(&body[..], b"abcdef", "only the stream's window went out");
         assert_eq!(c.send_capacity(id), 0);
         frame::WindowUpdate { stream: id, increment: 100 }.encode(&mut input);
-        c.recv(&mut input).unwrap();
+        c.handle_bytes(&mut input).unwrap();
         assert!(c.send_data(id, &mut body, true));
         let f = sent(&mut c);
         assert!(
@@ -811,12 +809,12 @@ mod tests {
         let mut srv = Server::new();
         srv.head(&mut input, id, &[(":status", "200")], false);
         data(&mut input, id, &[b'x'; 60], false);
-        c.recv(&mut input).unwrap();
+        c.handle_bytes(&mut input).unwrap();
         c.release(id, 60);
         let f = sent(&mut c);
         assert!(matches!(&f[..], [Frame::WindowUpdate(w)] if w.stream == id && w.increment == 60), "{f:?}");
         data(&mut input, id, &[b'x'; 101], false);
-        c.recv(&mut input).unwrap();
+        c.handle_bytes(&mut input).unwrap();
         let ev = events(&mut c);
         assert_eq!(ev.last(), Some(&Event::Reset { stream: id, reason: Reason::FLOW_CONTROL_ERROR }));
         assert!(matches!(sent(&mut c)[..], [Frame::RstStream(r)] if r.reason == Reason::FLOW_CONTROL_ERROR));
@@ -839,7 +837,7 @@ mod tests {
             srv.head(&mut input, id, bad, true);
             // Each client gets a fresh table: a fresh server encoder too.
             srv = Server::new();
-            c.recv(&mut input).unwrap();
+            c.handle_bytes(&mut input).unwrap();
             assert_eq!(events(&mut c), [Event::Reset { stream: id, reason: Reason::PROTOCOL_ERROR }], "{bad:?}");
         }
         // DATA on an idle stream, and PUSH_PROMISE: connection errors; open streams are reset.
@@ -860,7 +858,7 @@ mod tests {
             let id = get(&mut c);
             sent(&mut c);
             let mut input = wire;
-            assert_eq!(c.recv(&mut input), Err(Reason::PROTOCOL_ERROR));
+            assert_eq!(c.handle_bytes(&mut input), Err(Reason::PROTOCOL_ERROR));
             assert_eq!(events(&mut c), [Event::Reset { stream: id, reason: Reason::CANCEL }]);
             assert!(matches!(sent(&mut c)[..], [Frame::GoAway(ref g)] if g.reason == Reason::PROTOCOL_ERROR));
             assert!(c.is_done() && !c.can_open());
@@ -878,7 +876,7 @@ mod tests {
         srv.head(&mut input, a, &[(":status", "200"), ("x-big", "indexed-value")], false);
         data(&mut input, a, b"late", true);
         srv.head(&mut input, b, &[(":status", "200"), ("x-big", "indexed-value")], true);
-        c.recv(&mut input).unwrap();
+        c.handle_bytes(&mut input).unwrap();
         let ev = events(&mut c);
         assert!(
             matches!(&ev[..], [Event::Head { stream, fields, .. }] if *stream == b && fields[0].1 == "indexed-value")

@@ -8,38 +8,38 @@ const HI: u64 = 0x8080_8080_8080_8080;
 
 /// Bytes below `n` (`n` at most 0x80).
 #[inline]
-pub(crate) fn lt(x: u64, n: u8) -> u64 {
+pub fn lt(x: u64, n: u8) -> u64 {
     x.wrapping_sub(LO * u64::from(n)) & !x & HI
 }
 
 /// Bytes at or above 0x7f.
 #[inline]
-pub(crate) fn ge_7f(x: u64) -> u64 {
+pub fn ge_7f(x: u64) -> u64 {
     (x.wrapping_add(LO) | x) & HI
 }
 
 /// Bytes equal to `b`.
 #[inline]
-pub(crate) fn eq(x: u64, b: u8) -> u64 {
+pub fn eq(x: u64, b: u8) -> u64 {
     let y = x ^ (LO * u64::from(b));
     y.wrapping_sub(LO) & !y & HI
 }
 
 /// Index of the first flagged byte (`flags` is not zero).
 #[inline]
-pub(crate) fn first(flags: u64) -> usize {
+pub fn first(flags: u64) -> usize {
     (flags.trailing_zeros() / 8) as usize
 }
 
 /// The word at the start of `w` (eight bytes).
 #[inline]
-pub(crate) fn word(w: &[u8]) -> u64 {
+pub fn word(w: &[u8]) -> u64 {
     u64::from_le_bytes(w.try_into().expect("8 bytes"))
 }
 
 /// The first `b` in `s`.
 #[inline]
-pub(crate) fn find(s: &[u8], b: u8) -> Option<usize> {
+pub fn find(s: &[u8], b: u8) -> Option<usize> {
     let mut words = s.chunks_exact(8);
     let mut at = 0;
     for w in &mut words {
@@ -54,7 +54,7 @@ pub(crate) fn find(s: &[u8], b: u8) -> Option<usize> {
 
 /// Whether `s` has a NUL, CR or LF (the bytes no field value may carry in any version).
 #[inline]
-pub(crate) fn has_nul_cr_lf(s: &[u8]) -> bool {
+pub fn has_nul_cr_lf(s: &[u8]) -> bool {
     let mut words = s.chunks_exact(8);
     for w in &mut words {
         let x = word(w);

@@ -1,6 +1,8 @@
-//! A strict, zero-copy parser for upstream response heads (RFC 9112 §4, §5, §6).
+//! The client role's response-head parser (RFC 9112 §4, §5, §6): strict and zero-copy,
+//! for the server's proxy reading its upstreams' answers (the server role's request heads
+//! are [`parse`](super::parse)'s; both share the message vocabulary and byte tables).
 //!
-//! Sans-IO: it looks at the bytes received so far and says "complete", "need more" or
+//! It looks at the bytes received so far and says "complete", "need more" or
 //! "invalid". Anything whose framing could be read two ways is invalid, so nothing
 //! ambiguous is ever relayed to a client:
 //!
@@ -16,7 +18,7 @@
 //! (we re-frame bodies, so we cannot pass other transfer codings on), heads over the size or
 //! field-count limit.
 
-use selvedge::message::{HeaderSpan, Span};
+use crate::message::{HeaderSpan, Span};
 
 /// Limits on a response head.
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +31,7 @@ pub struct HeadLimits {
 
 /// A parsed response head (its fields are in the vector given to [`parse`]).
 #[derive(Debug)]
-pub(crate) struct ResponseHead {
+pub struct ResponseHead {
     /// Length of the head, blank line included.
     pub len: usize,
     /// The status code (100..=999).
@@ -55,7 +57,7 @@ impl ResponseHead {
 
 /// Why a head is invalid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HeadError {
+pub enum HeadError {
     /// Malformed or ambiguous.
     Invalid(&'static str),
     /// Over [`HeadLimits`].
@@ -63,11 +65,9 @@ pub(crate) enum HeadError {
 }
 
 /// The parse result: `Ok(None)` means more bytes are needed.
-pub(crate) type Parsed = Result<Option<ResponseHead>, HeadError>;
+pub type Parsed = Result<Option<ResponseHead>, HeadError>;
 
-/// token characters (RFC 9110 §5.6.2) and field-value characters (VCHAR, obs-text, SP, HTAB;
-/// reason phrases too): the engine's tables.
-pub(crate) use selvedge::message::{TCHAR, VALUE};
+use crate::message::{TCHAR, VALUE};
 
 use HeadError::Invalid;
 
@@ -76,7 +76,7 @@ use HeadError::Invalid;
 ///
 /// # Errors
 /// [`HeadError`] when the bytes cannot be a valid, unambiguous response head.
-pub(crate) fn parse(buf: &[u8], limits: &HeadLimits, fields: &mut Vec<HeaderSpan>) -> Parsed {
+pub fn parse(buf: &[u8], limits: &HeadLimits, fields: &mut Vec<HeaderSpan>) -> Parsed {
     fields.clear();
     let r = parse_inner(buf, limits, fields);
     match r {

@@ -225,18 +225,6 @@ impl Section<'_> {
     }
 }
 
-impl crate::head::Fields for Section<'_> {
-    #[inline]
-    fn decode<F: FnMut(HeaderField<'_>)>(self, emit: F) -> Result<(), DecodeError> {
-        self.decode_each(emit)
-    }
-
-    #[inline]
-    fn encoded_len(&self) -> usize {
-        self.block.len()
-    }
-}
-
 /// A name of the static table: its first index, and its entries' values.
 struct Name {
     name: &'static [u8],

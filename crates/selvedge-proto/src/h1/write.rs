@@ -1,18 +1,18 @@
 //! The response-head composer: copies prepared pieces straight into the send buffer.
 //!
 //! Status lines for common codes are static byte strings, the `Date` value comes from the
-//! shared once-a-second cache, numbers are formatted without `fmt`, and header names and
+//! caller's [`DateSource`] (the engine's once-a-second cache), numbers are formatted without `fmt`, and header names and
 //! values are `memcpy`'d. Nothing is allocated when the buffer has room.
 
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, SERVER, TRANSFER_ENCODING};
 use http::{HeaderName, HeaderValue, StatusCode};
 
-use crate::response::SharedFields;
-use crate::time::date::{self, DATE_LEN};
+use crate::date::{DateSource, DATE_LEN};
+use crate::message::SharedFields;
 
 /// How the response body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Framing {
+pub enum Framing {
     /// `Content-Length: n`.
     Length(u64),
     /// `Transfer-Encoding: chunked`.
@@ -25,7 +25,7 @@ pub(crate) enum Framing {
 
 /// The `Connection` header to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ConnHeader {
+pub enum ConnHeader {
     /// Nothing (HTTP/1.1 keep-alive is the default).
     Omit,
     /// `Connection: close`.
@@ -58,8 +58,9 @@ fn status_line(status: StatusCode) -> Option<&'static [u8]> {
 ///
 /// The app's `Content-Length`, `Transfer-Encoding` and `Connection` headers are replaced by
 /// the engine's own, which follow from `framing` and `conn`. `Date` and `Server` are added
-/// unless the app set them.
-pub(crate) fn compose(
+/// unless the app set them, `Date` from `date`.
+#[allow(clippy::too_many_arguments)]
+pub fn compose(
     dst: &mut Vec<u8>,
     status: StatusCode,
     shared: Option<&SharedFields>,
@@ -67,6 +68,7 @@ pub(crate) fn compose(
     framing: Framing,
     conn: ConnHeader,
     server: Option<&str>,
+    date: &impl DateSource,
 ) {
     dst.reserve(128 + headers.len() * 48);
     match status_line(status) {
@@ -98,8 +100,8 @@ pub(crate) fn compose(
         dst.extend_from_slice(b"\r\n");
     }
     match (has_date, server.filter(|_| !has_server)) {
-        (false, Some(s)) => put_date_server(dst, s),
-        (false, None) => put_date(dst),
+        (false, Some(s)) => put_date_server(dst, s, date),
+        (false, None) => put_date(dst, date),
         (true, Some(s)) => put_server(dst, s),
         (true, None) => {}
     }
@@ -170,9 +172,9 @@ fn put_lines(dst: &mut Vec<u8>, parts: &[&[u8]]) {
     }
 }
 
-fn put_date(dst: &mut Vec<u8>) {
+fn put_date(dst: &mut Vec<u8>, date: &impl DateSource) {
     let mut d = [0u8; DATE_LEN];
-    date::current(&mut d);
+    date.current(&mut d);
     put_lines(dst, &[b"date: ", &d, b"\r\n"]);
 }
 
@@ -186,7 +188,7 @@ const DATE_SERVER_MAX: usize = b"date: \r\nserver: \r\n".len() + DATE_LEN + SERV
 
 /// This thread's `date` and `server` lines, rendered once per date change.
 struct DateServer {
-    /// [`date::version`] they were rendered for (0: none yet).
+    /// The [`DateSource::version`] they were rendered for (0: none yet).
     version: u64,
     /// The server name they carry (its address and length: names are `'static` settings).
     server: (usize, usize),
@@ -201,11 +203,11 @@ thread_local! {
 }
 
 /// Appends `date: …` and `server: s` lines: one copy of a block this thread renders again
-/// only when the shared date changes.
-fn put_date_server(dst: &mut Vec<u8>, s: &str) {
-    let version = date::version();
+/// only when the date's version changes.
+fn put_date_server(dst: &mut Vec<u8>, s: &str, date: &impl DateSource) {
+    let version = date.version();
     if version == 0 || s.len() > SERVER_MAX {
-        put_date(dst);
+        put_date(dst, date);
         put_server(dst, s);
         return;
     }
@@ -214,7 +216,7 @@ fn put_date_server(dst: &mut Vec<u8>, s: &str) {
         let mut c = c.borrow_mut();
         if c.version != version || c.server != key {
             let mut d = [0u8; DATE_LEN];
-            date::current(&mut d);
+            date.current(&mut d);
             let mut n = 0;
             for p in [&b"date: "[..], &d, b"\r\nserver: ", s.as_bytes(), b"\r\n"] {
                 c.bytes[n..n + p.len()].copy_from_slice(p);
@@ -237,15 +239,20 @@ pub fn compose_head(
     headers: &[(HeaderName, HeaderValue)],
     len: u64,
     keep_alive: bool,
+    date: &impl DateSource,
 ) {
     let conn = if keep_alive { ConnHeader::Omit } else { ConnHeader::Close };
-    compose(dst, status, None, headers, Framing::Length(len), conn, Some("selvedge"));
+    compose(dst, status, None, headers, Framing::Length(len), conn, Some("selvedge"), date);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::date::FixedDate;
     use http::header::CONTENT_TYPE;
+
+    /// Sun, 06 Nov 1994 08:49:37 GMT.
+    const D: FixedDate = FixedDate::at(784_111_777);
 
     #[test]
     fn composes_a_head() {
@@ -255,7 +262,16 @@ mod tests {
             (CONTENT_LENGTH, HeaderValue::from_static("999")),
             (DATE, HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT")),
         ];
-        compose(&mut out, StatusCode::OK, None, &headers, Framing::Length(612), ConnHeader::Close, Some("selvedge"));
+        compose(
+            &mut out,
+            StatusCode::OK,
+            None,
+            &headers,
+            Framing::Length(612),
+            ConnHeader::Close,
+            Some("selvedge"),
+            &D,
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
@@ -277,7 +293,7 @@ mod tests {
         for n in lengths {
             for (c, line) in conns {
                 let mut out = Vec::new();
-                compose(&mut out, StatusCode::OK, None, &date, Framing::Length(n), c, None);
+                compose(&mut out, StatusCode::OK, None, &date, Framing::Length(n), c, None, &D);
                 let want = format!("HTTP/1.1 200 OK\r\ndate: d\r\ncontent-length: {n}\r\n{line}\r\n");
                 assert_eq!(String::from_utf8(out).unwrap(), want);
             }
@@ -286,7 +302,7 @@ mod tests {
             [(Framing::Chunked, "transfer-encoding: chunked\r\n"), (Framing::Close, ""), (Framing::None, "")]
         {
             let mut out = Vec::new();
-            compose(&mut out, StatusCode::OK, None, &date, framing, ConnHeader::KeepAlive, None);
+            compose(&mut out, StatusCode::OK, None, &date, framing, ConnHeader::KeepAlive, None, &D);
             let want = format!("HTTP/1.1 200 OK\r\ndate: d\r\n{line}connection: keep-alive\r\n\r\n");
             assert_eq!(String::from_utf8(out).unwrap(), want);
         }
@@ -294,7 +310,6 @@ mod tests {
 
     #[test]
     fn shared_fields_come_first_and_obey_the_same_rules() {
-        use crate::response::SharedFields;
         let shared = SharedFields::new([
             (http::header::ETAG, HeaderValue::from_static("\"1-2\"")),
             (CONTENT_LENGTH, HeaderValue::from_static("5")),
@@ -305,60 +320,46 @@ mod tests {
         assert_eq!(shared.fields().len(), 2);
         let mut out = Vec::new();
         let own = [(CONTENT_TYPE, HeaderValue::from_static("text/plain"))];
-        compose(&mut out, StatusCode::OK, Some(&shared), &own, Framing::Length(3), ConnHeader::Omit, Some("selvedge"));
+        compose(
+            &mut out,
+            StatusCode::OK,
+            Some(&shared),
+            &own,
+            Framing::Length(3),
+            ConnHeader::Omit,
+            Some("selvedge"),
+            &D,
+        );
         let s = String::from_utf8(out).unwrap();
         let (head, rest) = s.split_once("\r\ndate: ").unwrap();
         assert_eq!(head, "HTTP/1.1 200 OK\r\netag: \"1-2\"\r\nserver: mine\r\ncontent-type: text/plain");
         // `Server` came with the shared fields: the engine adds no second one.
         assert!(!rest.contains("server:") && rest.ends_with("\r\ncontent-length: 3\r\n\r\n"), "{s}");
-
-        // The response sees the shared fields as its own: listed first, found, and copied
-        // into its list when edited.
-        let res = crate::Response::bytes(StatusCode::OK, "abc")
-            .header(CONTENT_TYPE, "text/plain")
-            .shared_fields(std::sync::Arc::new(shared));
-        let names: Vec<_> = res.headers().map(|(n, _)| n.as_str().to_owned()).collect();
-        assert_eq!(names, ["etag", "server", "content-type"]);
-        assert_eq!(res.header_value(&SERVER).unwrap(), "mine");
-        let mut res = res;
-        res.headers_mut().retain(|(n, _)| n != SERVER);
-        let names: Vec<_> = res.headers().map(|(n, _)| n.as_str().to_owned()).collect();
-        assert_eq!(names, ["etag", "content-type"]);
-        let http = res.into_http();
-        assert_eq!(http.headers().len(), 2);
     }
 
     #[test]
     fn date_and_server_block_follows_the_date_and_the_name() {
-        let head = |server: &'static str| {
+        let head = |server: &'static str, date: &FixedDate| {
             let mut out = Vec::new();
-            compose(&mut out, StatusCode::OK, None, &[], Framing::None, ConnHeader::Omit, Some(server));
+            compose(&mut out, StatusCode::OK, None, &[], Framing::None, ConnHeader::Omit, Some(server), date);
             String::from_utf8(out).unwrap()
         };
-        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(4_000_000_000);
-        date::refresh(t);
-        // Another thread's test may refresh the shared date meanwhile: compare renderings
-        // made in this order, each checked against the shared value after it.
-        let a = head("one");
-        assert!(a.contains("\r\nserver: one\r\n"), "{a}");
-        let b = head("two");
+        let t = FixedDate::at(4_000_000_000);
+        let a = head("one", &t);
+        assert_eq!(a, "HTTP/1.1 200 OK\r\ndate: Tue, 02 Oct 2096 07:06:40 GMT\r\nserver: one\r\n\r\n");
+        // The thread's block follows the name...
+        let b = head("two", &t);
         assert!(b.contains("\r\nserver: two\r\n"), "{b}");
-        date::refresh(t + std::time::Duration::from_secs(1));
-        let c = head("two");
-        // The block rendered for `t` is stale now: whatever the shared date is (another
-        // test's server may tick it to today), it is not `t`'s.
-        let mut old = [0u8; DATE_LEN];
-        date::render(4_000_000_000, &mut old);
-        let old = format!("date: {}\r\n", std::str::from_utf8(&old).unwrap());
-        assert_eq!(old, "date: Tue, 02 Oct 2096 07:06:40 GMT\r\n");
-        assert!(!c.contains(&old), "{c}");
-        assert!(c.contains("\r\nserver: two\r\n"), "{c}");
+        // ...and the date's version.
+        let c = head("two", &FixedDate::at(4_000_000_001));
+        assert!(c.contains("date: Tue, 02 Oct 2096 07:06:41 GMT\r\nserver: two\r\n"), "{c}");
+        assert_eq!(head("one", &t), a);
     }
 
     #[test]
     fn uncommon_status_and_chunked() {
         let mut out = Vec::new();
-        compose(&mut out, StatusCode::IM_A_TEAPOT, None, &[], Framing::Chunked, ConnHeader::KeepAlive, None);
+        compose(&mut out, StatusCode::IM_A_TEAPOT, None, &[], Framing::Chunked, ConnHeader::KeepAlive, None, &D);
         let s = String::from_utf8(out).unwrap();
         assert!(s.starts_with("HTTP/1.1 418 I'm a teapot\r\ndate: "), "{s}");
         assert!(s.ends_with(" GMT\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"), "{s}");
@@ -371,7 +372,7 @@ mod tests {
             .chain([(u64::MAX, "content-length: 18446744073709551615\r\n")])
         {
             let mut out = Vec::new();
-            compose(&mut out, StatusCode::OK, None, &[], Framing::Length(n), ConnHeader::Omit, None);
+            compose(&mut out, StatusCode::OK, None, &[], Framing::Length(n), ConnHeader::Omit, None, &D);
             let s = String::from_utf8(out).unwrap();
             assert!(s.ends_with(&format!(" GMT\r\n{line}\r\n")), "{s}");
         }

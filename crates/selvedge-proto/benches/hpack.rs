@@ -17,7 +17,7 @@ use std::hint::black_box;
 
 use bytes::BytesMut;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use selvedge::hpack::{Decoder, Encoder};
+use selvedge_proto::hpack::{Decoder, Encoder};
 
 fn load() -> Vec<story::Story> {
     let dir = story::testdata_dir().join("raw-data");

@@ -14,7 +14,7 @@ use crate::h2::frame::{Reason, MAX_WINDOW};
 
 /// One window; see the module's text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FlowControl {
+pub struct FlowControl {
     /// Octets that may be sent now; negative after the peer shrank its initial window.
     window: i64,
     /// Receive side: octets given back but not yet announced with WINDOW_UPDATE.
@@ -23,13 +23,14 @@ pub(crate) struct FlowControl {
 
 impl FlowControl {
     /// A window of `size` octets.
-    pub(crate) fn new(size: i64) -> FlowControl {
+    #[inline]
+    pub fn new(size: i64) -> FlowControl {
         FlowControl { window: size, unannounced: 0 }
     }
 
     /// The octets that may be sent (send side) or received (receive side) now.
     #[inline]
-    pub(crate) fn window(&self) -> i64 {
+    pub fn window(&self) -> i64 {
         self.window
     }
 
@@ -37,7 +38,8 @@ impl FlowControl {
     ///
     /// # Errors
     /// FLOW_CONTROL_ERROR when the window would exceed 2^31-1 (§6.9.1).
-    pub(crate) fn inc_window(&mut self, n: u32) -> Result<(), Reason> {
+    #[inline]
+    pub fn inc_window(&mut self, n: u32) -> Result<(), Reason> {
         self.shift(i64::from(n))
     }
 
@@ -45,7 +47,8 @@ impl FlowControl {
     ///
     /// # Errors
     /// FLOW_CONTROL_ERROR when the window would exceed 2^31-1.
-    pub(crate) fn shift(&mut self, delta: i64) -> Result<(), Reason> {
+    #[inline]
+    pub fn shift(&mut self, delta: i64) -> Result<(), Reason> {
         let w = self.window + delta;
         if w > MAX_WINDOW as i64 {
             return Err(Reason::FLOW_CONTROL_ERROR);
@@ -56,7 +59,7 @@ impl FlowControl {
 
     /// We sent `n` octets of DATA (the caller kept within the window).
     #[inline]
-    pub(crate) fn send_data(&mut self, n: u32) {
+    pub fn send_data(&mut self, n: u32) {
         self.window -= i64::from(n);
     }
 
@@ -64,7 +67,8 @@ impl FlowControl {
     ///
     /// # Errors
     /// FLOW_CONTROL_ERROR when the peer sent more than the window allowed.
-    pub(crate) fn recv_data(&mut self, n: u32) -> Result<(), Reason> {
+    #[inline]
+    pub fn recv_data(&mut self, n: u32) -> Result<(), Reason> {
         if i64::from(n) > self.window {
             return Err(Reason::FLOW_CONTROL_ERROR);
         }
@@ -75,7 +79,8 @@ impl FlowControl {
     /// `n` received octets are given back. Once at least `threshold` have accumulated the
     /// window reopens by all of them: the returned increment is to be announced with a
     /// WINDOW_UPDATE.
-    pub(crate) fn release(&mut self, n: u32, threshold: u32) -> Option<u32> {
+    #[inline]
+    pub fn release(&mut self, n: u32, threshold: u32) -> Option<u32> {
         self.unannounced += n;
         if self.unannounced < threshold.max(1) {
             return None;
