@@ -221,6 +221,26 @@ impl Srv {
         r.push_str("\r\n");
         request(self.addr, &r)
     }
+
+    /// [`Srv::get_h`], reading the response's head only (a big or slow body is not
+    /// waited for).
+    pub fn head_of(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
+        let mut r = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
+        for (n, v) in headers {
+            r.push_str(&format!("{n}: {v}\r\n"));
+        }
+        r.push_str("\r\n");
+        let mut s = connect(self.addr);
+        s.write_all(r.as_bytes()).unwrap();
+        let mut buf = Vec::new();
+        let mut piece = [0u8; 4096];
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut piece).unwrap();
+            assert!(n > 0, "the connection closed before a response head");
+            buf.extend_from_slice(&piece[..n]);
+        }
+        parse(&buf, false).expect("a response head")
+    }
 }
 
 impl Drop for Srv {
