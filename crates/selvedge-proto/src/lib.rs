@@ -32,7 +32,9 @@
 //!    windows, priorities and stream states, HTTP/3 frames.
 //! 3. `h1::write`, `h1::response`, `h2::codec`, `h3::qpack`: the HTTP/1.1 composer and the
 //!    client role's response parser, HTTP/2's frame codec, QPACK.
-//! 4. `h1`, `h2`, `h2::client`, `h3`: the protocol modules and HTTP/2's client role.
+//! 4. `h1`, `h2`, `h2::client`, `h3`, `h3::conn`, `h3::request`: the protocol modules,
+//!    HTTP/2's client role, HTTP/3's stream rules.
+//! 5. `fuzzing`: the fuzz targets' entry points.
 //!
 //! ## Features
 //! `http3`: HTTP/3 framing and QPACK (`h3`).
@@ -41,6 +43,8 @@
 #![warn(missing_docs)]
 
 pub mod date;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod h1;
 pub mod h2;
 #[cfg(feature = "http3")]

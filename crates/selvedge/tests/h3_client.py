@@ -26,8 +26,11 @@ Modes:
                          `:authority`), push_stream (a push stream
                          from the client), second_control (a second control stream),
                          cancel_push (CANCEL_PUSH to a server that never pushed),
-                         qpack_insert (a QPACK insert into a table of capacity 0):
-                         reports how the connection or the stream was closed
+                         qpack_insert (a QPACK insert into a table of capacity 0),
+                         cl_long and cl_short (a POST body longer or shorter than its
+                         content-length), bad_trailers (a trailer section with a
+                         pseudo-field), empty_open (content-length 0, the stream left
+                         open): reports how the connection or the stream was closed
   bench PATH N CONNS     N GETs of PATH over CONNS connections, CONNS at a time: requests/s
 """
 
@@ -121,10 +124,33 @@ def qpack_get(extra=b"", prefix=b"\x00\x00", authority=b"\x50\x09localhost"):
     return bytes([0x01, len(block)]) + block
 
 
+def qpack_post(path, length):
+    """A HEADERS frame for POST https://localhost/PATH with content-length LENGTH."""
+    cl = str(length).encode()
+    block = (b"\x00\x00\xd4\xd7\x50\x09localhost\x51" + bytes([len(path)]) + path.encode()
+             + b"\x54" + bytes([len(cl)]) + cl)
+    return bytes([0x01, len(block)]) + block
+
+
+def h3_frame(kind, payload):
+    return bytes([kind, len(payload)]) + payload
+
+
 async def raw(c, case):
     q = c._quic
     sid = None
-    if case in ("data_first", "reserved_frame", "dynamic_ref", "uppercase", "no_authority", "empty_authority"):
+    if case in ("cl_long", "cl_short", "bad_trailers", "empty_open"):
+        sid = q.get_next_available_stream_id()
+        c.streams[sid] = {"headers": None, "body": hashlib.sha256(), "len": 0,
+                          "done": c._loop.create_future()}
+        data, end = {
+            "cl_long": (qpack_post("/read", 5) + h3_frame(0, b"hello!"), False),
+            "cl_short": (qpack_post("/read", 5) + h3_frame(0, b"abc"), True),
+            "bad_trailers": (qpack_post("/read", 5) + h3_frame(0, b"hello") + h3_frame(1, b"\x00\x00\xc1"), True),
+            "empty_open": (qpack_post("/", 0), False),
+        }[case]
+        q.send_stream_data(sid, data, end_stream=end)
+    elif case in ("data_first", "reserved_frame", "dynamic_ref", "uppercase", "no_authority", "empty_authority"):
         sid = q.get_next_available_stream_id()
         c.streams[sid] = {"headers": None, "body": hashlib.sha256(), "len": 0,
                           "done": c._loop.create_future()}

@@ -241,6 +241,27 @@ fn protocol_errors_close_with_their_codes() {
     }
 }
 
+/// A body that breaks its own framing (longer or shorter than its content-length, a
+/// trailer section with a pseudo-field) is malformed (RFC 9114 §4.1.2): the stream is
+/// stopped and reset with H3_MESSAGE_ERROR, whatever the app answered, and the connection
+/// serves on. A body declared empty on a stream left open is stopped with H3_NO_ERROR.
+#[test]
+fn malformed_bodies_reset_their_stream() {
+    let s = start(|_| {});
+    for case in ["cl_long", "cl_short", "bad_trailers"] {
+        let r = client(s.port, &["raw", case]);
+        assert_eq!(r["reset"], 0x10e, "{case}: {r}");
+        assert!(r["closed"].is_null(), "{case}: {r}");
+        assert!(r.get("status").is_none(), "{case}: {r}");
+        if case == "cl_long" {
+            assert_eq!(r["stop_sending"], 0x10e, "{case}: {r}");
+        }
+    }
+    let r = client(s.port, &["raw", "empty_open"]);
+    assert_eq!(r["status"], 200, "{r}");
+    assert_eq!(r["stop_sending"], 0x100, "{r}");
+}
+
 /// The listener's `Alt-Svc` is added to every answer over TCP, unless the app set its own:
 /// then the app's is the only one.
 #[test]

@@ -4,13 +4,12 @@
 //! other drivers do (panics become 500), and sends the [`Response`]: bytes, a file read in
 //! pieces, or a stream the app writes with backpressure.
 //!
-//! Streams (RFC 9114 §6): we open our control stream with SETTINGS and keep it open; of the
-//! peer's unidirectional streams the control stream is read for its frames (SETTINGS
-//! first), QPACK's encoder and decoder streams are read and their bytes dropped (our
-//! dynamic table capacity is 0, so nothing on them can matter), a push stream is a
-//! connection error (H3_STREAM_CREATION_ERROR) and other types are stopped. Closing a
-//! critical stream is H3_CLOSED_CRITICAL_STREAM; a frame where it may not be is
-//! H3_FRAME_UNEXPECTED.
+//! Streams (RFC 9114 §6): we open our control stream with SETTINGS and keep it open. The
+//! rules of the peer's unidirectional streams (`selvedge_proto::h3::conn::UniStream`),
+//! of admitting request streams and GOAWAY (`Admission`) and of a request stream's frames
+//! (`selvedge_proto::h3::request::RequestStream`) are sans-IO state machines, tested byte
+//! by byte there; this driver reads the streams into their buffers, feeds them, and does
+//! what they say (close the connection with a code, stop or reset a stream).
 //!
 //! Timeouts: QUIC's idle timeout closes a silent connection (`Settings::idle_timeout`,
 //! advertised in the transport parameters); a request head must arrive within
@@ -26,12 +25,12 @@ use std::future::{poll_fn, Future};
 use std::io;
 use std::os::fd::AsFd;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use http::header;
 use http::{Method, Version};
 use quinn::{RecvStream, SendStream, VarInt};
@@ -51,6 +50,8 @@ use crate::time::date::{self, DATE_LEN};
 use crate::time::rate::{BodyClock, BodyRule};
 use crate::time::timeout::{now_ms, Group};
 use crate::Request;
+use selvedge_proto::h3::conn::{Admission, Close, Critical, UniStep, UniStream};
+use selvedge_proto::h3::request::{ReqError, ReqEvent, RequestStream};
 
 /// File bytes read and sent at a time.
 const FILE_PIECE: usize = 64 * 1024;
@@ -61,17 +62,14 @@ const READ_CHUNK: usize = 16 * 1024;
 /// The room of a stream's first read.
 const FIRST_READ: usize = 512;
 
-/// Largest SETTINGS payload read from the peer's control stream.
-const MAX_SETTINGS: u64 = 4096;
-
 #[inline]
 fn var(c: u32) -> VarInt {
     VarInt::from_u32(c)
 }
 
 /// Closes the connection with an HTTP/3 error code (a connection error, RFC 9114 §8).
-fn conn_error(conn: &quinn::Connection, c: u32, why: &'static str) {
-    conn.close(var(c), why.as_bytes());
+fn conn_error(conn: &quinn::Connection, c: Close) {
+    conn.close(var(c.code), c.reason.as_bytes());
 }
 
 /// Serves one established QUIC connection until the client closes it, it times out, or a
@@ -84,27 +82,22 @@ pub(crate) async fn serve<A: App>(conn: quinn::Connection, app: Arc<A>, cfg: Arc
     let preface = frame::control_preface(u64::from(cfg.h3.max_header_list_size));
     if timed(&cfg, control.write_all(&preface)).await.is_err() {
         // A peer that leaves no room for our SETTINGS (RFC 9114 §6.2 asks for 1,024 bytes).
-        return conn_error(&conn, code::EXCESSIVE_LOAD, "no room for our control stream");
+        return conn_error(&conn, Close { code: code::EXCESSIVE_LOAD, reason: "no room for our control stream" });
     }
     let critical = Arc::new(Critical::default());
     // Requests in flight, each a task of its own; the connection waits for them to end.
     let tasks = Arc::new(InFlight::default());
     // The peer's unidirectional streams: they live as long as the connection.
     let mut uni = tokio::task::JoinSet::new();
-    let mut draining = false;
-    // The lowest request stream ID not yet taken (what a GOAWAY carries).
-    let mut next_id = 0u64;
+    let mut admission = Admission::new();
     loop {
         tokio::select! {
             bi = conn.accept_bi() => match bi {
                 Ok((send, recv)) => {
-                    let id = u64::from(send.id());
-                    if draining {
-                        // After our GOAWAY (RFC 9114 §5.2).
-                        reject(send, recv);
+                    if let Err(c) = admission.handle_request_opened(u64::from(send.id())) {
+                        reject(send, recv, c);
                         continue;
                     }
-                    next_id = next_id.max(id + 4);
                     let guard = InFlight::enter(&tasks);
                     let req = request(send, recv, conn.clone(), app.clone(), cfg.clone(), peer.clone());
                     // Boxed: the task then moves a pointer, not the request's whole future
@@ -125,19 +118,19 @@ pub(crate) async fn serve<A: App>(conn: quinn::Connection, app: Arc<A>, cfg: Arc
             },
             // Streams the peer ended (unknown types, stopped at once) leave the set.
             Some(_) = uni.join_next(), if !uni.is_empty() => {}
-            () = group.wait_drain(), if !draining => {
-                draining = true;
+            () = group.wait_drain(), if !admission.draining() => {
                 // GOAWAY: no new requests; those in flight finish.
-                if timed(&cfg, control.write_all(&frame::goaway(next_id))).await.is_err() {
+                let Some(goaway) = admission.handle_drain() else { continue };
+                if timed(&cfg, control.write_all(&goaway)).await.is_err() {
                     break;
                 }
             }
             // After GOAWAY, once the last request in flight has ended.
-            () = tasks.idle(), if draining => break,
+            () = tasks.idle(), if admission.draining() => break,
         }
     }
     tasks.idle().await;
-    if draining {
+    if admission.draining() {
         // The last responses may still be in quinn's send buffer: the client gets the
         // time to take them and close, at most `linger`, before our CONNECTION_CLOSE (which
         // stops all sending).
@@ -186,168 +179,41 @@ impl Drop for Entered {
     }
 }
 
-/// A request stream opened after our GOAWAY: refused, so the client may retry it
-/// elsewhere.
-fn reject(mut send: SendStream, mut recv: RecvStream) {
-    let _ = recv.stop(var(code::REQUEST_REJECTED));
-    let _ = send.reset(var(code::REQUEST_REJECTED));
+/// A request stream opened after our GOAWAY: refused (`c`: H3_REQUEST_REJECTED), so the
+/// client may retry it elsewhere.
+fn reject(mut send: SendStream, mut recv: RecvStream, c: u32) {
+    let _ = recv.stop(var(c));
+    let _ = send.reset(var(c));
 }
 
-/// Which of the peer's one-of-a-kind streams it has opened.
-#[derive(Debug, Default)]
-struct Critical {
-    control: AtomicBool,
-    encoder: AtomicBool,
-    decoder: AtomicBool,
-}
-
-/// Reads one of the peer's unidirectional streams (RFC 9114 §6.2).
+/// Reads one of the peer's unidirectional streams (RFC 9114 §6.2) through its rules.
 async fn peer_stream(recv: RecvStream, conn: quinn::Connection, critical: Arc<Critical>) {
     let mut r = Reader::new(recv);
-    let kind = loop {
-        if let Some((v, n)) = frame::varint(&r.buf) {
-            r.buf.advance(n);
-            break v;
-        }
-        match r.fill().await {
-            Ok(true) => {}
-            // Ended or reset before its type: nothing to act on.
-            Ok(false) | Err(_) => return,
-        }
-    };
-    let first = |flag: &AtomicBool| !flag.swap(true, Ordering::Relaxed);
-    match kind {
-        frame::CONTROL_STREAM if first(&critical.control) => control_stream(r, &conn).await,
-        frame::QPACK_ENCODER_STREAM if first(&critical.encoder) => qpack_stream(r, &conn, true).await,
-        frame::QPACK_DECODER_STREAM if first(&critical.decoder) => qpack_stream(r, &conn, false).await,
-        frame::CONTROL_STREAM | frame::QPACK_ENCODER_STREAM | frame::QPACK_DECODER_STREAM => {
-            conn_error(&conn, code::STREAM_CREATION_ERROR, "a second critical stream");
-        }
-        frame::PUSH_STREAM => conn_error(&conn, code::STREAM_CREATION_ERROR, "a push stream from a client"),
-        _ => {
-            let _ = r.recv.stop(var(code::STREAM_CREATION_ERROR));
-        }
-    }
-}
-
-/// The peer's QPACK encoder or decoder stream (RFC 9204 §4.3, §4.4). With our table's
-/// capacity at 0 the encoder may only set that capacity to 0, and the decoder may only
-/// cancel streams (we never send a section that it could acknowledge, nor insert anything
-/// it could count); anything else is an error, and so is the stream's end.
-async fn qpack_stream(mut r: Reader, conn: &quinn::Connection, encoder: bool) {
-    let err = if encoder { code::QPACK_ENCODER_STREAM_ERROR } else { code::QPACK_DECODER_STREAM_ERROR };
+    let mut s = UniStream::new();
     loop {
-        while let Some(&b) = r.buf.first() {
-            // (pattern, mask, integer prefix) of the one instruction allowed.
-            let (ok, prefix) = if encoder { (b & 0xe0 == 0x20, 5) } else { (b & 0xc0 == 0x40, 6) };
-            if !ok {
-                return conn_error(conn, err, "QPACK instruction for a table we do not have");
+        match s.handle_bytes(&mut r.buf, &critical) {
+            Ok(UniStep::More) => {}
+            Ok(UniStep::Stop(c)) => {
+                let _ = r.recv.stop(var(c));
+                return;
             }
-            let mut pos = 0;
-            match crate::hpack::decode_int(&r.buf, &mut pos, prefix) {
-                Ok(v) => {
-                    if encoder && v != 0 {
-                        return conn_error(conn, err, "QPACK table capacity above ours");
-                    }
-                    r.buf.advance(pos);
-                }
-                Err(crate::hpack::DecodeError::TruncatedInteger) => break,
-                Err(_) => return conn_error(conn, err, "bad QPACK instruction"),
-            }
+            Err(c) => return conn_error(&conn, c),
         }
-        match r.fill().await {
-            Ok(true) => {}
-            Ok(false) | Err(_) => {
-                let why = if encoder { "QPACK encoder stream closed" } else { "QPACK decoder stream closed" };
-                return conn_error(conn, code::CLOSED_CRITICAL_STREAM, why);
-            }
-        }
-    }
-}
-
-/// The peer's control stream: SETTINGS first and once, then GOAWAY, MAX_PUSH_ID and
-/// CANCEL_PUSH (nothing to do for a server that does not push), unknown types skipped.
-async fn control_stream(mut r: Reader, conn: &quinn::Connection) {
-    let mut settings = false;
-    // The last GOAWAY and MAX_PUSH_ID values: the one may only fall, the other only rise.
-    let (mut goaway, mut max_push) = (u64::MAX, 0u64);
-    loop {
-        let h = match r.frame_head().await {
-            Ok(Some(h)) => h,
-            Ok(None) | Err(ReadFail::Reset) => {
-                return conn_error(conn, code::CLOSED_CRITICAL_STREAM, "control stream closed");
-            }
-            Err(ReadFail::Truncated) => return conn_error(conn, code::FRAME_ERROR, "truncated frame"),
+        let reset = match r.fill().await {
+            Ok(true) => continue,
+            Ok(false) => false,
+            Err(_) => true,
         };
-        if !settings && h.kind != frame::SETTINGS {
-            return conn_error(conn, code::MISSING_SETTINGS, "control stream without SETTINGS");
+        if let Err(c) = s.handle_end(&r.buf, reset) {
+            conn_error(&conn, c);
         }
-        match h.kind {
-            frame::SETTINGS if !settings => {
-                settings = true;
-                if h.len > MAX_SETTINGS {
-                    return conn_error(conn, code::EXCESSIVE_LOAD, "SETTINGS too large");
-                }
-                let payload = match r.payload(h.len as usize).await {
-                    Ok(p) => p,
-                    Err(_) => return conn_error(conn, code::CLOSED_CRITICAL_STREAM, "control stream closed"),
-                };
-                if let Err(c) = frame::check_settings(&payload) {
-                    return conn_error(conn, c, "bad SETTINGS");
-                }
-            }
-            frame::CANCEL_PUSH => {
-                // We never promise a push, so no push ID can be cancelled (§7.2.3).
-                return conn_error(conn, code::ID_ERROR, "CANCEL_PUSH without a push");
-            }
-            frame::GOAWAY | frame::MAX_PUSH_ID => {
-                if h.len > 8 {
-                    return conn_error(conn, code::FRAME_ERROR, "bad control frame");
-                }
-                let id = match r.payload(h.len as usize).await {
-                    Ok(p) => match frame::varint(&p) {
-                        Some((id, n)) if n == p.len() => id,
-                        _ => return conn_error(conn, code::FRAME_ERROR, "bad control frame"),
-                    },
-                    Err(_) => return conn_error(conn, code::CLOSED_CRITICAL_STREAM, "control stream closed"),
-                };
-                // A GOAWAY may not raise the last one's ID (§5.2), a MAX_PUSH_ID may not
-                // lower the last one's (§7.2.7).
-                if h.kind == frame::GOAWAY {
-                    if id > goaway {
-                        return conn_error(conn, code::ID_ERROR, "GOAWAY raised its ID");
-                    }
-                    goaway = id;
-                } else {
-                    if id < max_push {
-                        return conn_error(conn, code::ID_ERROR, "MAX_PUSH_ID lowered");
-                    }
-                    max_push = id;
-                }
-            }
-            frame::SETTINGS | frame::DATA | frame::HEADERS | frame::PUSH_PROMISE => {
-                return conn_error(conn, code::FRAME_UNEXPECTED, "frame not allowed on the control stream");
-            }
-            k if frame::reserved_http2(k) => {
-                return conn_error(conn, code::FRAME_UNEXPECTED, "an HTTP/2 frame type");
-            }
-            _ => {
-                if r.skip(h.len).await.is_err() {
-                    return conn_error(conn, code::CLOSED_CRITICAL_STREAM, "control stream closed");
-                }
-            }
-        }
+        return;
     }
 }
 
-/// Why reading a stream stopped short.
+/// Reading a stream stopped short: it was reset by the peer, or the connection is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ReadFail {
-    /// Reset by the peer, or the connection is gone.
-    Reset,
-    /// The stream ended inside a frame (H3_FRAME_ERROR, RFC 9114 §7.1).
-    Truncated,
-}
+struct Reset;
 
 /// A stream's bytes as they arrive, read into one buffer that frames are taken from.
 struct Reader {
@@ -362,7 +228,7 @@ impl Reader {
     }
 
     /// Reads what has arrived into the buffer: `Ready(Ok(false))` at the stream's end.
-    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, ReadFail>> {
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, Reset>> {
         if self.eof {
             return Poll::Ready(Ok(false));
         }
@@ -379,112 +245,60 @@ impl Reader {
                 Poll::Ready(Ok(false))
             }
             Poll::Ready(Ok(_)) => Poll::Ready(Ok(true)),
-            Poll::Ready(Err(_)) => Poll::Ready(Err(ReadFail::Reset)),
+            Poll::Ready(Err(_)) => Poll::Ready(Err(Reset)),
             Poll::Pending => Poll::Pending,
         }
     }
 
-    async fn fill(&mut self) -> Result<bool, ReadFail> {
+    async fn fill(&mut self) -> Result<bool, Reset> {
         poll_fn(|cx| self.poll_fill(cx)).await
-    }
-
-    /// The next frame's head, or `None` at a clean end of the stream.
-    async fn frame_head(&mut self) -> Result<Option<frame::Head>, ReadFail> {
-        loop {
-            if let Some(h) = frame::head(&self.buf) {
-                self.buf.advance(h.size);
-                return Ok(Some(h));
-            }
-            if !self.fill().await? {
-                return if self.buf.is_empty() { Ok(None) } else { Err(ReadFail::Truncated) };
-            }
-        }
-    }
-
-    /// The next `len` bytes, whole.
-    async fn payload(&mut self, len: usize) -> Result<BytesMut, ReadFail> {
-        if self.buf.capacity() < len {
-            self.buf.reserve(len - self.buf.len());
-        }
-        while self.buf.len() < len {
-            if !self.fill().await? {
-                return Err(ReadFail::Truncated);
-            }
-        }
-        Ok(self.buf.split_to(len))
-    }
-
-    /// Skips `len` bytes.
-    async fn skip(&mut self, mut len: u64) -> Result<(), ReadFail> {
-        loop {
-            let n = (self.buf.len() as u64).min(len);
-            self.buf.advance(n as usize);
-            len -= n;
-            if len == 0 {
-                return Ok(());
-            }
-            if !self.fill().await? {
-                return Err(ReadFail::Truncated);
-            }
-        }
     }
 }
 
 /// Why a request stream gives no request.
 enum NoHead {
-    /// A connection error: close with this code.
-    Conn(u32, &'static str),
-    /// Malformed (H3_MESSAGE_ERROR, a stream error).
-    Malformed,
+    /// A connection error.
+    Conn(Close),
+    /// A stream error (malformed: H3_MESSAGE_ERROR; ended early: H3_REQUEST_INCOMPLETE).
+    Stream(u32, &'static str),
     /// Over SETTINGS_MAX_FIELD_SECTION_SIZE: answer 431.
     TooLarge,
-    /// The stream ended or was reset before a head.
+    /// Reset by the peer before a head, or the connection is gone.
     Gone,
 }
 
-/// Reads the request's HEADERS frame (unknown frame types before it are skipped).
-async fn read_head(r: &mut Reader, max: u32) -> Result<head::Head, NoHead> {
-    loop {
-        let h = match r.frame_head().await {
-            Ok(Some(h)) => h,
-            Ok(None) | Err(ReadFail::Reset) => return Err(NoHead::Gone),
-            Err(ReadFail::Truncated) => return Err(NoHead::Conn(code::FRAME_ERROR, "truncated frame")),
-        };
-        match h.kind {
-            frame::HEADERS => {
-                if h.len > u64::from(max) {
-                    return Err(NoHead::TooLarge);
-                }
-                let block = match r.payload(h.len as usize).await {
-                    Ok(b) => b,
-                    Err(ReadFail::Reset) => return Err(NoHead::Gone),
-                    Err(ReadFail::Truncated) => return Err(NoHead::Conn(code::FRAME_ERROR, "truncated frame")),
-                };
-                let mut arena = BytesMut::with_capacity(block.len() * 2 + 64);
-                let section = qpack::Section { block: &block, max_size: max as usize };
-                return match head::request(section, false, &mut arena) {
-                    // Every HTTP/3 request names its authority, by `:authority` or `host`, and
-                    // not as empty (RFC 9114 §4.3.1: the schemes HTTP/3 carries require one).
-                    Ok(h) if h.req.authority.is_none_or(|a| a.len == 0) => Err(NoHead::Malformed),
-                    Ok(h) => Ok(h),
-                    Err(HeaderError::Malformed) => Err(NoHead::Malformed),
-                    Err(HeaderError::TooLarge) => Err(NoHead::TooLarge),
-                    Err(HeaderError::Compression | HeaderError::Abandoned) => {
-                        Err(NoHead::Conn(code::QPACK_DECOMPRESSION_FAILED, "QPACK decoding failed"))
-                    }
-                };
-            }
-            k if !frame::allowed_on_request(k) || k == frame::DATA => {
-                return Err(NoHead::Conn(code::FRAME_UNEXPECTED, "unexpected frame before the request head"));
-            }
-            _ => {
-                if let Err(e) = r.skip(h.len).await {
-                    return Err(match e {
-                        ReadFail::Reset => NoHead::Gone,
-                        ReadFail::Truncated => NoHead::Conn(code::FRAME_ERROR, "truncated frame"),
-                    });
+/// Reads the request's HEADERS frame through the stream's rules and decodes it with the
+/// checks HTTP/2's heads get.
+async fn read_head(r: &mut Reader, rs: &mut RequestStream, max: u32) -> Result<head::Head, NoHead> {
+    let block = loop {
+        match rs.poll_event(&mut r.buf, r.eof) {
+            Some(Ok(ReqEvent::Headers(block))) => break block,
+            Some(Ok(_)) => unreachable!("a request stream gives its head first"),
+            Some(Err(ReqError::Close(c))) => return Err(NoHead::Conn(c)),
+            Some(Err(ReqError::Reset(c, why))) => return Err(NoHead::Stream(c, why)),
+            Some(Err(ReqError::TooLarge)) => return Err(NoHead::TooLarge),
+            None => {
+                if r.fill().await.is_err() {
+                    return Err(NoHead::Gone);
                 }
             }
+        }
+    };
+    let mut arena = BytesMut::with_capacity(block.len() * 2 + 64);
+    let section = qpack::Section { block: &block, max_size: max as usize };
+    let malformed = NoHead::Stream(code::MESSAGE_ERROR, "malformed HTTP/3 request");
+    match head::request(section, false, &mut arena) {
+        // Every HTTP/3 request names its authority, by `:authority` or `host`, and not as
+        // empty (RFC 9114 §4.3.1: the schemes HTTP/3 carries require one).
+        Ok(h) if h.req.authority.is_none_or(|a| a.len == 0) => Err(malformed),
+        Ok(h) => {
+            rs.set_content_length(h.content_length);
+            Ok(h)
+        }
+        Err(HeaderError::Malformed) => Err(malformed),
+        Err(HeaderError::TooLarge) => Err(NoHead::TooLarge),
+        Err(HeaderError::Compression | HeaderError::Abandoned) => {
+            Err(NoHead::Conn(Close { code: code::QPACK_DECOMPRESSION_FAILED, reason: "QPACK decoding failed" }))
         }
     }
 }
@@ -499,13 +313,17 @@ async fn request<A: App>(
     peer: PeerAddr,
 ) {
     let mut r = Reader::new(recv);
-    let head = match tokio::time::timeout(cfg.header_timeout, read_head(&mut r, cfg.h3.max_header_list_size)).await {
+    let max = cfg.h3.max_header_list_size;
+    let mut rs = RequestStream::new(u64::from(max));
+    let head = match tokio::time::timeout(cfg.header_timeout, read_head(&mut r, &mut rs, max)).await {
         Ok(Ok(h)) => h,
-        Ok(Err(NoHead::Conn(c, why))) => return conn_error(&conn, c, why),
-        Ok(Err(NoHead::Malformed)) => {
-            let _ = r.recv.stop(var(code::MESSAGE_ERROR));
-            let _ = send.reset(var(code::MESSAGE_ERROR));
-            return cfg.exception(&Error::new(Kind::BadRequest, "malformed HTTP/3 request"));
+        Ok(Err(NoHead::Conn(c))) => return conn_error(&conn, c),
+        Ok(Err(NoHead::Stream(c, why))) => {
+            if !r.eof {
+                let _ = r.recv.stop(var(c));
+            }
+            let _ = send.reset(var(c));
+            return cfg.exception(&Error::new(Kind::BadRequest, why));
         }
         Ok(Err(NoHead::TooLarge)) => {
             // Answered, and the rest of the request not read (RFC 9114 §4.1.1, §4.2.2).
@@ -515,6 +333,7 @@ async fn request<A: App>(
             return cfg.exception(&Error::new(Kind::BadRequest, "HTTP/3 request head over the limit (431)"));
         }
         Ok(Err(NoHead::Gone)) => {
+            // Reset before its head (the connection may be gone too).
             let _ = send.reset(var(code::REQUEST_INCOMPLETE));
             return;
         }
@@ -526,15 +345,18 @@ async fn request<A: App>(
     };
     let is_head = head.req.method == Method::HEAD;
     let stream_id = u64::from(send.id());
-    let stalled = Arc::new(AtomicBool::new(false));
-    let body = BodyReader::start(r, conn, head.content_length, &cfg, stalled.clone());
+    // The code to reset the stream with if its body broke its rules or its clock.
+    let abort = Arc::new(AtomicU32::new(0));
+    let body = BodyReader::start(r, rs, conn, head.content_length, &cfg, abort.clone());
     let req = Request::new(head.req, Version::HTTP_3, peer, Some(crate::request::TlsVersion::Tls13), body);
     let mut fut = std::pin::pin!(crate::dispatch::call(&*app, req, Some(stream_id)));
     let mut res = or_500(poll_fn(|cx| poll_catching(fut.as_mut(), cx)).await, &cfg);
-    if stalled.load(Ordering::Relaxed) {
-        // The body fell behind its clock: the stream is reset, whatever the app answered
-        // (as HTTP/2 resets it). The request half's STOP_SENDING goes out as it is dropped.
-        let _ = send.reset(var(code::REQUEST_CANCELLED));
+    let aborted = abort.load(Ordering::Relaxed);
+    if aborted != 0 {
+        // The body fell behind its clock (H3_REQUEST_CANCELLED) or was malformed
+        // (H3_MESSAGE_ERROR): the stream is reset, whatever the app answered (as HTTP/2
+        // resets it). The request half's STOP_SENDING goes out as it is dropped.
+        let _ = send.reset(var(aborted));
         return;
     }
     let finish = res.take_finish();
@@ -750,23 +572,17 @@ impl BodySink for StreamWriter {
 }
 
 /// The request body of an HTTP/3 stream: the payloads of its DATA frames as they arrive
-/// (trailers checked and dropped, unknown frame types skipped), under the body clock
-/// (`time::rate`) and the body size limit. Reading gives QUIC flow-control credit back to
-/// the client (quinn does that as the stream's data is consumed). A body left unread is
-/// stopped by quinn when the stream is dropped; a body that fell behind raises `stalled`,
-/// and the request's task resets the stream.
+/// (the stream's rules in `RequestStream`: trailers checked and dropped, unknown frame
+/// types skipped, the declared length held to), under the body clock (`time::rate`) and
+/// the body size limit. Reading gives QUIC flow-control credit back to the client (quinn
+/// does that as the stream's data is consumed). A body left unread is stopped with
+/// H3_NO_ERROR when it is dropped; a body that fell behind or broke its rules sets `abort`
+/// to the code the request's task resets the stream with.
 struct BodyReader {
     r: Reader,
+    rs: RequestStream,
     conn: quinn::Connection,
-    /// Payload left in the DATA frame being read.
-    data_left: u64,
-    /// Bytes left of a frame being skipped.
-    skip_left: u64,
-    /// A trailer section came: only the stream's end may follow.
-    trailers: bool,
     done: bool,
-    /// What is left of the declared length.
-    left: Option<u64>,
     /// Bytes read, against `max`.
     read: u64,
     max: u64,
@@ -775,7 +591,7 @@ struct BodyReader {
     clock: Option<BodyClock>,
     /// The timer for the clock's deadline, and the deadline it was set for.
     sleep: Option<(Pin<Box<tokio::time::Sleep>>, u64)>,
-    stalled: Arc<AtomicBool>,
+    abort: Arc<AtomicU32>,
 }
 
 impl fmt::Debug for BodyReader {
@@ -786,32 +602,33 @@ impl fmt::Debug for BodyReader {
 
 impl BodyReader {
     /// The request's body: empty if the stream already ended with its head (the usual
-    /// GET), else a stream of its DATA.
+    /// GET) or declared none, else a stream of its DATA.
     fn start(
         mut r: Reader,
+        rs: RequestStream,
         conn: quinn::Connection,
         content_length: Option<u64>,
         cfg: &Settings,
-        stalled: Arc<AtomicBool>,
+        abort: Arc<AtomicU32>,
     ) -> Body {
-        if content_length == Some(0) {
-            return Body::empty();
-        }
         if r.buf.is_empty() {
             let _ = r.poll_fill(&mut Context::from_waker(Waker::noop()));
-            if r.eof && r.buf.is_empty() && content_length.is_none() {
-                return Body::empty();
+        }
+        if content_length == Some(0) || (r.eof && r.buf.is_empty() && content_length.is_none()) {
+            if !r.eof {
+                // Nothing more is read: the client is asked to stop sending, without error
+                // (RFC 9114 §4.1.2), rather than with quinn's code 0.
+                let _ = r.recv.stop(var(code::NO_ERROR));
+                r.eof = true;
             }
+            return Body::empty();
         }
         let ms = |d: Duration| d.as_millis() as u64;
         Body::stream(BodyReader {
             r,
+            rs,
             conn,
-            data_left: 0,
-            skip_left: 0,
-            trailers: false,
             done: false,
-            left: content_length,
             read: 0,
             max: cfg.body.max_body,
             max_section: cfg.h3.max_header_list_size,
@@ -822,7 +639,7 @@ impl BodyReader {
             },
             clock: None,
             sleep: None,
-            stalled,
+            abort,
         })
     }
 
@@ -832,9 +649,15 @@ impl BodyReader {
     }
 
     /// A connection error found in the body's frames.
-    fn conn_fail(&mut self, c: u32, why: &'static str) -> Poll<Option<Result<Bytes, Error>>> {
-        conn_error(&self.conn, c, why);
-        self.fail(Error::new(Kind::Body, why))
+    fn conn_fail(&mut self, c: Close) -> Poll<Option<Result<Bytes, Error>>> {
+        conn_error(&self.conn, c);
+        self.fail(Error::new(Kind::Body, c.reason))
+    }
+
+    /// A stream error: the stream is reset with `c` (by the request's task).
+    fn stream_fail(&mut self, c: u32, why: &'static str) -> Poll<Option<Result<Bytes, Error>>> {
+        self.abort.store(c, Ordering::Relaxed);
+        self.fail(Error::new(Kind::Body, why).with_status(400))
     }
 
     fn piece(&mut self, b: Bytes) -> Poll<Option<Result<Bytes, Error>>> {
@@ -846,13 +669,6 @@ impl BodyReader {
         if self.read > self.max {
             return self.fail(Error::new(Kind::Body, "body over the limit").with_status(413));
         }
-        if let Some(left) = &mut self.left {
-            if n > *left {
-                let e = Error::new(Kind::Body, "HTTP/3 body longer than its content-length").with_status(400);
-                return self.fail(e);
-            }
-            *left -= n;
-        }
         Poll::Ready(Some(Ok(b)))
     }
 
@@ -860,7 +676,7 @@ impl BodyReader {
     fn poll_more(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, Error>> {
         match self.r.poll_fill(cx) {
             Poll::Ready(Ok(more)) => return Poll::Ready(Ok(more)),
-            Poll::Ready(Err(_)) => {
+            Poll::Ready(Err(Reset)) => {
                 return Poll::Ready(Err(Error::new(Kind::Body, "HTTP/3 stream reset or connection closed")));
             }
             Poll::Pending => {}
@@ -874,7 +690,7 @@ impl BodyReader {
         }
         let Some((sleep, _)) = &mut self.sleep else { return Poll::Pending };
         if sleep.as_mut().poll(cx).is_ready() {
-            self.stalled.store(true, Ordering::Relaxed);
+            self.abort.store(code::REQUEST_CANCELLED, Ordering::Relaxed);
             return Poll::Ready(Err(Error::new(Kind::Timeout, "HTTP/3 request body too slow (the stream is reset)")));
         }
         Poll::Pending
@@ -883,10 +699,14 @@ impl BodyReader {
 
 impl Drop for BodyReader {
     /// A body not read to its end: the client is asked to stop sending it (RFC 9114
-    /// §4.1.2), without error once the request is answered, or cancelled if it fell behind.
+    /// §4.1.2), without error once the request is answered, or with the code the stream
+    /// is reset with.
     fn drop(&mut self) {
         if !self.r.eof {
-            let c = if self.stalled.load(Ordering::Relaxed) { code::REQUEST_CANCELLED } else { code::NO_ERROR };
+            let c = match self.abort.load(Ordering::Relaxed) {
+                0 => code::NO_ERROR,
+                c => c,
+            };
             let _ = self.r.recv.stop(var(c));
         }
     }
@@ -898,94 +718,46 @@ impl BodySource for BodyReader {
             if self.done {
                 return Poll::Ready(None);
             }
-            let buf = &mut self.r.buf;
-            if self.data_left > 0 && !buf.is_empty() {
-                let n = (buf.len() as u64).min(self.data_left) as usize;
-                self.data_left -= n as u64;
-                let b = buf.split_to(n).freeze();
-                return self.piece(b);
-            }
-            if self.skip_left > 0 && !buf.is_empty() {
-                let n = (buf.len() as u64).min(self.skip_left) as usize;
-                self.skip_left -= n as u64;
-                buf.advance(n);
-                continue;
-            }
-            if self.data_left == 0 && self.skip_left == 0 {
-                if let Some(h) = frame::head(buf) {
-                    match h.kind {
-                        frame::DATA | frame::HEADERS if self.trailers => {
-                            return self.conn_fail(code::FRAME_UNEXPECTED, "a frame after the trailers");
+            match self.rs.poll_event(&mut self.r.buf, self.r.eof) {
+                Some(Ok(ReqEvent::Data(b))) => return self.piece(b),
+                Some(Ok(ReqEvent::Trailers(block))) => {
+                    let section = qpack::Section { block: &block, max_size: self.max_section as usize };
+                    match head::trailers(section) {
+                        Ok(()) => {}
+                        Err(HeaderError::Compression | HeaderError::Abandoned) => {
+                            let c = Close { code: code::QPACK_DECOMPRESSION_FAILED, reason: "QPACK decoding failed" };
+                            return self.conn_fail(c);
                         }
-                        frame::DATA => {
-                            buf.advance(h.size);
-                            self.data_left = h.len;
+                        Err(HeaderError::TooLarge) => {
+                            return self
+                                .fail(Error::new(Kind::Body, "HTTP/3 trailers over the limit").with_status(431));
                         }
-                        frame::HEADERS => {
-                            if h.len > u64::from(self.max_section) {
-                                return self
-                                    .fail(Error::new(Kind::Body, "HTTP/3 trailers over the limit").with_status(431));
-                            }
-                            if (buf.len() as u64) < h.size as u64 + h.len {
-                                if buf.capacity() < h.size + h.len as usize {
-                                    buf.reserve(h.size + h.len as usize - buf.len());
-                                }
-                                // Wait for the whole section below.
-                            } else {
-                                buf.advance(h.size);
-                                let block = buf.split_to(h.len as usize);
-                                let section = qpack::Section { block: &block, max_size: self.max_section as usize };
-                                match head::trailers(section) {
-                                    Ok(()) => self.trailers = true,
-                                    Err(HeaderError::Compression | HeaderError::Abandoned) => {
-                                        return self
-                                            .conn_fail(code::QPACK_DECOMPRESSION_FAILED, "QPACK decoding failed");
-                                    }
-                                    Err(_) => {
-                                        let e = Error::new(Kind::Body, "malformed HTTP/3 trailers").with_status(400);
-                                        return self.fail(e);
-                                    }
-                                }
-                                continue;
-                            }
+                        Err(HeaderError::Malformed) => {
+                            let ReqError::Reset(c, why) = self.rs.malformed_trailers() else { unreachable!() };
+                            return self.stream_fail(c, why);
                         }
-                        k if !frame::allowed_on_request(k) => {
-                            return self.conn_fail(code::FRAME_UNEXPECTED, "unexpected frame in a request body");
-                        }
-                        _ => {
-                            buf.advance(h.size);
-                            self.skip_left = h.len;
-                        }
-                    }
-                    if self.data_left > 0 || self.skip_left > 0 {
-                        continue;
-                    }
-                    if h.kind != frame::HEADERS {
-                        // An empty frame.
-                        continue;
                     }
                 }
-            }
-            match self.poll_more(cx) {
-                Poll::Ready(Ok(true)) => {}
-                Poll::Ready(Ok(false)) => {
+                Some(Ok(ReqEvent::End)) => {
                     self.done = true;
-                    if !self.r.buf.is_empty() || self.data_left > 0 || self.skip_left > 0 {
-                        return self.conn_fail(code::FRAME_ERROR, "truncated frame");
-                    }
-                    if self.left.is_some_and(|n| n > 0) {
-                        let e = Error::new(Kind::Body, "HTTP/3 body shorter than its content-length").with_status(400);
-                        return Poll::Ready(Some(Err(e)));
-                    }
                     return Poll::Ready(None);
                 }
-                Poll::Ready(Err(e)) => return self.fail(e),
-                Poll::Pending => return Poll::Pending,
+                Some(Ok(ReqEvent::Headers(_))) => unreachable!("the head came before the body"),
+                Some(Err(ReqError::Close(c))) => return self.conn_fail(c),
+                Some(Err(ReqError::Reset(c, why))) => return self.stream_fail(c, why),
+                Some(Err(ReqError::TooLarge)) => {
+                    return self.fail(Error::new(Kind::Body, "HTTP/3 trailers over the limit").with_status(431));
+                }
+                None => match self.poll_more(cx) {
+                    Poll::Ready(Ok(_)) => {}
+                    Poll::Ready(Err(e)) => return self.fail(e),
+                    Poll::Pending => return Poll::Pending,
+                },
             }
         }
     }
 
     fn content_length(&self) -> Option<u64> {
-        self.left
+        self.rs.content_left()
     }
 }
