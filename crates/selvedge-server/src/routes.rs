@@ -119,7 +119,10 @@ impl Vhost {
     /// `/api/internal`): Java servlet containers drop them, so a proxied application reads
     /// the path without them, and its checks must be the route's that owns that path.
     fn route(&self, path: &[u8]) -> Option<usize> {
-        if path.contains(&b';') {
+        // A prefix match reads at most the longest prefix and the byte after it, and leaving
+        // parameters out changes nothing before the first `;`: only a `;` that early matters.
+        let reach = self.routes.first().map_or(0, |r| r.prefix.len()) + 1;
+        if path[..path.len().min(reach)].contains(&b';') {
             let plain = without_parameters(path);
             return self.routes.iter().position(|r| prefix_matches(&r.prefix, &plain));
         }

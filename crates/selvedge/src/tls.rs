@@ -8,9 +8,7 @@
 //! the records while holding an async write lock, so records from concurrent writers (the
 //! HTTP/2 sender, a stream's writer) never interleave.
 //!
-//! Kernel TLS was measured for and is not used: this machine's kernel has no `tls` ULP
-//! (`setsockopt(TCP_ULP, "tls")` fails with `ENOENT`), so files go out as `pread` +
-//! encrypted writes.
+//! Files go out as `pread` + encrypted writes (kernel TLS is not used).
 
 use std::fmt;
 use std::io::{self, Read, Write};

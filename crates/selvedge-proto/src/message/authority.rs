@@ -26,30 +26,23 @@ static NAME: [bool; 256] = {
 /// Whether `a` is `host[:port]` as the module's text says (an empty value is not).
 #[inline]
 pub fn valid(a: &[u8]) -> bool {
-    let (host, port) = match a.first() {
-        Some(b'[') => {
-            let Some(end) = a.iter().position(|&b| b == b']') else { return false };
-            let inner = &a[1..end];
-            if inner.is_empty() || !inner.iter().all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.') {
-                return false;
-            }
-            (&a[..=end], &a[end + 1..])
+    // One pass over a name (the common case): its bytes up to the first that is not a name
+    // byte, then what follows must be a port or nothing.
+    let rest = if a.first() == Some(&b'[') {
+        let Some(end) = a.iter().position(|&b| b == b']') else { return false };
+        let inner = &a[1..end];
+        if inner.is_empty() || !inner.iter().all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.') {
+            return false;
         }
-        _ => match a.iter().position(|&b| b == b':') {
-            Some(i) => (&a[..i], &a[i..]),
-            None => (a, &a[a.len()..]),
-        },
+        &a[end + 1..]
+    } else {
+        let name = a.iter().take_while(|&&b| NAME[b as usize]).count();
+        if name == 0 {
+            return false;
+        }
+        &a[name..]
     };
-    if host.is_empty() {
-        return false;
-    }
-    let mut ok = true;
-    if host[0] != b'[' {
-        for &b in host {
-            ok &= NAME[b as usize];
-        }
-    }
-    ok && match port {
+    match rest {
         [] => true,
         [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
         _ => false,

@@ -124,32 +124,57 @@ static LITERAL: [bool; 256] = {
 #[inline]
 pub fn is_normal(path: &[u8]) -> bool {
     let [b'/', rest @ ..] = path else { return false };
-    // `seg` is the length of the current segment so far, and `dots` how many of its bytes
-    // are dots while it is all dots (`.` and `..` segments are not normal).
-    let (mut seg, mut dots) = (0usize, 0usize);
+    // What the current segment is so far: EMPTY, `.`, `..`, or OTHER (anything else; a
+    // `...` segment is a name). Empty, `.` and `..` segments are not normal.
+    const EMPTY: u8 = 0;
+    const OTHER: u8 = 3;
+    let mut seg = EMPTY;
     for &b in rest {
-        if !LITERAL[b as usize] {
-            return false;
-        }
-        if b == b'/' {
-            if seg == 0 || (seg == dots && dots <= 2) {
-                return false;
+        match CLASS[b as usize] {
+            PLAIN => seg = OTHER,
+            SLASH => {
+                if seg != OTHER {
+                    return false;
+                }
+                seg = EMPTY;
             }
-            seg = 0;
-            dots = 0;
-            continue;
+            DOT => seg = (seg + 1).min(OTHER),
+            SEMI => {
+                if seg == 1 || seg == 2 {
+                    return false;
+                }
+                seg = OTHER;
+            }
+            _ => return false,
         }
-        if b == b';' && seg == dots && (dots == 1 || dots == 2) {
-            return false;
-        }
-        if b == b'.' && dots == seg {
-            dots += 1;
-        }
-        seg += 1;
     }
     // The last segment: empty (a trailing slash, or the root) is normal; `.` and `..` not.
-    !(seg > 0 && seg == dots && dots <= 2)
+    seg == EMPTY || seg == OTHER
 }
+
+/// [`is_normal`]'s byte classes: a literal byte that is none of the others, `/`, `.`, `;`,
+/// and a byte a normal path never holds as itself (`%` included: escapes take the slow way).
+const PLAIN: u8 = 0;
+const SLASH: u8 = 1;
+const DOT: u8 = 2;
+const SEMI: u8 = 3;
+const NOT_LITERAL: u8 = 4;
+static CLASS: [u8; 256] = {
+    let mut t = [NOT_LITERAL; 256];
+    let mut c = 0;
+    while c < 256 {
+        if LITERAL[c] {
+            t[c] = match c as u8 {
+                b'/' => SLASH,
+                b'.' => DOT,
+                b';' => SEMI,
+                _ => PLAIN,
+            };
+        }
+        c += 1;
+    }
+    t
+};
 
 fn hex(b: u8) -> Option<u8> {
     match b {

@@ -435,18 +435,9 @@ pub fn escape(out: &mut String, s: &[u8]) {
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Appends `n` in decimal (without `fmt`'s machinery).
-pub fn push_u64(out: &mut String, mut n: u64) {
+pub fn push_u64(out: &mut String, n: u64) {
     let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &buf[i..] {
+    for &d in selvedge_proto::message::decimal(n, &mut buf) {
         out.push(char::from(d));
     }
 }

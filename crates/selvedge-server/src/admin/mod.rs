@@ -164,23 +164,12 @@ pub fn engine_series() -> (Vec<EngineSeries>, FileCacheStats) {
 
 /// An HTTP/2 error code's name (RFC 9113 §7), `OTHER` past the known ones.
 fn code_name(code: usize) -> &'static str {
-    const NAMES: [&str; selvedge::stats::OTHER_CODE] = [
-        "NO_ERROR",
-        "PROTOCOL_ERROR",
-        "INTERNAL_ERROR",
-        "FLOW_CONTROL_ERROR",
-        "SETTINGS_TIMEOUT",
-        "STREAM_CLOSED",
-        "FRAME_SIZE_ERROR",
-        "REFUSED_STREAM",
-        "CANCEL",
-        "COMPRESSION_ERROR",
-        "CONNECT_ERROR",
-        "ENHANCE_YOUR_CALM",
-        "INADEQUATE_SECURITY",
-        "HTTP_1_1_REQUIRED",
-    ];
-    NAMES.get(code).copied().unwrap_or("OTHER")
+    let known = code < selvedge::stats::OTHER_CODE;
+    u32::try_from(code)
+        .ok()
+        .filter(|_| known)
+        .and_then(|c| selvedge_proto::h2::frame::Reason(c).name())
+        .unwrap_or("OTHER")
 }
 
 /// Everything `/metrics` adds to the registry's numbers.

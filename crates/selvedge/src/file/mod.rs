@@ -6,7 +6,7 @@
 //! composes them (path mapping, MIME types and error pages belong to the server). A file
 //! body goes out as `send(header, MSG_MORE)` + `sendfile` (see `socket.rs`); files up to
 //! [`CacheConfig::memory_max`] are held in memory instead, validated each sweep, so a small
-//! file's response is one `write` (measured faster: see the README).
+//! file's response is one `write`.
 
 pub mod cache;
 pub mod conditional;

@@ -719,8 +719,7 @@ async fn sender(
             if bulk {
                 // A full batch of file data: let the reactor and the worker's other
                 // connections run before the next one, as an event loop does between
-                // writes. Measured on a 10 MB file over h2c: 0.20-0.22 ms/MB instead of
-                // 0.25-0.27 (bench/RESULTS.md).
+                // writes (bench/RESULTS.md has the large-file numbers).
                 tokio::task::yield_now().await;
             }
             continue;

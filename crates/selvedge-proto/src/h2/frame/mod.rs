@@ -87,9 +87,10 @@ impl Reason {
     pub const HTTP_1_1_REQUIRED: Reason = Reason(0xd);
 }
 
-impl std::fmt::Debug for Reason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = [
+impl Reason {
+    /// The code's name in RFC 9113 §7 (`None` past the registered ones).
+    pub fn name(self) -> Option<&'static str> {
+        [
             "NO_ERROR",
             "PROTOCOL_ERROR",
             "INTERNAL_ERROR",
@@ -105,8 +106,14 @@ impl std::fmt::Debug for Reason {
             "INADEQUATE_SECURITY",
             "HTTP_1_1_REQUIRED",
         ]
-        .get(self.0 as usize);
-        match name {
+        .get(self.0 as usize)
+        .copied()
+    }
+}
+
+impl std::fmt::Debug for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.name() {
             Some(n) => f.write_str(n),
             None => write!(f, "Reason({:#x})", self.0),
         }

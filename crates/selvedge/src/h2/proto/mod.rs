@@ -19,7 +19,7 @@
 //! come from `crate::head`, and windows (`flow`), stream states and the output queue
 //! (`priority`) from `selvedge-proto`.
 //!
-//! Errors follow RFC 9113 §5.4: `recv` returns a connection error's code (the caller ends
+//! Errors follow RFC 9113 §5.4: `handle_frame` returns a connection error's code (the caller ends
 //! the connection with [`Proto::go_away`]); stream errors are handled inside by resetting
 //! the stream.
 
