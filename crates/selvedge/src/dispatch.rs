@@ -10,10 +10,10 @@ use std::task::{Context, Poll};
 
 use http::StatusCode;
 
+use crate::app::request::Request;
+use crate::app::response::Response;
 use crate::app::App;
 use crate::error::{Error, Kind};
-use crate::request::Request;
-use crate::response::Response;
 use crate::settings::Settings;
 
 /// Calls the app for `req` (`stream`: its HTTP/2 or HTTP/3 stream id). With the `tracing`
@@ -50,7 +50,7 @@ pub(crate) fn call<A: App>(app: &A, req: Request, stream: Option<u64>) -> impl F
 /// (a parked connection woken: its task, and so its span, is new), and `protocol` once
 /// chosen ([`record_protocol`]).
 #[cfg(feature = "tracing")]
-pub(crate) fn connection_span(peer: &crate::sys::PeerAddr, tls: bool, resumed: bool) -> tracing::Span {
+pub(crate) fn connection_span(peer: &crate::io::sys::PeerAddr, tls: bool, resumed: bool) -> tracing::Span {
     tracing::info_span!("connection", peer = %peer, tls, resumed, protocol = tracing::field::Empty)
 }
 
@@ -59,7 +59,7 @@ pub(crate) fn connection_span(peer: &crate::sys::PeerAddr, tls: bool, resumed: b
 #[inline]
 pub(crate) fn in_connection_span<F: Future>(
     fut: F,
-    peer: &crate::sys::PeerAddr,
+    peer: &crate::io::sys::PeerAddr,
     tls: bool,
     resumed: bool,
 ) -> impl Future<Output = F::Output> {
@@ -189,7 +189,7 @@ impl<F: Future<Output = Response>> AppSlot<F> {
         .await;
         // Kept only while few connections are live (as their buffers are): thousands of
         // idle connections hold no futures' memory.
-        if std::mem::size_of::<F>() <= APP_SLOT_KEEP && crate::pool::hold_while_idle() {
+        if std::mem::size_of::<F>() <= APP_SLOT_KEEP && crate::io::pool::hold_while_idle() {
             b.set(None);
         } else {
             self.0 = None;
@@ -213,7 +213,7 @@ mod tests {
         };
         let res = or_500(res, &cfg);
         assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        let crate::response::ResponseBody::Bytes(b) = res.body() else { panic!("{res:?}") };
+        let crate::app::response::ResponseBody::Bytes(b) = res.body() else { panic!("{res:?}") };
         assert_eq!(&b[..], b"500 Internal Server Error\n");
     }
 }

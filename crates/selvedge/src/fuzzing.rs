@@ -323,7 +323,7 @@ pub fn range(data: &[u8]) {
 /// The PROXY protocol header parser: a header never claims more bytes than it was given,
 /// and "need more" always asks for more than it has, within the limit.
 pub fn proxy_protocol(data: &[u8]) {
-    use crate::proxy_protocol::{parse, Status, MAX_V2};
+    use crate::io::proxy_protocol::{parse, Status, MAX_V2};
     match parse(data) {
         Ok(Status::Done(_, len)) => assert!(len > 0 && len <= data.len() && len <= MAX_V2),
         Ok(Status::Need(n)) => assert!(n > data.len() && n <= MAX_V2),

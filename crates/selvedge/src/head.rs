@@ -10,9 +10,9 @@
 use bytes::{Bytes, BytesMut};
 use http::Method;
 
+use crate::app::request::RequestHead;
 use crate::hpack::{self, DecodeError, HeaderField, Token};
 use crate::message::{parse_decimal, swar, HeaderSpan, Span, LOWER_TOKEN};
-use crate::request::RequestHead;
 
 /// Bytes of decoded fields the arena allocates at a time.
 const ARENA: usize = 16 * 1024;
@@ -128,7 +128,7 @@ pub(crate) fn request(fields: impl Fields, extended_connect: bool, arena: &mut B
     let mut regular_seen = false;
     let (mut method, mut scheme, mut path, mut authority, mut host) = (None, None, None, None, None);
     let mut protocol = None;
-    let mut headers = crate::pool::take_spans();
+    let mut headers = crate::io::pool::take_spans();
     let mut content_length: Option<u64> = None;
     let mut priority: Option<Bytes> = None;
     let r = fields.decode(|f| {
@@ -286,7 +286,7 @@ mod tests {
 
     /// The request the driver makes of a head.
     fn req(h: RequestHead) -> crate::Request {
-        crate::Request::new(h, http::Version::HTTP_2, crate::sys::PeerAddr::Unix, None, crate::Body::empty())
+        crate::Request::new(h, http::Version::HTTP_2, crate::io::sys::PeerAddr::Unix, None, crate::Body::empty())
     }
 
     const BASE: [(&str, &str); 3] = [(":method", "GET"), (":scheme", "http"), (":path", "/a/b?x=1")];

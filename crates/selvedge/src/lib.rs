@@ -87,13 +87,13 @@
 //! other in a circle (both checked by `tests/layering.rs`, which checks `selvedge-proto`
 //! the same way):
 //!
-//! 1. `error`, `sys`, `time`, `stats`, `proxy_protocol`: errors, system calls, the clock,
-//!    counters and the PROXY protocol header's parser.
-//! 2. `pool`, `socket`: buffer pools, the raw socket.
-//! 3. `tls`, `transport`: TLS over the socket, and the transport (plain or TLS) the drivers
-//!    use.
-//! 4. `body`, `request`, `response`, `app`: the app interface.
-//! 5. `middleware`, `file`, `tower`: what apps are built from.
+//! 1. `error`, `io::sys`, `time`, `stats`, `io::proxy_protocol`: errors, system calls, the
+//!    clock, counters and the PROXY protocol header's parser.
+//! 2. `io::pool`, `io::socket`: buffer pools, the raw socket.
+//! 3. `io`, `io::tls`, `io::transport`: TLS over the socket, and the transport (plain or
+//!    TLS) the drivers use.
+//! 4. `app`, `app::body`, `app::request`, `app::response`: the app interface.
+//! 5. `app::middleware`, `file`, `app::tower`: what apps are built from.
 //! 6. `settings`, `dispatch`: limits and hooks; running an app for one request.
 //! 7. `h1::inbound`, `h1::conn`, `h2::proto`, `head`: the sans-IO connections and the
 //!    request heads HTTP/2 and HTTP/3 decode.
@@ -110,28 +110,17 @@
 #![warn(missing_docs)]
 
 pub mod app;
-mod body;
 mod dispatch;
 mod error;
 pub mod file;
 mod head;
-pub mod middleware;
-mod pool;
-pub mod proxy_protocol;
-mod request;
-mod response;
+mod io;
 pub mod server;
 mod settings;
-mod socket;
 pub mod stats;
 pub mod time;
-#[cfg(feature = "tls")]
-pub mod tls;
-#[cfg(feature = "tower")]
-pub mod tower;
-mod transport;
 
-// The protocol drivers and the system calls: private. The sans-IO codecs and state
+// The protocol drivers: private. The sans-IO codecs and state
 // machines they drive are the `selvedge-proto` crate; the modules that moved there are
 // reached under their old paths through these re-exports.
 mod h1;
@@ -139,23 +128,29 @@ mod h2;
 #[cfg(feature = "http3")]
 mod h3;
 pub(crate) use selvedge_proto::{hpack, message};
-mod sys;
 
 /// Entry points for the fuzz targets and the tests that replay their corpora.
 #[doc(hidden)]
 pub mod fuzzing;
 
 pub use app::{App, AppExt, BoxApp, Middleware};
-pub use body::{Body, BodyWriter};
+// The public modules that live in `app/` and `io/`, under their paths of the public API.
+pub use app::body::{Body, BodyWriter};
+pub use app::middleware;
+pub use app::request::{percent_decode, Request, Segments, TlsVersion};
+pub use app::response::{Cleanup, FieldsSlot, FileBody, IntoHeaderValue, Response, ResponseBody, SharedFields};
+#[cfg(feature = "tower")]
+pub use app::tower;
 pub use error::Error;
-pub use request::{percent_decode, Request, Segments, TlsVersion};
-pub use response::{Cleanup, FieldsSlot, FileBody, IntoHeaderValue, Response, ResponseBody, SharedFields};
+pub use io::proxy_protocol;
+pub use io::sys::PeerAddr;
+#[cfg(feature = "tls")]
+pub use io::tls;
 pub use selvedge_proto::h1::{BodyLimits, Limits};
 pub use selvedge_proto::message::path;
 pub use server::{Listen, Listening, Server, ServerHandle};
 #[cfg(feature = "http3")]
 pub use settings::H3Settings;
 pub use settings::{ErrorResponseHook, ExceptionHook, H2Settings, Settings, Workers};
-pub use sys::PeerAddr;
 
 pub use http;

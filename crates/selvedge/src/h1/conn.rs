@@ -53,13 +53,13 @@ use super::body::Decoder;
 use super::inbound::{Failure, Inbound, Lent, Step};
 use super::parse::{self, Framing, Head, Minor, ParseError};
 use super::write::{compose, ConnHeader, Framing as Out};
-use crate::body::Body;
+use crate::app::body::Body;
+use crate::app::request::{Request, RequestHead};
+use crate::app::response::{FileBody, Response, ResponseBody, StreamBody};
 use crate::error::{Error, Kind};
+use crate::io::sys::PeerAddr;
 use crate::message::{has_token, HeaderSpan, Span};
-use crate::request::{Request, RequestHead};
-use crate::response::{FileBody, Response, ResponseBody, StreamBody};
 use crate::settings::Settings;
-use crate::sys::PeerAddr;
 use crate::time::date::SharedDate;
 use crate::time::rate::BodyRule;
 use crate::time::timeout::NO_DEADLINE;
@@ -293,15 +293,15 @@ impl Conn {
     /// Gives the (empty) buffers back to the thread's pool while the connection waits for
     /// its next request, so an idle connection holds none.
     pub(crate) fn release_buffers(&mut self) {
-        crate::pool::put_read(std::mem::take(&mut self.rbuf));
-        crate::pool::put_write(std::mem::take(&mut self.wbuf));
+        crate::io::pool::put_read(std::mem::take(&mut self.rbuf));
+        crate::io::pool::put_write(std::mem::take(&mut self.wbuf));
     }
 
     /// Gives the (empty) receive buffer back to the thread's pool while a long response
     /// goes out; the next read takes one again ([`read_buf`](Self::read_buf) reserves).
     pub(crate) fn release_read_buffer(&mut self) {
         debug_assert!(self.rbuf.is_empty());
-        crate::pool::put_read(std::mem::take(&mut self.rbuf));
+        crate::io::pool::put_read(std::mem::take(&mut self.rbuf));
     }
 
     /// Moves the part of a head received so far out of the receive buffer into an
@@ -313,7 +313,7 @@ impl Conn {
         let part = BytesMut::from(&self.rbuf[..]);
         let mut buf = std::mem::replace(&mut self.rbuf, part);
         buf.clear();
-        crate::pool::put_read(buf);
+        crate::io::pool::put_read(buf);
     }
 
     /// After [`release_read_buffer_keeping_head`](Self::release_read_buffer_keeping_head),
@@ -321,14 +321,14 @@ impl Conn {
     /// thread's pool with room for a read.
     pub(crate) fn refill(part: &mut BytesMut, min: usize) {
         // (A pool buffer as it is, unless the part needs more room than `min`.)
-        let mut buf = crate::pool::take_read(min.max(part.len() + 512));
+        let mut buf = crate::io::pool::take_read(min.max(part.len() + 512));
         buf.extend_from_slice(part);
         *part = buf;
     }
 
     /// Takes a write buffer again after [`release_buffers`](Self::release_buffers).
     pub(crate) fn reacquire_buffers(&mut self) {
-        self.wbuf = crate::pool::take_write();
+        self.wbuf = crate::io::pool::take_write();
     }
 
     /// Bytes received and not yet consumed (while the connection holds the receive buffer).
@@ -430,7 +430,7 @@ impl Conn {
     #[inline(never)]
     fn parse(&mut self) -> Option<Next> {
         if self.headers.capacity() == 0 {
-            self.headers = crate::pool::take_spans();
+            self.headers = crate::io::pool::take_spans();
         }
         match parse::parse(&self.rbuf, &self.cfg.limits, &mut self.headers) {
             Ok(parse::Status::Complete(h)) => {
@@ -461,7 +461,7 @@ impl Conn {
         &mut self,
         shutting_down: bool,
         peer: &PeerAddr,
-        secure: Option<crate::request::TlsVersion>,
+        secure: Option<crate::app::request::TlsVersion>,
         lend: impl FnOnce(Lent) -> Body,
         run: impl FnOnce(Request),
     ) -> Start {
@@ -790,7 +790,7 @@ impl Conn {
                 }
             }
         };
-        crate::pool::put_headers(headers);
+        crate::io::pool::put_headers(headers);
         self.switched = None;
         self.next_request();
         Ok(send)

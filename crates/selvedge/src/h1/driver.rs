@@ -13,16 +13,16 @@ use http::StatusCode;
 use super::conn::{body_error, head_error, Conn, Next, Returned, Send, Start, StreamFraming};
 use super::reader::{Home, Reader};
 use super::sink::Sink;
+use crate::app::body::{Body, BodyWriter};
+use crate::app::request::Request;
+use crate::app::response::Response;
 use crate::app::App;
-use crate::body::{Body, BodyWriter};
 use crate::dispatch::{self, AppSlot};
-use crate::request::Request;
-use crate::response::Response;
+use crate::io::sys::PeerAddr;
+use crate::io::transport::Transport;
 use crate::settings::Settings;
 use crate::stats::{CloseReason, OpenConn, Phase};
-use crate::sys::PeerAddr;
 use crate::time::timeout::{now_ms, Timer};
-use crate::transport::Transport;
 
 /// A connection HTTP/1.1 hands over to HTTP/2 after `Upgrade: h2c` (RFC 7540 §3.2): the
 /// 101 is sent; the request is to be answered on stream 1, and `rbuf` holds what the
@@ -68,7 +68,7 @@ struct Io<'a> {
 /// is returned) or parks while idle. `rbuf` holds the bytes already received (the server
 /// read them to choose the protocol). `resumed`: a parked keep-alive connection whose
 /// socket turned readable, with its count among the open connections.
-pub(crate) async fn serve<A: App>(
+pub(crate) async fn serve_http1<A: App>(
     sock: Arc<Transport>,
     rbuf: BytesMut,
     peer: PeerAddr,
@@ -79,7 +79,7 @@ pub(crate) async fn serve<A: App>(
 ) -> Ended {
     // Counts the connection as HTTP/1.x until it ends or turns into HTTP/2.
     let open = resumed.unwrap_or_else(|| OpenConn::new(false, &timer));
-    let _live = crate::pool::Live::new();
+    let _live = crate::io::pool::Live::new();
     let mut conn = Conn::new(cfg.clone(), rbuf, now_ms());
     // Where the app's futures run (its box is reused while that is cheap: `AppSlot`).
     let mut slot = AppSlot::default();
@@ -154,14 +154,14 @@ pub(crate) async fn serve<A: App>(
                     return Ended::Closed;
                 }
                 timer.set_at(conn.poll_timeout());
-                let r = if crate::pool::hold_while_idle() && conn.holds_buffers() {
+                let r = if crate::io::pool::hold_while_idle() && conn.holds_buffers() {
                     sock.idle_read(conn.read_buf(), |_| {}, &timer).await
                 } else {
                     // An idle connection holds no buffers while it waits: they go back to
                     // the thread's pool and are taken again once the socket is readable.
                     conn.release_buffers();
                     let min = cfg.read_buffer;
-                    let r = sock.idle_read(conn.recv_slot(), |b| *b = crate::pool::take_read(min), &timer).await;
+                    let r = sock.idle_read(conn.recv_slot(), |b| *b = crate::io::pool::take_read(min), &timer).await;
                     if let Ok(Some(_)) = r {
                         conn.reacquire_buffers();
                     }
@@ -233,7 +233,7 @@ impl Io<'_> {
     /// over (closed or failed).
     async fn read(&self, conn: &mut Conn) -> bool {
         self.timer.set_at(conn.poll_timeout());
-        let r = if conn.reading_head() && !crate::pool::hold_while_idle() {
+        let r = if conn.reading_head() && !crate::io::pool::hold_while_idle() {
             // The rest of a head: unless it is there already, wait for it without the
             // receive buffer (as an idle connection waits), keeping only the bytes so far.
             match self.sock.try_read_ready(conn.read_buf()) {
@@ -320,7 +320,7 @@ impl Io<'_> {
                 // without the receive buffer when nothing is buffered and the worker has
                 // more connections than its pool keeps buffers for, as an idle connection
                 // waits (the next read takes one from the pool).
-                if f.len >= LONG_SEND && conn.buffered() == 0 && !crate::pool::hold_while_idle() {
+                if f.len >= LONG_SEND && conn.buffered() == 0 && !crate::io::pool::hold_while_idle() {
                     conn.release_read_buffer();
                 }
                 let timer = self.timer.handle();

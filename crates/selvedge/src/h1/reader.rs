@@ -13,10 +13,10 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 
 use super::inbound::{Failure, Lent, Step, CONTINUE};
-use crate::body::BodySource;
+use crate::app::body::BodySource;
 use crate::error::{Error, Kind};
+use crate::io::transport::Transport;
 use crate::time::timeout::{now_ms, TimerHandle};
-use crate::transport::Transport;
 
 /// Where a finished or dropped reader leaves the body for the connection.
 pub(crate) type Home = Arc<Mutex<Option<Lent>>>;

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::body::{BodySink, WriteFuture};
+use crate::app::body::{BodySink, WriteFuture};
+use crate::io::transport::Transport;
 use crate::message::put_hex;
 use crate::time::timeout::TimerHandle;
-use crate::transport::Transport;
 
 /// The HTTP/1.1 [`BodySink`].
 #[derive(Debug)]

@@ -11,11 +11,11 @@ use http::{StatusCode, Version};
 
 use super::conn::{Conn, Next, Returned, Send, Start, StreamFraming, BATCH_MAX};
 use super::inbound::{Lent, Step, CONTINUE};
-use crate::body::Body;
-use crate::request::Request;
-use crate::response::{Response, ResponseBody};
+use crate::app::body::Body;
+use crate::app::request::Request;
+use crate::app::response::{Response, ResponseBody};
+use crate::io::sys::PeerAddr;
 use crate::settings::Settings;
-use crate::sys::PeerAddr;
 use crate::time::timeout::NO_DEADLINE;
 
 /// What the app does with a request body.

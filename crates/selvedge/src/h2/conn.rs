@@ -41,17 +41,17 @@ use tokio::task::AbortHandle;
 use super::codec::{self, PrefaceMatch};
 use super::frame::{Reason, HEADER_LEN};
 use super::proto::{After, Event, FileRead, Parked, Proto, Timeouts, FAREWELL_LEN};
+use crate::app::body::{Body, BodySink, BodySource, BodyWriter, WriteFuture};
+use crate::app::response::{Response, StreamBody};
 use crate::app::App;
-use crate::body::{Body, BodySink, BodySource, BodyWriter, WriteFuture};
 use crate::dispatch::{or_500, poll_catching, AppSlot};
 use crate::error::{Error, Kind};
-use crate::response::{Response, StreamBody};
+use crate::io::sys::PeerAddr;
+use crate::io::transport::Transport;
 use crate::settings::Settings;
 use crate::stats::{OpenConn, Phase};
-use crate::sys::PeerAddr;
 use crate::time::date::{self, DATE_LEN};
 use crate::time::timeout::{now_ms, Timer, TimerHandle};
-use crate::transport::Transport;
 use crate::Request;
 
 /// How much later than the `Proto`'s own deadline the connection's timer aborts it: time
@@ -153,7 +153,7 @@ enum Over {
 /// phase: the `Proto` is built by a plain function (a local moved into the shared state
 /// would keep its room in the future), the handshake and the exchange are futures of their
 /// own, and the lingering close comes after the exchange's futures are gone.
-pub(crate) async fn serve<A: App>(
+pub(crate) async fn serve_http2<A: App>(
     sock: Arc<Transport>,
     peer: PeerAddr,
     app: Arc<A>,
@@ -477,16 +477,7 @@ async fn receiver<A: App>(
         let (done, quiet) = {
             let mut p = shared.lock();
             let now = now_ms();
-            loop {
-                match p.handle_bytes(&mut rbuf, now) {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(r) => {
-                        p.go_away(r);
-                        break;
-                    }
-                }
-            }
+            p.handle_all(&mut rbuf, now);
             p.poll_events(&mut events);
             if p.take_timers_changed() {
                 shared.timers.notify_one();
@@ -506,13 +497,13 @@ async fn receiver<A: App>(
         // the thread's pool, taken again once bytes arrive: a busy worker recycles the
         // same warm buffer), so an idle connection holds none.
         if rbuf.is_empty() {
-            crate::pool::put_read(std::mem::take(&mut rbuf));
+            crate::io::pool::put_read(std::mem::take(&mut rbuf));
         } else if rbuf.capacity() - rbuf.len() < 4096 {
             rbuf.reserve(RECV_RESERVE);
         }
         let fill = |b: &mut BytesMut| {
             if b.capacity() - b.len() < 4096 {
-                *b = crate::pool::take_read(RECV_RESERVE);
+                *b = crate::io::pool::take_read(RECV_RESERVE);
             }
         };
         let r = if quiet && !shutdown_seen {
@@ -782,7 +773,7 @@ fn read_files(shared: &Shared, fbuf: &mut Vec<u8>, reads: &[FileRead]) -> (Vec<u
         }
         while fbuf.len() - start < len {
             let got = fbuf.len() - start;
-            match crate::sys::pread_append(r.file.as_fd(), fbuf, len - got, r.offset + got as u64) {
+            match crate::io::sys::pread_append(r.file.as_fd(), fbuf, len - got, r.offset + got as u64) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }
@@ -827,7 +818,7 @@ fn spawn_streams<A: App>(
     app: &Arc<A>,
     cfg: &Arc<Settings>,
     peer: &PeerAddr,
-    secure: Option<crate::request::TlsVersion>,
+    secure: Option<crate::app::request::TlsVersion>,
     events: &mut Vec<Event>,
 ) {
     if events.is_empty() {

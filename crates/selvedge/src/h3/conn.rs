@@ -37,15 +37,15 @@ use quinn::{RecvStream, SendStream, VarInt};
 
 use super::frame::{self, code};
 use super::qpack;
+use crate::app::body::{Body, BodySink, BodySource, BodyWriter, WriteFuture};
+use crate::app::response::{FileBody, Response, ResponseBody, StreamBody};
 use crate::app::App;
-use crate::body::{Body, BodySink, BodySource, BodyWriter, WriteFuture};
 use crate::dispatch::{or_500, poll_catching};
 use crate::error::{Error, Kind};
 use crate::head::{self, HeaderError};
+use crate::io::sys::PeerAddr;
 use crate::message::response_field;
-use crate::response::{FileBody, Response, ResponseBody, StreamBody};
 use crate::settings::Settings;
-use crate::sys::PeerAddr;
 use crate::time::date::{self, DATE_LEN};
 use crate::time::rate::{BodyClock, BodyRule};
 use crate::time::timeout::{now_ms, Group};
@@ -74,7 +74,7 @@ fn conn_error(conn: &quinn::Connection, c: Close) {
 
 /// Serves one established QUIC connection until the client closes it, it times out, or a
 /// drain (GOAWAY) has let its last request finish.
-pub(crate) async fn serve<A: App>(conn: quinn::Connection, app: Arc<A>, cfg: Arc<Settings>, group: Arc<Group>) {
+pub(crate) async fn serve_http3<A: App>(conn: quinn::Connection, app: Arc<A>, cfg: Arc<Settings>, group: Arc<Group>) {
     let peer = PeerAddr::Tcp(conn.remote_address());
     // Our control stream, open for the connection's life (its end would be a connection
     // error for the peer).
@@ -348,7 +348,7 @@ async fn request<A: App>(
     // The code to reset the stream with if its body broke its rules or its clock.
     let abort = Arc::new(AtomicU32::new(0));
     let body = BodyReader::start(r, rs, conn, head.content_length, &cfg, abort.clone());
-    let req = Request::new(head.req, Version::HTTP_3, peer, Some(crate::request::TlsVersion::Tls13), body);
+    let req = Request::new(head.req, Version::HTTP_3, peer, Some(crate::app::request::TlsVersion::Tls13), body);
     let mut fut = std::pin::pin!(crate::dispatch::call(&*app, req, Some(stream_id)));
     let mut res = or_500(poll_fn(|cx| poll_catching(fut.as_mut(), cx)).await, &cfg);
     let aborted = abort.load(Ordering::Relaxed);
@@ -369,7 +369,7 @@ async fn request<A: App>(
 /// The HEADERS frame of a response: its fields (the shared ones first), with `date`,
 /// `server` and `content-length` added as the other drivers add them; then, if `data` is
 /// given, the head of a DATA frame of that length (the body follows it as it is).
-fn response_head(res: &crate::response::Parts, len: Option<u64>, data: Option<usize>, cfg: &Settings) -> Bytes {
+fn response_head(res: &crate::app::response::Parts, len: Option<u64>, data: Option<usize>, cfg: &Settings) -> Bytes {
     let (mut has_date, mut has_server) = res.shared.as_deref().map_or((false, false), |s| s.sets_date_server());
     let mut has_len = false;
     for (n, _) in &res.headers {
@@ -506,7 +506,7 @@ async fn send_file(send: &mut SendStream, f: &FileBody, cfg: &Settings) -> Resul
         let mut buf = Vec::with_capacity(want);
         while buf.len() < want {
             let got = buf.len();
-            match crate::sys::pread_append(f.file.as_fd(), &mut buf, want - got, at + got as u64) {
+            match crate::io::sys::pread_append(f.file.as_fd(), &mut buf, want - got, at + got as u64) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }

@@ -131,7 +131,7 @@ pub fn release_code_pages() -> io::Result<u64> {
     let code = here();
     let (mut released, mut done, mut refused) = (0u64, 0, None);
     for m in releasable(&maps, code) {
-        match crate::sys::drop_clean_pages(m.start, m.end - m.start) {
+        match crate::io::sys::drop_clean_pages(m.start, m.end - m.start) {
             Ok(()) => {
                 released = released.saturating_add(m.rss_kb.unwrap_or(0));
                 done += 1;

@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 
 use super::Listen;
-use crate::sys;
+use crate::io::sys;
 
 /// The first inherited descriptor (`SD_LISTEN_FDS_START`).
 pub const LISTEN_FDS_START: i32 = 3;

@@ -42,12 +42,12 @@ use tokio::io::Interest;
 
 use crate::app::App;
 use crate::dispatch;
+use crate::io::socket::Socket;
+use crate::io::sys;
+use crate::io::sys::PeerAddr;
+use crate::io::transport::Transport;
 use crate::settings::{Settings, Workers};
-use crate::socket::Socket;
-use crate::sys;
-use crate::sys::PeerAddr;
 use crate::time::timeout::{self, Group, Timer};
-use crate::transport::Transport;
 
 mod per_ip;
 use park::{Accepted, Lot};
@@ -214,7 +214,7 @@ impl Server {
     }
 
     /// Adds a TLS address: connections complete a handshake with `config` (see
-    /// [`crate::tls::server_config`]) within `Settings::tls_handshake_timeout`, then speak
+    /// [`crate::io::tls::server_config`]) within `Settings::tls_handshake_timeout`, then speak
     /// HTTP/2 if ALPN chose `h2`, else HTTP/1.1.
     #[cfg(feature = "tls")]
     pub fn bind_tls(mut self, addr: impl Into<Listen>, config: Arc<rustls::ServerConfig>) -> Server {
@@ -225,7 +225,7 @@ impl Server {
 
     /// The listener added last reads a PROXY protocol header (v1 or v2, from a load
     /// balancer in front) before anything else, TLS included: the connection's peer is
-    /// then the client the header names (see [`crate::proxy_protocol`]). A connection
+    /// then the client the header names (see [`crate::io::proxy_protocol`]). A connection
     /// without a valid header within `header_timeout` is closed, never guessed at.
     pub fn proxy_protocol(mut self) -> Server {
         if let Some(o) = self.tls.last_mut() {
@@ -565,7 +565,7 @@ async fn worker<A: App>(
         match &tls.quic {
             Quic::Endpoint => {
                 if let Some(tc) = tls.tls.clone() {
-                    tokio::spawn(quic::serve(s, tc, app.clone(), cfg.clone(), group.clone()));
+                    tokio::spawn(quic::serve_quic(s, tc, app.clone(), cfg.clone(), group.clone()));
                 }
                 continue;
             }
@@ -663,7 +663,7 @@ async fn accept_loop<A: App>(
                                 false,
                             )),
                             None => tokio::spawn(dispatch::in_connection_span(
-                                negotiate::serve(Transport::Plain(sock), a),
+                                negotiate::serve_connection(Transport::Plain(sock), a),
                                 &span_peer,
                                 false,
                                 false,
@@ -671,7 +671,7 @@ async fn accept_loop<A: App>(
                         }
                         #[cfg(not(feature = "tls"))]
                         tokio::spawn(dispatch::in_connection_span(
-                            negotiate::serve(Transport::Plain(sock), a),
+                            negotiate::serve_connection(Transport::Plain(sock), a),
                             &span_peer,
                             false,
                             false,
@@ -722,5 +722,5 @@ async fn proxied<A: App>(sock: Socket, opts: ListenOpts, mut a: Accepted<A>) {
     }
     #[cfg(not(feature = "tls"))]
     let _ = opts;
-    Box::pin(negotiate::serve(Transport::Plain(sock), a)).await;
+    Box::pin(negotiate::serve_connection(Transport::Plain(sock), a)).await;
 }

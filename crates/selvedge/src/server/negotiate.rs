@@ -30,12 +30,12 @@ use crate::app::App;
 use crate::error::{Error, Kind};
 use crate::h1::driver::{Ended, H2c};
 use crate::h2::codec::{preface, PrefaceMatch};
+use crate::io::socket::Socket;
+use crate::io::sys::PeerAddr;
+use crate::io::transport::Transport;
 use crate::settings::Settings;
-use crate::socket::Socket;
 use crate::stats::OpenConn;
-use crate::sys::PeerAddr;
 use crate::time::timeout::{now_ms, Timer};
-use crate::transport::Transport;
 
 /// What the client's first bytes say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +78,7 @@ fn preface_shaped(buf: &[u8]) -> bool {
 }
 
 /// Serves an accepted connection (after the TLS handshake, on TLS listeners).
-pub(crate) async fn serve<A: App>(sock: Transport, a: Accepted<A>) {
+pub(crate) async fn serve_connection<A: App>(sock: Transport, a: Accepted<A>) {
     let sock = Arc::new(sock);
     let cfg = a.lot.cfg().clone();
     if sock.alpn_h2() {
@@ -104,7 +104,7 @@ async fn http1<A: App>(sock: Arc<Transport>, rbuf: BytesMut, a: Accepted<A>, res
     crate::dispatch::record_protocol("h1");
     let Accepted { lot, peer, timer, ip } = a;
     let (app, cfg) = (lot.app().clone(), lot.cfg().clone());
-    match crate::h1::driver::serve(sock, rbuf, peer.clone(), &*app, cfg.clone(), timer, resumed).await {
+    match crate::h1::driver::serve_http1(sock, rbuf, peer.clone(), &*app, cfg.clone(), timer, resumed).await {
         Ended::Closed => {}
         Ended::H2c(h) => {
             let H2c { sock, timer, rbuf, request } = *h;
@@ -128,7 +128,7 @@ pub(crate) async fn resume<A: App>(lot: Arc<Lot<A>>, p: Parked) {
     let tls = sock.tls_version().is_some();
     let run = async move {
         match how {
-            Resume::Negotiate => Box::pin(serve(sock, a)).await,
+            Resume::Negotiate => Box::pin(serve_connection(sock, a)).await,
             Resume::H1(open) => http1(Arc::new(sock), BytesMut::new(), a, Some(open)).await,
             Resume::H2(idle) => {
                 crate::dispatch::record_protocol("h2");
@@ -143,12 +143,16 @@ pub(crate) async fn resume<A: App>(lot: Arc<Lot<A>>, p: Parked) {
 }
 
 /// A TLS connection: the handshake (on the connection's timer, within
-/// `tls_handshake_timeout`), then [`serve`] (or, for an ACME TLS-ALPN-01 validation, the
+/// `tls_handshake_timeout`), then [`serve_connection`] (or, for an ACME TLS-ALPN-01 validation, the
 /// close).
 #[cfg(feature = "tls")]
-pub(crate) async fn serve_tls<A: App>(sock: crate::socket::Socket, config: Arc<rustls::ServerConfig>, a: Accepted<A>) {
+pub(crate) async fn serve_tls<A: App>(
+    sock: crate::io::socket::Socket,
+    config: Arc<rustls::ServerConfig>,
+    a: Accepted<A>,
+) {
     let (cfg, timer) = (a.lot.cfg(), &a.timer);
-    let session = match crate::tls::Session::new(config) {
+    let session = match crate::io::tls::Session::new(config) {
         Ok(s) => s,
         Err(e) => return cfg.exception(&Error::io(e)),
     };
@@ -161,19 +165,19 @@ pub(crate) async fn serve_tls<A: App>(sock: crate::socket::Socket, config: Arc<r
         return;
     }
     counted.done(session.version() == crate::message::TlsVersion::Tls13);
-    if session.alpn().as_deref() == Some(crate::tls::ACME_TLS_ALPN) {
+    if session.alpn().as_deref() == Some(crate::io::tls::ACME_TLS_ALPN) {
         // A TLS-ALPN-01 validation: the handshake was the answer; no data follows (RFC 8737).
         session.close_notify(&sock);
         sock.shutdown_write();
         return;
     }
-    serve(Transport::Tls { sock, session: Box::new(session) }, a).await;
+    serve_connection(Transport::Tls { sock, session: Box::new(session) }, a).await;
 }
 
 /// Reads exactly the PROXY protocol header off `sock` (peeking first, so the bytes after
 /// it stay queued): the client it names, or `peer` when it names none (LOCAL, UNKNOWN).
 pub(crate) async fn proxy_header(sock: &Socket, peer: PeerAddr) -> io::Result<PeerAddr> {
-    use crate::proxy_protocol::{parse, Source, Status, MAX_V2};
+    use crate::io::proxy_protocol::{parse, Source, Status, MAX_V2};
     // v1 is at most 107 bytes; v2 with IPv4, IPv6 or Unix addresses and no TLVs fits too.
     let mut buf = vec![0u8; 232];
     let mut have = 0;
@@ -231,11 +235,11 @@ async fn serve_h2<A: App>(
     // One call per HTTP/2 connection, none when the two agree (0 = the kernel's default).
     let want = cfg.h2.notsent_lowat;
     if want != cfg.notsent_lowat.unwrap_or(0) && matches!(peer, PeerAddr::Tcp(_)) {
-        if let Err(e) = crate::sys::set_notsent_lowat(&sock.fd(), want) {
+        if let Err(e) = crate::io::sys::set_notsent_lowat(&sock.fd(), want) {
             tracing::debug!("TCP_NOTSENT_LOWAT not set on an HTTP/2 connection: {e}");
         }
     }
-    crate::h2::conn::serve(sock, peer, app, cfg, timer, rbuf, upgraded).await
+    crate::h2::conn::serve_http2(sock, peer, app, cfg, timer, rbuf, upgraded).await
 }
 
 /// An HTTP/2 connection's task ended: a connection asked to park goes to its lot.
@@ -261,7 +265,7 @@ enum First {
 /// receive buffer while it waits unless few connections are live
 /// (`pool::hold_while_idle`).
 async fn first_bytes(sock: &Transport, cfg: &Settings, timer: &Timer) -> First {
-    let mut buf = crate::pool::take_read(cfg.read_buffer);
+    let mut buf = crate::io::pool::take_read(cfg.read_buffer);
     match sock.try_read(&mut buf) {
         Ok(Some(0)) | Err(_) => return First::Closed,
         Ok(Some(_)) => {}
@@ -270,16 +274,16 @@ async fn first_bytes(sock: &Transport, cfg: &Settings, timer: &Timer) -> First {
                 return First::Closed;
             }
             timer.tickle(cfg.header_timeout);
-            let n = if crate::pool::hold_while_idle() {
+            let n = if crate::io::pool::hold_while_idle() {
                 sock.idle_read(&mut buf, |_| {}, timer).await
             } else {
-                crate::pool::put_read(std::mem::take(&mut buf));
+                crate::io::pool::put_read(std::mem::take(&mut buf));
                 let min = cfg.read_buffer;
-                sock.idle_read(&mut buf, |b| *b = crate::pool::take_read(min), timer).await
+                sock.idle_read(&mut buf, |b| *b = crate::io::pool::take_read(min), timer).await
             };
             match n {
                 Ok(None) => {
-                    crate::pool::put_read(buf);
+                    crate::io::pool::put_read(buf);
                     return First::Park;
                 }
                 Ok(Some(1..)) if timer.leave_idle() => {}

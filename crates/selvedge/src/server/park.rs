@@ -28,11 +28,11 @@ use mio::unix::SourceFd;
 
 use super::per_ip::IpSlot;
 use crate::app::App;
+use crate::io::sys::PeerAddr;
+use crate::io::transport::{Dormant, Transport};
 use crate::settings::Settings;
 use crate::stats::OpenConn;
-use crate::sys::PeerAddr;
 use crate::time::timeout::{self, Group, Timer};
-use crate::transport::{Dormant, Transport};
 
 /// A connection as a listener hands it on: its client, its timer, its place in the
 /// per-address count, and the lot (with the app and settings) it parks in.
@@ -190,7 +190,7 @@ impl<A: App> Lot<A> {
     /// once do not spawn thousands of tasks just to see their end).
     fn wake(&self, key: u64, closed: bool) {
         let Some(p) = self.take(key) else { return };
-        if closed && matches!(crate::sys::recv(p.sock.fd(), &mut [0u8; 1], true), Ok(0) | Err(_)) {
+        if closed && matches!(crate::io::sys::recv(p.sock.fd(), &mut [0u8; 1], true), Ok(0) | Err(_)) {
             return;
         }
         // `false`: the manager claimed it first (deadline, shutdown); dropping it closes it.
@@ -206,7 +206,7 @@ impl<A: App> Lot<A> {
     /// Waits for parked sockets to turn readable, until `group` shuts down; then closes
     /// every connection still parked.
     async fn run(self: Arc<Self>, poll: mio::Poll, group: Arc<Group>) {
-        let mut poll = match crate::sys::register_poll(poll) {
+        let mut poll = match crate::io::sys::register_poll(poll) {
             Ok(p) => p,
             Err(e) => return tracing::error!("parking lot: cannot register its epoll instance: {e}"),
         };

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-use crate::sys::PeerAddr;
+use crate::io::sys::PeerAddr;
 
 /// The live connections of each address (only addresses with at least one are kept, so
 /// the table holds at most as many entries as there are connections).

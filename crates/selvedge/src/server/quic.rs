@@ -26,8 +26,8 @@ use std::sync::Arc;
 use http::HeaderValue;
 use socket2::{Domain, Protocol, Type};
 
+use crate::app::response::Response;
 use crate::app::App;
-use crate::response::Response;
 use crate::settings::Settings;
 use crate::time::timeout::{Group, Timer, NO_DEADLINE};
 use crate::Request;
@@ -98,7 +98,7 @@ pub(super) fn server_config(tls: &rustls::ServerConfig, cfg: &Settings) -> io::R
 }
 
 /// Serves HTTP/3 on `udp` until the server drains.
-pub(super) async fn serve<A: App>(
+pub(super) async fn serve_quic<A: App>(
     udp: OwnedFd,
     tls: Arc<rustls::ServerConfig>,
     app: Arc<A>,
@@ -136,7 +136,7 @@ pub(super) async fn serve<A: App>(
         handshaking.fetch_add(1, Ordering::Relaxed);
         let count = Handshaking(handshaking.clone());
         let (app, cfg, group) = (app.clone(), cfg.clone(), group.clone());
-        let peer = crate::sys::PeerAddr::Tcp(incoming.remote_address());
+        let peer = crate::io::sys::PeerAddr::Tcp(incoming.remote_address());
         let task = tokio::spawn(crate::dispatch::in_connection_span(
             async move {
                 crate::dispatch::record_protocol("h3");
@@ -164,7 +164,7 @@ pub(super) async fn serve<A: App>(
                 drop(count);
                 // QUIC's own idle timeout watches the connection from here.
                 timer.set_at(NO_DEADLINE);
-                crate::h3::conn::serve(conn, app, cfg, group).await;
+                crate::h3::conn::serve_http3(conn, app, cfg, group).await;
                 drop(timer);
             },
             &peer,

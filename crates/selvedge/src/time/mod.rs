@@ -7,5 +7,5 @@ pub mod date;
 pub(crate) mod rate;
 pub(crate) mod timeout;
 
-pub use crate::sys::monotonic_ns;
+pub use crate::io::sys::monotonic_ns;
 pub use timeout::now_ms;

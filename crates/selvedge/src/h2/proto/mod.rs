@@ -40,9 +40,9 @@ use bytes::{Bytes, BytesMut};
 
 pub(crate) use self::stream::{Cause, OutBody, Send, State, Stream, StreamOut};
 use super::frame::{self, Frame, Reason, Setting, MAX_WINDOW};
+use crate::app::request::RequestHead;
 use crate::head::{self as headers, HeaderError, Hpack};
 use crate::hpack;
-use crate::request::RequestHead;
 use crate::settings::H2Settings;
 use budget::Budget;
 use continuation::Block;
@@ -70,7 +70,7 @@ pub(crate) enum Event {
 #[derive(Default)]
 struct HeadCache {
     state: Option<u64>,
-    shared: Option<std::sync::Arc<crate::response::SharedFields>>,
+    shared: Option<std::sync::Arc<crate::app::response::SharedFields>>,
     fixed: HeadFixed,
     /// Our `Date` in it (when `fixed.date`).
     date: [u8; crate::time::date::DATE_LEN],
@@ -518,6 +518,21 @@ impl Proto {
         }
     }
 
+    /// [`Proto::handle_bytes`] until `buf` holds no whole frame; a connection error ends the
+    /// connection ([`Proto::go_away`]) and is returned.
+    pub(crate) fn handle_all(&mut self, buf: &mut BytesMut, now: u64) -> Option<Reason> {
+        loop {
+            match self.handle_bytes(buf, now) {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(r) => {
+                    self.go_away(r);
+                    return Some(r);
+                }
+            }
+        }
+    }
+
     /// [`Proto::handle_frame`] for a HEADERS frame borrowed from the receive buffer.
     fn recv_headers_ref(&mut self, h: frame::HeadersRef<'_>, now: u64) -> Result<(), Reason> {
         self.now = now;
@@ -884,7 +899,7 @@ impl Proto {
             }
             None => {
                 // The header list is over our limit: 431, without running the app.
-                let res = crate::response::Response::error(http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+                let res = crate::app::response::Response::error(http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
                 let (status, headers, _) = res.into_fields();
                 self.queue.push(id, 0);
                 (None, false, Some(Send::Head { status, shared: None, headers, length: None, body: OutBody::Empty }))

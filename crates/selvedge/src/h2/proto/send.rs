@@ -18,9 +18,9 @@ use http::header::{CONTENT_LENGTH, DATE, SERVER};
 use http::StatusCode;
 
 use super::{Cause, HeadFixed, OutBody, Proto, Send, State, StreamOut};
+use crate::app::response::{Response, ResponseBody};
 use crate::h2::frame::{self, Reason, HEADER_LEN};
 use crate::message::decimal;
-use crate::response::{Response, ResponseBody};
 use crate::time::date::DATE_LEN;
 
 /// A DATA frame's payload to read from a file: `len` bytes of `file` from `offset`, sent
@@ -59,7 +59,7 @@ pub(crate) enum After {
     /// Nothing: the body is in the connection's hands.
     Done,
     /// Run the streaming body with an HTTP/2 writer.
-    RunStream(crate::response::StreamBody),
+    RunStream(crate::app::response::StreamBody),
     /// Drop this after releasing the connection lock: it may own the request body, whose
     /// drop takes the lock (the stream is gone, or a bodiless answer had a stream body).
     Discard(Box<Response>),
@@ -90,7 +90,7 @@ impl Proto {
     /// Hands over the app's response for stream `id`.
     pub(crate) fn respond(&mut self, id: u32, res: Response) -> After {
         let Some(s) = self.streams.get_mut(&id) else { return After::Discard(Box::new(res)) };
-        let crate::response::Parts { status, shared, headers, body } = res.into_parts();
+        let crate::app::response::Parts { status, shared, headers, body } = res.into_parts();
         let bodiless = s.is_head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
         let mut after = After::Done;
         // Shared fields never carry a length (`SharedFields::new` leaves it out).
@@ -409,7 +409,7 @@ impl Proto {
                 }
             }
             if headers.capacity() > 0 {
-                crate::pool::put_headers(headers);
+                crate::io::pool::put_headers(headers);
             }
             let s = self.streams.get_mut(&id)?;
             if end {

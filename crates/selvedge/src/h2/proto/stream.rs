@@ -10,8 +10,8 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 
 use super::flow::FlowControl;
+use crate::app::response::SharedFields;
 use crate::h2::frame::Reason;
-use crate::response::SharedFields;
 use crate::time::rate::BodyClock;
 
 pub(crate) use selvedge_proto::h2::state::State;
@@ -186,7 +186,7 @@ pub(crate) struct Stream {
     /// Since when the response has been held back by this stream's window.
     pub(crate) stall_since: Option<u64>,
     /// The response's end report: complete if END_STREAM went out before the stream left.
-    pub(crate) finish: Option<Box<crate::response::Finish>>,
+    pub(crate) finish: Option<Box<crate::app::response::Finish>>,
 }
 
 /// A stream leaves the connection (closed, reset, or the connection ended): no longer open

@@ -54,18 +54,12 @@ impl Peer {
     fn send(&mut self, bytes: &[u8]) {
         for b in bytes {
             self.rbuf.put_u8(*b);
-            loop {
-                if self.error.is_some() {
-                    return;
-                }
-                match self.proto.handle_bytes(&mut self.rbuf, self.now) {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(r) => {
-                        self.proto.go_away(r);
-                        self.error = Some(r);
-                    }
-                }
+            if self.error.is_some() {
+                return;
+            }
+            if let Some(r) = self.proto.handle_all(&mut self.rbuf, self.now) {
+                self.error = Some(r);
+                return;
             }
         }
         self.proto.poll_events(&mut self.events);
@@ -124,7 +118,7 @@ fn fill(p: &mut Proto, out: &mut Vec<u8>) {
 }
 
 /// The path of a request head.
-fn path(h: &crate::request::RequestHead) -> &[u8] {
+fn path(h: &crate::app::request::RequestHead) -> &[u8] {
     &h.buf[h.path.range()]
 }
 

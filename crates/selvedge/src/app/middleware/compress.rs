@@ -31,10 +31,10 @@ use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, ETAG, VARY};
 use http::{HeaderValue, StatusCode};
 
+use crate::app::body::{BodySink, BodyWriter, WriteFuture};
+use crate::app::response::{ResponseBody, StreamBody};
 use crate::app::{App, Middleware};
-use crate::body::{BodySink, BodyWriter, WriteFuture};
 use crate::message::{accept_q, has_token, trim_ows};
-use crate::response::{ResponseBody, StreamBody};
 use crate::{Request, Response};
 
 /// The compression middleware; see the module docs.
@@ -438,7 +438,7 @@ fn compress(mut res: Response, choice: Choice, cfg: &Compress) -> Response {
                         let (mut off, end) = (f.offset, f.offset + f.len);
                         while off < end {
                             let want = ((end - off) as usize).min(buf.len());
-                            let n = crate::sys::pread(std::os::fd::AsFd::as_fd(&*f.file), &mut buf[..want], off)?;
+                            let n = crate::io::sys::pread(std::os::fd::AsFd::as_fd(&*f.file), &mut buf[..want], off)?;
                             if n == 0 {
                                 return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sending"));
                             }

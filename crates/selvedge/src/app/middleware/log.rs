@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Method, StatusCode, Version};
 
+use crate::app::response::ResponseBody;
 use crate::app::{App, Middleware};
+use crate::io::sys::PeerAddr;
 use crate::message::Span;
-use crate::response::ResponseBody;
-use crate::sys::PeerAddr;
 use crate::{Request, Response};
 
 /// What is known of a request once it is answered.

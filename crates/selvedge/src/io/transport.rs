@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 
-use crate::socket::Socket;
+use crate::io::socket::Socket;
 use crate::time::timeout::Timer;
 
 /// A connection's byte stream.
@@ -22,7 +22,7 @@ pub(crate) enum Transport {
         /// The socket under the session.
         sock: Socket,
         /// The session (boxed: much larger than a socket).
-        session: Box<crate::tls::Session>,
+        session: Box<crate::io::tls::Session>,
     },
 }
 
@@ -236,9 +236,9 @@ impl Transport {
             let mut total = 0usize;
             while total <= 1 << 20 {
                 let mut buf = BytesMut::new();
-                let r = self.read_when_ready(&mut buf, |b| *b = crate::pool::take_read(4096)).await;
+                let r = self.read_when_ready(&mut buf, |b| *b = crate::io::pool::take_read(4096)).await;
                 buf.clear();
-                crate::pool::put_read(buf);
+                crate::io::pool::put_read(buf);
                 match r {
                     Ok(0) | Err(_) => return,
                     Ok(n) => total += n,
@@ -254,7 +254,7 @@ impl Transport {
 pub(crate) struct Dormant {
     fd: std::os::fd::OwnedFd,
     #[cfg(feature = "tls")]
-    session: Option<Box<crate::tls::Session>>,
+    session: Option<Box<crate::io::tls::Session>>,
 }
 
 impl Dormant {
@@ -289,12 +289,12 @@ impl Dormant {
 }
 
 /// Writes `data` at once (with TLS's `close_notify` after it), then shuts the write side.
-fn last_words(fd: BorrowedFd<'_>, #[cfg(feature = "tls")] session: Option<&crate::tls::Session>, data: &[u8]) {
+fn last_words(fd: BorrowedFd<'_>, #[cfg(feature = "tls")] session: Option<&crate::io::tls::Session>, data: &[u8]) {
     #[cfg(feature = "tls")]
     if let Some(session) = session {
         session.last_words(fd, data);
-        return crate::sys::shutdown_write(fd);
+        return crate::io::sys::shutdown_write(fd);
     }
-    let _ = crate::sys::send(fd, data, false);
-    crate::sys::shutdown_write(fd);
+    let _ = crate::io::sys::send(fd, data, false);
+    crate::io::sys::shutdown_write(fd);
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode, Version};
 
-use crate::body::{Body, BodyWriter};
+use crate::app::body::{Body, BodyWriter};
 use crate::Request;
 pub use selvedge_proto::message::SharedFields;
 
@@ -306,7 +306,7 @@ impl Response {
     /// a header list recycled from a response this thread sent.
     pub fn reserve_headers(&mut self, n: usize) {
         if self.headers.capacity() == 0 {
-            self.headers = crate::pool::take_headers();
+            self.headers = crate::io::pool::take_headers();
         }
         self.headers.reserve(n);
     }
@@ -344,11 +344,11 @@ impl Response {
     pub fn headers_mut(&mut self) -> &mut Vec<(HeaderName, HeaderValue)> {
         if let Some(s) = self.shared.take() {
             // A recycled list (HTTP/2 hands its lists back to the pool once encoded).
-            let mut all = crate::pool::take_headers();
+            let mut all = crate::io::pool::take_headers();
             all.reserve(s.fields().len() + self.headers.len());
             all.extend(s.fields().iter().cloned());
             all.append(&mut self.headers);
-            crate::pool::put_headers(std::mem::replace(&mut self.headers, all));
+            crate::io::pool::put_headers(std::mem::replace(&mut self.headers, all));
         }
         &mut self.headers
     }

@@ -25,7 +25,7 @@ use bytes::BytesMut;
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::io::Interest;
 
-use crate::sys;
+use crate::io::sys;
 use crate::time::timeout::Timer;
 
 /// A non-blocking connected stream socket (TCP or Unix).

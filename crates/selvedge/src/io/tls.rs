@@ -23,7 +23,7 @@ use rustls::server::{ClientHello, ResolvesServerCert, ServerConnection};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 
-use crate::socket::Socket;
+use crate::io::socket::Socket;
 
 /// A certificate chain and its key, for one or more server names.
 #[derive(Debug, Clone)]
@@ -350,7 +350,7 @@ impl Session {
         if cbuf.is_empty() {
             if cbuf.capacity() < 17 * 1024 {
                 // From the thread's pool: an idle session gave its buffer back there.
-                cbuf = crate::pool::take_read(18 * 1024);
+                cbuf = crate::io::pool::take_read(18 * 1024);
             }
             eof = sock.read(&mut cbuf).await? == 0;
         }
@@ -437,7 +437,7 @@ impl Session {
     pub(crate) fn release_idle(&self) {
         let mut cbuf = self.cbuf.lock().unwrap_or_else(|p| p.into_inner());
         if cbuf.is_empty() && cbuf.capacity() > 0 {
-            crate::pool::put_read(std::mem::take(&mut *cbuf));
+            crate::io::pool::put_read(std::mem::take(&mut *cbuf));
         }
     }
 
@@ -521,7 +521,7 @@ impl Session {
             let mut n = 0;
             if offset < end {
                 let want = ((end - offset) as usize).min(buf.len());
-                n = crate::sys::pread(fd, &mut buf[..want], offset)?;
+                n = crate::io::sys::pread(fd, &mut buf[..want], offset)?;
                 if n == 0 {
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sending"));
                 }
@@ -555,7 +555,7 @@ impl Session {
             }
             out
         };
-        let _ = crate::sys::send(fd, &out, false);
+        let _ = crate::io::sys::send(fd, &out, false);
     }
 }
 

@@ -14,6 +14,17 @@
 //! }));
 //! # let _ = app;
 //! ```
+//!
+//! Beside the trait, in this folder: the request ([`Request`]), the response ([`Response`]),
+//! the bodies both carry ([`Body`](crate::Body)), [`middleware`] and tower services as apps
+//! (`tower`).
+
+pub(crate) mod body;
+pub mod middleware;
+pub(crate) mod request;
+pub(crate) mod response;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 use std::future::Future;
 use std::pin::Pin;

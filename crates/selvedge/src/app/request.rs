@@ -8,9 +8,9 @@ use std::fmt;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Version};
 
-use crate::body::Body;
+use crate::app::body::Body;
+use crate::io::sys::PeerAddr;
 use crate::message::{HeaderSpan, Span};
-use crate::sys::PeerAddr;
 
 /// A request's head as a protocol parsed it: its bytes, and where in them the parts are
 /// (an HTTP/1.1 head points into the receive buffer, an HTTP/2 one into its decoded
@@ -68,7 +68,7 @@ impl Default for Request {
 
 impl Drop for Request {
     fn drop(&mut self) {
-        crate::pool::put_spans(std::mem::take(&mut self.headers));
+        crate::io::pool::put_spans(std::mem::take(&mut self.headers));
     }
 }
 

@@ -134,7 +134,7 @@ impl Body {
     }
 
     /// Caps the body at `max` bytes: a read that goes past it fails with status 413 and
-    /// raises `hit` (see [`crate::middleware::BodyLimit`]).
+    /// raises `hit` (see [`crate::app::middleware::BodyLimit`]).
     pub fn limit(&mut self, max: u64, hit: Arc<AtomicBool>) {
         self.limit = Some(Box::new((max, 0, hit)));
     }
