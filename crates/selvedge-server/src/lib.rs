@@ -22,6 +22,7 @@ pub mod listing;
 pub mod metrics;
 pub mod mime;
 pub mod observe;
+pub mod path;
 pub mod policy;
 pub mod proxy;
 pub mod redirect;

@@ -17,11 +17,11 @@ use selvedge::{Listen, Server, ServerHandle};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{error, info, warn};
 
-use selvedge_server::access_log::AccessLog;
+use selvedge_server::access_log::{AccessLog, LogConfig, LogTarget};
 use selvedge_server::acme::{self, Acme};
 use selvedge_server::admin::{self, Admin};
 use selvedge_server::cli::{self, Action};
-use selvedge_server::config::{self, Config, LogConfig, LogTarget};
+use selvedge_server::config::{self, Config};
 use selvedge_server::diag::{self, ErrorLog};
 use selvedge_server::routes::{self, Front, Site};
 use selvedge_server::service::{self, notify, UpgradeOutcome};
@@ -189,7 +189,7 @@ fn run(cfg: Config, level: Option<&str>, exe: Option<PathBuf>, args: Vec<OsStrin
     settings.error_response = Some(routes::error_hook(front.pages.clone()));
     settings.on_exception = Some(std::sync::Arc::new(|e: &selvedge::Error| tracing::debug!("connection: {e}")));
 
-    let acme_specs = acme::specs(&cfg);
+    let acme_specs = cfg.acme_specs();
     let acme = match cfg.acme.as_ref().filter(|_| !acme_specs.is_empty()) {
         None => None,
         Some(a) => match Acme::new(a, &acme_specs) {
@@ -599,7 +599,7 @@ async fn upgrade(r: &Running, exe: Option<&std::path::Path>, args: &[OsString]) 
 
 /// Reopens the access log (with `log`'s settings) and the error log (at `errors`).
 /// Failures are reported and the files in use kept.
-fn reopen_logs(r: &Running, log: &LogConfig, errors: &config::ErrorTarget) {
+fn reopen_logs(r: &Running, log: &LogConfig, errors: &diag::ErrorTarget) {
     if let Err(e) = r.errors.reopen(errors) {
         error!("reopening the error log: {e}");
     }
@@ -678,7 +678,7 @@ fn reload(r: &mut Running) {
     selvedge_server::mime::set_overrides(&new.mime);
     r.front.swap(site, routes::engine_pages(&new), log);
     reload_certs(&r.cert_stores, &new);
-    let specs = acme::specs(&new);
+    let specs = new.acme_specs();
     match &r.acme {
         Some(a) => a.reload(&tokio::runtime::Handle::current(), new.acme.as_ref(), &specs),
         None if !specs.is_empty() => warn!("tls = \"acme\" applies on restart"),

@@ -1,11 +1,11 @@
 //! Virtual hosts and routes: the `Host` header picks a virtual host (an exact name first,
 //! then a `*.example.com` wildcard for one label, else the default host); the request is
-//! put under its normalized path ([`normalize`], the rules of [`selvedge::path`]), which
-//! every later step sees; then the redirect rules run, and the longest path prefix picks a
-//! route (prefixes match whole segments). [`Front`] is the app the engine runs:
-//! it reads the current [`Site`] from an [`ArcSwap`] on each request (one atomic load and
-//! reference-count increment, no lock), so SIGHUP can swap in a new configuration without
-//! touching the listeners or any connection.
+//! put under its normalized path ([`crate::path::normalize`], the rules of
+//! [`selvedge::path`]), which every later step sees; then the redirect rules run, and the
+//! longest path prefix picks a route (prefixes match whole segments). [`Front`] is the app
+//! the engine runs: it reads the current [`Site`] from an [`ArcSwap`] on each request (one
+//! atomic load and reference-count increment, no lock), so SIGHUP can swap in a new
+//! configuration without touching the listeners or any connection.
 
 use std::collections::HashMap;
 use std::io;
@@ -17,7 +17,6 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use selvedge::file::{CacheConfig, FileCache};
 use selvedge::http::{header, HeaderValue, StatusCode};
-use selvedge::path::{self, PathError};
 use selvedge::{App, Request, Response};
 
 use crate::access_log::{AccessLog, Outcome, Pending};
@@ -305,7 +304,7 @@ impl Site {
         };
         let vhost = &self.vhosts[vi];
         let unrouted = RouteAt { vhost: &vhost.label, route: "none", slot: vhost.none_slot, proxy: false };
-        if normalize(req).is_err() {
+        if crate::path::normalize(req).is_err() {
             return (unrouted, Ok(bad_request()));
         }
         if !vhost.redirects.is_empty() {
@@ -378,7 +377,7 @@ impl Site {
                     crate::cgi::Outcome::Response(res) => res,
                     crate::cgi::Outcome::Redirect(next) => {
                         (req, redirects) = (next, redirects + 1);
-                        if normalize(&mut req).is_err() {
+                        if crate::path::normalize(&mut req).is_err() {
                             return bad_request();
                         }
                         let Some(next_ri) = vhost.route(req.path_bytes()) else { return not_found() };
@@ -452,42 +451,6 @@ fn not_found() -> Response {
 
 fn bad_request() -> Response {
     Response::error(StatusCode::BAD_REQUEST)
-}
-
-/// Puts `req` under its normalized path ([`selvedge::path`]: escapes decoded where a byte
-/// may stand as itself, `//` merged, dot-segments resolved), so that redirect rules,
-/// routing, every check of a route and what serves it see one spelling of the path. A
-/// path already normal (nearly every request's) is left as it is after one pass over its
-/// bytes; `*` and authority-form targets have no path and are left alone.
-///
-/// # Errors
-/// The path is refused (the request is answered 400).
-#[inline]
-pub fn normalize(req: &mut Request) -> Result<(), PathError> {
-    let p = req.path_bytes();
-    if path::is_normal(p) || !p.starts_with(b"/") {
-        return Ok(());
-    }
-    normalize_slow(req)
-}
-
-#[cold]
-fn normalize_slow(req: &mut Request) -> Result<(), PathError> {
-    thread_local! {
-        static OUT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-    OUT.with(|out| {
-        let mut out = out.borrow_mut();
-        path::normalize(req.path_bytes(), &mut out)?;
-        if *out != req.path_bytes() {
-            // A normal path is visible ASCII starting with `/`: what set_path takes.
-            req.set_path(&out).map_err(|_| PathError::NotAbsolute)?;
-        }
-        if out.capacity() > 4096 {
-            *out = Vec::new();
-        }
-        Ok(())
-    })
 }
 
 /// Whether a normalized path has an encoded slash: in a normal path every `%` begins a
