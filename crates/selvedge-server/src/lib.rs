@@ -1,7 +1,8 @@
 //! The `selvedge` web server's parts, as a library so tests and fuzz targets can reach
 //! them: configuration, routes (static files, CGI, FastCGI, reverse proxy), route checks and
 //! fields (`policy`), redirects and rewrites, directory listings, compression, access log,
-//! automatic HTTPS (ACME). The binary (`src/main.rs`) wires them to the engine and handles signals.
+//! automatic HTTPS (ACME), and running it all (`supervise`: start-up, signals, reload,
+//! upgrade). The binary (`src/main.rs`) parses the command line and dispatches.
 
 pub mod access_log;
 pub mod acme;
@@ -29,4 +30,5 @@ pub mod redirect;
 pub mod routes;
 pub mod service;
 pub mod static_files;
+pub mod supervise;
 pub mod upstream;
