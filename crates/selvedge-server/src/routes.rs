@@ -20,15 +20,15 @@ use selvedge::http::{header, HeaderValue, StatusCode};
 use selvedge::{App, Request, Response};
 
 use crate::access_log::{AccessLog, Outcome, Pending};
-use crate::cgi::Cgi;
-use crate::compression::Compression;
 use crate::config::{Config, RouteKind};
-use crate::fastcgi::Fastcgi;
+use crate::files::compression::Compression;
+use crate::files::StaticFiles;
 use crate::observe::{Exchange, RequestId};
 use crate::policy::{Admitted, Check, Policy};
-use crate::proxy::Proxy;
 use crate::redirect::{self, Redirects};
-use crate::static_files::StaticFiles;
+use crate::upstream::cgi::Cgi;
+use crate::upstream::fastcgi::Fastcgi;
+use crate::upstream::proxy::Proxy;
 
 /// One route.
 #[derive(Debug)]
@@ -178,7 +178,7 @@ impl Site {
     pub fn build(cfg: &Config) -> io::Result<Site> {
         let cache = FileCache::new(CacheConfig {
             siblings: &["br", "zst", "gz"],
-            content_type: Some(crate::mime::for_path),
+            content_type: Some(crate::files::mime::for_path),
             ..cfg.cache
         });
         let compression = Compression::new(cfg.compress);
@@ -189,7 +189,7 @@ impl Site {
             let label = v.hosts.first().cloned().unwrap_or_else(|| "default".into());
             let mut routes = Vec::new();
             // Each route's files are its own: the roots of the others nested inside its root
-            // are closed to it (crate::gate), so a symlink, or a root placed under another,
+            // are closed to it (crate::files::gate), so a symlink, or a root placed under another,
             // cannot walk past the checks of the route that owns them.
             let roots: Vec<PathBuf> = v.routes.iter().filter_map(|r| r.root()?.canonicalize().ok()).collect();
             for r in &v.routes {
@@ -374,8 +374,8 @@ impl Site {
                     };
                 }
                 RouteApp::Cgi(c) => match Box::pin(c.run(req, redirects)).await {
-                    crate::cgi::Outcome::Response(res) => res,
-                    crate::cgi::Outcome::Redirect(next) => {
+                    crate::upstream::cgi::Outcome::Response(res) => res,
+                    crate::upstream::cgi::Outcome::Redirect(next) => {
                         (req, redirects) = (next, redirects + 1);
                         if crate::path::normalize(&mut req).is_err() {
                             return bad_request();
@@ -471,7 +471,7 @@ pub fn engine_pages(cfg: &Config) -> HashMap<u16, (Bytes, &'static str)> {
         for r in &v.routes {
             for (code, path) in r.static_opts().map(|o| &o.error_pages).into_iter().flatten() {
                 if let Ok(b) = std::fs::read(path) {
-                    out.entry(*code).or_insert((Bytes::from(b), crate::mime::for_path(path)));
+                    out.entry(*code).or_insert((Bytes::from(b), crate::files::mime::for_path(path)));
                 }
             }
         }

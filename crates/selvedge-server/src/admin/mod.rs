@@ -183,7 +183,8 @@ fn code_name(code: usize) -> &'static str {
 /// Everything `/metrics` adds to the registry's numbers.
 pub fn extra() -> Extra {
     let (engine, fc) = engine_series();
-    Extra { ready: state() == State::Ready, file_cache: Some(fc), engine }
+    let upstreams = crate::upstream::pool::health_states();
+    Extra { ready: state() == State::Ready, file_cache: Some(fc), engine, upstreams }
 }
 
 impl Admin {

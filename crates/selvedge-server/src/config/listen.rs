@@ -122,7 +122,7 @@ fn proxy_protocol(src: &Source<'_>, l: &Spanned<RawListen>) -> Result<Option<Vec
             let mut nets = Vec::new();
             for n in from.get_ref() {
                 nets.push(
-                    crate::policy::ip::parse_net(n)
+                    crate::client::parse_net(n)
                         .map_err(|e| src.err(Some(from.span()), format!("proxy_protocol_from: {e}")))?,
                 );
             }

@@ -9,7 +9,7 @@
 //! One module per section of the file: [`Config::parse`] puts `${VAR}`s in (`substitute`),
 //! reads the TOML into the sections' raw types, and has each section checked by its module
 //! (`listen`, `server`, `engine`, `log`, `vhost` and `route`, `admin`); a feature's own
-//! table is checked by that feature (`RawProxy` in [`crate::proxy`], `RawAcme` in
+//! table is checked by that feature (`RawProxy` in [`crate::upstream::proxy`], `RawAcme` in
 //! [`crate::acme::config`]...). Features do not depend on this module, only on [`units`].
 
 mod admin;
@@ -40,9 +40,9 @@ use crate::access_log::LogConfig;
 use crate::acme::config::{AcmeConfig, ChallengeKind, RawAcme};
 use crate::admin::AdminConfig;
 use crate::client::TrustedProxies;
-use crate::compression::{CompressConfig, RawCompress};
 use crate::diag::ErrorLogConfig;
-use crate::static_files::StaticOptions;
+use crate::files::compression::{CompressConfig, RawCompress};
+use crate::files::StaticOptions;
 
 /// A configuration error, with its position in the file.
 #[derive(Debug)]
@@ -347,7 +347,7 @@ fn mime(
     let mut mime = BTreeMap::new();
     if let Some(m) = raw {
         for (ext, ty) in m.get_ref() {
-            crate::mime::check_override(ext, ty).map_err(|e| src.err(Some(m.span()), e))?;
+            crate::files::mime::check_override(ext, ty).map_err(|e| src.err(Some(m.span()), e))?;
             mime.insert(ext.to_ascii_lowercase(), ty.clone());
         }
     }

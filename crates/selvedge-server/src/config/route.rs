@@ -10,11 +10,11 @@ use toml::Spanned;
 
 use super::units::{Count, Dur, Size};
 use super::{ConfigError, Source};
-use crate::cgi::{CgiConfig, RawCgi};
-use crate::fastcgi::{FastcgiConfig, RawFastcgi};
+use crate::files::StaticOptions;
 use crate::policy::{self, PolicyConfig};
-use crate::proxy::{ProxyConfig, ProxyContext, RawProxy};
-use crate::static_files::StaticOptions;
+use crate::upstream::cgi::{CgiConfig, RawCgi};
+use crate::upstream::fastcgi::{FastcgiConfig, RawFastcgi};
+use crate::upstream::proxy::{ProxyConfig, ProxyContext, RawProxy};
 
 /// One route: requests whose path starts with `prefix` are served by `kind`.
 #[derive(Debug, Clone)]
@@ -208,7 +208,7 @@ fn route_policy(src: &Source<'_>, r: &RawRoute) -> Result<PolicyConfig, (Option<
     let mut p = PolicyConfig::default();
     for (list, out) in [(&r.allow, &mut p.ip.allow), (&r.deny, &mut p.ip.deny)] {
         for entry in list.iter().flatten() {
-            out.push(policy::ip::parse_net(entry.get_ref()).map_err(|e| (Some(entry.span()), e))?);
+            out.push(crate::client::parse_net(entry.get_ref()).map_err(|e| (Some(entry.span()), e))?);
         }
     }
     if let Some(h) = &r.headers {

@@ -10,7 +10,7 @@ use toml::Spanned;
 use super::units::Count;
 use super::{ConfigError, Source};
 use crate::client::{ClientIpHeader, TrustedProxies};
-use crate::proxy::ProxyContext;
+use crate::upstream::proxy::ProxyContext;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -74,7 +74,7 @@ impl RawServer {
                 servers.push(a);
             }
             if !servers.is_empty() {
-                ctx.resolver = crate::upstream::Resolver::Servers(servers);
+                ctx.resolver = crate::upstream::pool::Resolver::Servers(servers);
             }
         }
         Ok(ctx)

@@ -40,7 +40,7 @@ pub(super) fn reload(r: &mut Running) {
     }
     let log = Option::clone(&r.front.log.load());
     crate::client::set_trusted(&new.trusted_proxies);
-    crate::mime::set_overrides(&new.mime);
+    crate::files::mime::set_overrides(&new.mime);
     r.front.swap(site, routes::engine_pages(&new), log);
     reload_certs(&r.cert_stores, &new);
     let specs = new.acme_specs();

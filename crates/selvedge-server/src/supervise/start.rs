@@ -89,7 +89,7 @@ impl App {
     fn prepare(cfg: &Config) -> Result<App, String> {
         let site = Site::build(cfg).map_err(|e| e.to_string())?;
         crate::client::set_trusted(&cfg.trusted_proxies);
-        crate::mime::set_overrides(&cfg.mime);
+        crate::files::mime::set_overrides(&cfg.mime);
         let log = open_log(&cfg.log).map_err(|e| format!("access log: {e}"))?;
         let routes_served = site.summary(8);
         let admin = start_admin(cfg, &site)?;
@@ -416,7 +416,7 @@ fn ready(r: &Running, rt: &Runtime, acme_specs: &[Spec]) -> Result<(), String> {
         a.start(rt.handle(), acme_specs);
     }
     // Upstream health checks and re-resolution, off the workers.
-    crate::upstream::start_maintenance().map_err(|e| format!("upstream maintenance thread: {e}"))?;
+    crate::upstream::pool::start_maintenance().map_err(|e| format!("upstream maintenance thread: {e}"))?;
     notify::ready("serving");
     service::tell_upgrading_parent();
     release_startup_code(&r.cfg);
