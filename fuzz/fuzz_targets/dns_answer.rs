@@ -3,5 +3,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    selvedge_server::upstream::dns::fuzz(data);
+    selvedge_server::upstream::pool::dns::fuzz(data);
 });

@@ -4,5 +4,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    selvedge_server::fastcgi::fuzz(data);
+    selvedge_server::upstream::fastcgi::fuzz(data);
 });

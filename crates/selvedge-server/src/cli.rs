@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use clap::builder::BoolishValueParser;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::config::{Config, LogConfig, LogTarget, TlsListen};
+use crate::access_log::{LogConfig, LogTarget};
+use crate::config::{Config, TlsListen};
 
 const ABOUT: &str = "selvedge: a fast HTTP/1.1, HTTP/2 and HTTP/3 web server (static files, TLS with automatic \
                      certificates (ACME), CGI, FastCGI, reverse proxy)";

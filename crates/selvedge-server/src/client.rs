@@ -24,6 +24,42 @@ use arc_swap::ArcSwapOption;
 use ipnet::IpNet;
 use selvedge::{PeerAddr, Request};
 
+/// A network of client addresses as a configuration list writes one: `"10.0.0.0/8"`,
+/// `"2001:db8::/32"`, or an address (`"::1"`, a /32 or /128); in the form client addresses
+/// are compared in: an IPv4-mapped network (`::ffff:127.0.0.0/104`) is its IPv4 network
+/// (`127.0.0.0/8`), as a client connecting over IPv6 with a mapped address counts as its
+/// IPv4 address. Every list of networks in the configuration (`allow`, `deny`,
+/// `trusted_proxies`, `proxy_protocol_from`) reads its entries here.
+///
+/// # Errors
+/// Neither a network nor an address; a network with host bits set after its prefix
+/// (`10.1.2.3/8`: meant as `10.0.0.0/8`, or as the address?).
+pub fn parse_net(s: &str) -> Result<IpNet, String> {
+    let s = s.trim();
+    if let Ok(n) = s.parse::<IpNet>() {
+        if n.trunc() != n {
+            return Err(format!("{s:?} has bits set after its /{} prefix: write {}", n.prefix_len(), n.trunc()));
+        }
+        return Ok(canonical(n));
+    }
+    match s.parse::<IpAddr>() {
+        Ok(a) => Ok(IpNet::from(a.to_canonical())),
+        Err(_) => Err(format!("{s:?} is not an address or a network (\"10.0.0.0/8\", \"::1\")")),
+    }
+}
+
+/// `n` in the form client addresses are compared in: an IPv4-mapped network (a /96 or
+/// longer; a shorter one has host bits set in the mapping's `ffff`) as IPv4.
+fn canonical(n: IpNet) -> IpNet {
+    match n {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(n, IpNet::V4),
+            None => n,
+        },
+        _ => n,
+    }
+}
+
 /// An address as text in `buf`, as `Display` writes it (IPv4 digit by digit on the stack,
 /// without the formatting machinery: the common case, written for every proxied and CGI
 /// request): CGI's `REMOTE_ADDR` and the proxy's forwarding fields.
@@ -116,8 +152,7 @@ impl TrustedProxies {
             if s == "unix" {
                 t.unix = true;
             } else {
-                t.nets
-                    .push(crate::policy::ip::parse_net(s).map_err(|e| format!("trusted_proxies: {e} (or \"unix\")"))?);
+                t.nets.push(parse_net(s).map_err(|e| format!("trusted_proxies: {e} (or \"unix\")"))?);
             }
         }
         Ok(t)
@@ -304,5 +339,19 @@ mod tests {
         assert_eq!(parse_node(b"[::1]x"), None);
         assert_eq!(parse_node(b"_hidden"), None);
         assert_eq!(forwarded_for(b"proto=http;FOR=1.2.3.4"), Some(&b"1.2.3.4"[..]));
+    }
+
+    #[test]
+    fn networks_as_client_addresses_are_compared() {
+        assert!(parse_net("10.1.2.3/24").unwrap_err().contains("10.1.2.0/24"));
+        assert_eq!(parse_net("10.1.2.0/24").unwrap().to_string(), "10.1.2.0/24");
+        assert_eq!(parse_net("::ffff:10.0.0.1").unwrap().to_string(), "10.0.0.1/32");
+        // IPv4-mapped networks are their IPv4 networks: a mapped client is its IPv4 address.
+        assert_eq!(parse_net("::ffff:127.0.0.0/104").unwrap().to_string(), "127.0.0.0/8");
+        assert_eq!(parse_net("::ffff:0.0.0.0/96").unwrap().to_string(), "0.0.0.0/0");
+        assert!(parse_net("::ffff:0.0.0.0/90").is_err(), "host bits in the mapping's ffff");
+        assert_eq!(parse_net("::/0").unwrap().to_string(), "::/0");
+        assert!(parse_net("10.0.0.0/33").is_err());
+        assert!(parse_net("example.com").is_err());
     }
 }

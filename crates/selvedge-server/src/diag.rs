@@ -7,13 +7,43 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{ErrorFormat, ErrorLogConfig, ErrorTarget};
+/// Where diagnostics (startup, reload, warnings, errors) go: `[log] error`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ErrorTarget {
+    /// Standard error (the default; journald takes it under systemd).
+    #[default]
+    Stderr,
+    /// A file, appended to and reopened on SIGHUP/SIGUSR1.
+    File(PathBuf),
+}
+
+/// How diagnostics are written: `[log] error_format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorFormat {
+    /// One human-readable line per event: time, level, message, fields.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Diagnostics settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ErrorLogConfig {
+    /// Where events go.
+    pub target: ErrorTarget,
+    /// Their format.
+    pub format: ErrorFormat,
+    /// The level or filter (`"info"`, `"debug"`, `"selvedge=debug,warn"`); `None`: `info`,
+    /// unless `RUST_LOG` or `--log-level` say otherwise.
+    pub level: Option<String>,
+}
 
 /// The diagnostics sink: standard error or a reopenable file.
 #[derive(Debug, Clone)]

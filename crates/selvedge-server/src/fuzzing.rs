@@ -156,7 +156,7 @@ fn owner_of(root: &Path, file: &Path) -> &'static str {
     ROUTES
         .iter()
         .filter_map(|(p, dir)| Some((*p, root.join((*dir)?))))
-        .filter(|(_, dir)| crate::gate::inside(dir, file))
+        .filter(|(_, dir)| crate::files::gate::inside(dir, file))
         .max_by_key(|(_, dir)| dir.as_os_str().len())
         .map_or("outside", |(p, _)| p)
 }
@@ -208,13 +208,13 @@ pub fn route_ownership(data: &[u8]) {
             match route.as_str() {
                 "/cgi" | "/app" => {
                     let (dir, rule_ext) = if route == "/cgi" { ("www/cgi", None) } else { ("www/app", Some(".php")) };
-                    let gate = crate::gate::Gate::new(f.root.join(dir), false);
+                    let gate = crate::files::gate::Gate::new(f.root.join(dir), false);
                     let interpreters = Default::default();
                     let rule = match rule_ext {
-                        None => crate::gateway::script::Rule::Cgi { interpreters: &interpreters },
-                        Some(ext) => crate::gateway::script::Rule::Fastcgi { ext, index: Some("index.php") },
+                        None => crate::upstream::gateway::script::Rule::Cgi { interpreters: &interpreters },
+                        Some(ext) => crate::upstream::gateway::script::Rule::Fastcgi { ext, index: Some("index.php") },
                     };
-                    if let Ok(s) = crate::gateway::script::locate(&gate, &route, req.path(), rule) {
+                    if let Ok(s) = crate::upstream::gateway::script::locate(&gate, &route, req.path(), rule) {
                         let real = s.path.canonicalize().unwrap_or(s.path);
                         assert_eq!(owner_of(&f.root, &real), route, "{shown}: runs {}", real.display());
                     }

@@ -2,7 +2,7 @@
 //!
 //! Each rule has a regular expression `from` (the `regex` crate: linear time whatever the
 //! input, so no pattern can be made to backtrack) matched against the normalized path
-//! (`crate::routes::normalize`: one spelling, percent-encoded where a byte must be, without
+//! (`crate::path::normalize`: one spelling, percent-encoded where a byte must be, without
 //! the query), and a target `to` where `$1`, `${1}`,
 //! `${name}` stand for captures (`$$` for a dollar). The first rule that matches applies:
 //! - a redirect (`status` 301, 302, 307 or 308; 302 by default) answers with `Location:
@@ -232,7 +232,7 @@ impl Redirects {
                         return Outcome::Answer(crate::policy::plain(StatusCode::INTERNAL_SERVER_ERROR));
                     }
                     // The rewritten path is routed and checked like a request's: normalized.
-                    if crate::routes::normalize(req).is_err() {
+                    if crate::path::normalize(req).is_err() {
                         return Outcome::Answer(crate::policy::plain(StatusCode::BAD_REQUEST));
                     }
                 }

@@ -1,11 +1,11 @@
 //! Virtual hosts and routes: the `Host` header picks a virtual host (an exact name first,
 //! then a `*.example.com` wildcard for one label, else the default host); the request is
-//! put under its normalized path ([`normalize`], the rules of [`selvedge::path`]), which
-//! every later step sees; then the redirect rules run, and the longest path prefix picks a
-//! route (prefixes match whole segments). [`Front`] is the app the engine runs:
-//! it reads the current [`Site`] from an [`ArcSwap`] on each request (one atomic load and
-//! reference-count increment, no lock), so SIGHUP can swap in a new configuration without
-//! touching the listeners or any connection.
+//! put under its normalized path ([`crate::path::normalize`], the rules of
+//! [`selvedge::path`]), which every later step sees; then the redirect rules run, and the
+//! longest path prefix picks a route (prefixes match whole segments). [`Front`] is the app
+//! the engine runs: it reads the current [`Site`] from an [`ArcSwap`] on each request (one
+//! atomic load and reference-count increment, no lock), so SIGHUP can swap in a new
+//! configuration without touching the listeners or any connection.
 
 use std::collections::HashMap;
 use std::io;
@@ -17,19 +17,18 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use selvedge::file::{CacheConfig, FileCache};
 use selvedge::http::{header, HeaderValue, StatusCode};
-use selvedge::path::{self, PathError};
 use selvedge::{App, Request, Response};
 
 use crate::access_log::{AccessLog, Outcome, Pending};
-use crate::cgi::Cgi;
-use crate::compression::Compression;
 use crate::config::{Config, RouteKind};
-use crate::fastcgi::Fastcgi;
+use crate::files::compression::Compression;
+use crate::files::StaticFiles;
 use crate::observe::{Exchange, RequestId};
 use crate::policy::{Admitted, Check, Policy};
-use crate::proxy::Proxy;
 use crate::redirect::{self, Redirects};
-use crate::static_files::StaticFiles;
+use crate::upstream::cgi::Cgi;
+use crate::upstream::fastcgi::Fastcgi;
+use crate::upstream::proxy::Proxy;
 
 /// One route.
 #[derive(Debug)]
@@ -179,7 +178,7 @@ impl Site {
     pub fn build(cfg: &Config) -> io::Result<Site> {
         let cache = FileCache::new(CacheConfig {
             siblings: &["br", "zst", "gz"],
-            content_type: Some(crate::mime::for_path),
+            content_type: Some(crate::files::mime::for_path),
             ..cfg.cache
         });
         let compression = Compression::new(cfg.compress);
@@ -190,7 +189,7 @@ impl Site {
             let label = v.hosts.first().cloned().unwrap_or_else(|| "default".into());
             let mut routes = Vec::new();
             // Each route's files are its own: the roots of the others nested inside its root
-            // are closed to it (crate::gate), so a symlink, or a root placed under another,
+            // are closed to it (crate::files::gate), so a symlink, or a root placed under another,
             // cannot walk past the checks of the route that owns them.
             let roots: Vec<PathBuf> = v.routes.iter().filter_map(|r| r.root()?.canonicalize().ok()).collect();
             for r in &v.routes {
@@ -305,7 +304,7 @@ impl Site {
         };
         let vhost = &self.vhosts[vi];
         let unrouted = RouteAt { vhost: &vhost.label, route: "none", slot: vhost.none_slot, proxy: false };
-        if normalize(req).is_err() {
+        if crate::path::normalize(req).is_err() {
             return (unrouted, Ok(bad_request()));
         }
         if !vhost.redirects.is_empty() {
@@ -375,10 +374,10 @@ impl Site {
                     };
                 }
                 RouteApp::Cgi(c) => match Box::pin(c.run(req, redirects)).await {
-                    crate::cgi::Outcome::Response(res) => res,
-                    crate::cgi::Outcome::Redirect(next) => {
+                    crate::upstream::cgi::Outcome::Response(res) => res,
+                    crate::upstream::cgi::Outcome::Redirect(next) => {
                         (req, redirects) = (next, redirects + 1);
-                        if normalize(&mut req).is_err() {
+                        if crate::path::normalize(&mut req).is_err() {
                             return bad_request();
                         }
                         let Some(next_ri) = vhost.route(req.path_bytes()) else { return not_found() };
@@ -454,42 +453,6 @@ fn bad_request() -> Response {
     Response::error(StatusCode::BAD_REQUEST)
 }
 
-/// Puts `req` under its normalized path ([`selvedge::path`]: escapes decoded where a byte
-/// may stand as itself, `//` merged, dot-segments resolved), so that redirect rules,
-/// routing, every check of a route and what serves it see one spelling of the path. A
-/// path already normal (nearly every request's) is left as it is after one pass over its
-/// bytes; `*` and authority-form targets have no path and are left alone.
-///
-/// # Errors
-/// The path is refused (the request is answered 400).
-#[inline]
-pub fn normalize(req: &mut Request) -> Result<(), PathError> {
-    let p = req.path_bytes();
-    if path::is_normal(p) || !p.starts_with(b"/") {
-        return Ok(());
-    }
-    normalize_slow(req)
-}
-
-#[cold]
-fn normalize_slow(req: &mut Request) -> Result<(), PathError> {
-    thread_local! {
-        static OUT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-    OUT.with(|out| {
-        let mut out = out.borrow_mut();
-        path::normalize(req.path_bytes(), &mut out)?;
-        if *out != req.path_bytes() {
-            // A normal path is visible ASCII starting with `/`: what set_path takes.
-            req.set_path(&out).map_err(|_| PathError::NotAbsolute)?;
-        }
-        if out.capacity() > 4096 {
-            *out = Vec::new();
-        }
-        Ok(())
-    })
-}
-
 /// Whether a normalized path has an encoded slash: in a normal path every `%` begins a
 /// three-byte escape, so a `%2F` found is one.
 #[inline]
@@ -508,7 +471,7 @@ pub fn engine_pages(cfg: &Config) -> HashMap<u16, (Bytes, &'static str)> {
         for r in &v.routes {
             for (code, path) in r.static_opts().map(|o| &o.error_pages).into_iter().flatten() {
                 if let Ok(b) = std::fs::read(path) {
-                    out.entry(*code).or_insert((Bytes::from(b), crate::mime::for_path(path)));
+                    out.entry(*code).or_insert((Bytes::from(b), crate::files::mime::for_path(path)));
                 }
             }
         }

@@ -25,7 +25,7 @@ fn replay_fastcgi() {
     for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let p = e.unwrap().path();
         if p.is_file() {
-            selvedge_server::fastcgi::fuzz(&std::fs::read(&p).unwrap());
+            selvedge_server::upstream::fastcgi::fuzz(&std::fs::read(&p).unwrap());
             n += 1;
         }
     }
@@ -39,7 +39,7 @@ fn replay_dns_answer() {
     for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let p = e.unwrap().path();
         if p.is_file() {
-            selvedge_server::upstream::dns::fuzz(&std::fs::read(&p).unwrap());
+            selvedge_server::upstream::pool::dns::fuzz(&std::fs::read(&p).unwrap());
             n += 1;
         }
     }

@@ -27,11 +27,47 @@ use selvedge::http::{Method, Version};
 use selvedge::time::date;
 use selvedge::{Request, Response, ResponseBody};
 
-use crate::config::{LogConfig, LogTarget};
-
 pub mod format;
 
 pub use format::{Format, Outcome};
+
+/// Where access log lines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    /// No access log.
+    Off,
+    /// Standard output.
+    Stdout,
+    /// A file, rotated by size.
+    File(PathBuf),
+}
+
+/// Access log settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Where lines go: off by default.
+    pub target: LogTarget,
+    /// Rotate when the file reaches this many bytes: 10 MiB (0: never).
+    pub size: u64,
+    /// Rotated files kept (`log.1` .. `log.N`): 5.
+    pub backups: u32,
+    /// The line format: `combined` (default), `json` or a `$name` template.
+    pub format: Format,
+    /// Keep a client's `X-Request-Id` (when well formed) instead of generating one: off.
+    pub trust_request_id: bool,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            target: LogTarget::Off,
+            size: 10 << 20,
+            backups: 5,
+            format: Format::Combined,
+            trust_request_id: false,
+        }
+    }
+}
 
 /// A worker writes its own buffer out once it holds this much.
 const BUFFER_MAX: usize = 64 * 1024;

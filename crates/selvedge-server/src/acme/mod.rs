@@ -72,15 +72,6 @@ pub struct Spec {
     pub names: Vec<String>,
 }
 
-/// The certificates a configuration asks for: one per `tls = "acme"` virtual host.
-pub fn specs(cfg: &crate::config::Config) -> Vec<Spec> {
-    cfg.vhosts
-        .iter()
-        .filter(|v| v.acme && !v.hosts.is_empty())
-        .map(|v| Spec { id: v.hosts[0].clone(), names: v.hosts.clone() })
-        .collect()
-}
-
 /// The ACME client of a running server.
 #[derive(Debug)]
 pub struct Acme {

@@ -18,10 +18,18 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use selvedge::http::{header, Method, StatusCode};
-use selvedge::{Request, Response, Server, ServerHandle, Settings, Workers};
+use selvedge::{Listen, Request, Response, Server, ServerHandle, Settings, Workers};
 
-use crate::config::AdminConfig;
 use crate::metrics::expose::{self, EngineSeries, Extra, FileCacheStats};
+
+/// The admin listener (`[admin]`): `/metrics`, `/healthz`, `/readyz`, `/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// Where it listens: a loopback address or a Unix socket, unless `public`.
+    pub listen: Listen,
+    /// Allow a non-loopback address (anyone who reaches it sees the metrics and status).
+    pub public: bool,
+}
 
 /// The process's readiness, as `/readyz` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,7 +183,8 @@ fn code_name(code: usize) -> &'static str {
 /// Everything `/metrics` adds to the registry's numbers.
 pub fn extra() -> Extra {
     let (engine, fc) = engine_series();
-    Extra { ready: state() == State::Ready, file_cache: Some(fc), engine }
+    let upstreams = crate::upstream::pool::health_states();
+    Extra { ready: state() == State::Ready, file_cache: Some(fc), engine, upstreams }
 }
 
 impl Admin {
@@ -200,7 +209,7 @@ impl Admin {
     }
 
     /// The addresses bound (port 0 resolved).
-    pub fn local_addrs(&self) -> &[selvedge::Listen] {
+    pub fn local_addrs(&self) -> &[Listen] {
         self.handle.local_addrs()
     }
 

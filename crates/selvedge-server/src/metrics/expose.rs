@@ -27,6 +27,8 @@ pub struct Extra {
     /// The engine's counters (connections, streams, handshakes), as name, help, kind,
     /// labels and value.
     pub engine: Vec<EngineSeries>,
+    /// Each proxy upstream's name and whether it may take requests now.
+    pub upstreams: Vec<(String, bool)>,
 }
 
 /// The file cache's numbers.
@@ -200,7 +202,7 @@ impl Collector for Scrape {
             &proxied.iter().map(|s| (slot(s), &s.upstream)).collect::<Vec<_>>(),
         )?;
 
-        let states = crate::upstream::health_states();
+        let states = &self.extra.upstreams;
         gauge(
             &mut e,
             "selvedge_upstream_up",

@@ -1,4 +1,8 @@
-//! Static files: the app that maps a request path under a root directory.
+//! Serving from disk: static files (here: the app that maps a request path under a root
+//! directory), directory listings ([`listing`]), MIME types ([`mime`]), compression
+//! ([`compression`]: a file's kept compressed copies, and on the fly for the other routes'
+//! responses too) and the filesystem gate every path served from disk passes, CGI and
+//! FastCGI scripts included ([`gate`]).
 //!
 //! Per request, after the route picked this app:
 //! 1. GET and HEAD only (else 405 with `Allow`).
@@ -10,17 +14,22 @@
 //!    outside the root without `symlinks_outside`, or inside another route's root) is a
 //!    404, whatever is asked of it. A directory without a trailing slash is redirected
 //!    (301) to the slash form; with one, its index file is served, else its listing
-//!    (`listing`, see [`crate::listing`]). No file: the `fallback` file for a page request
-//!    (200, `Vary: Accept`), else 404.
+//!    (`listing`, see [`listing`]). No file: the `fallback` file for a page request (200,
+//!    `Vary: Accept`), else 404.
 //! 4. A `.br`, `.zst` or `.gz` sibling is served instead when `Accept-Encoding` allows it
 //!    (`Content-Encoding`, `Vary: Accept-Encoding`); without one, `compress` gives a copy
-//!    compressed once and kept with the cache entry ([`crate::compression`]).
+//!    compressed once and kept with the cache entry ([`compression`]).
 //! 5. Conditionals (`If-Match`, `If-Unmodified-Since`, `If-None-Match`,
 //!    `If-Modified-Since`) give 304/412; then `If-Range` + `Range` give 206 (one range from
 //!    the file, several as `multipart/byteranges`) or 416; else 200.
 //!
 //! The route's fixed fields (`headers`, `Vary: Origin`) go on every answer; on the whole
 //! file's they are rendered once with the file's own shared fields.
+
+pub mod compression;
+pub mod gate;
+pub mod listing;
+pub mod mime;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -36,9 +45,8 @@ use selvedge::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use selvedge::{Request, Response, SharedFields};
 use selvedge_proto::message::trim_ows;
 
-use crate::compression::Compression;
-use crate::gate::Gate;
-use crate::{listing, mime};
+use self::compression::Compression;
+use self::gate::Gate;
 
 /// A `multipart/byteranges` body is read from its file this many bytes at a time, as the
 /// client takes them (the `multipart` body).

@@ -1,5 +1,5 @@
 //! Proxy routes with `http2 = true`: requests go to the upstream as HTTP/2 streams,
-//! many at once over few connections (`crate::backend::h2`): h2c with prior knowledge for
+//! many at once over few connections (`transport::h2`): h2c with prior knowledge for
 //! `http://` and `unix:` upstreams, ALPN `h2` for `https://` ones (an upstream that picks
 //! `http/1.1` is served over HTTP/1.1 instead, and asked again after [`RETRY_H2`]).
 //!
@@ -33,9 +33,9 @@ use selvedge_proto::h2::frame::Reason;
 
 use super::forward::{self, ComposeError, Framing};
 use super::{read_body, Fail, Route, SMALL_BODY};
-use crate::backend::conn::{Conn, Wait};
-use crate::backend::h2::{self as conns, Found, H2Conn, Piece, RequestFields, Stream};
-use crate::upstream::Endpoint;
+use crate::upstream::pool::Endpoint;
+use crate::upstream::transport::conn::{Conn, Wait};
+use crate::upstream::transport::h2::{self as conns, Found, H2Conn, Piece, RequestFields, Stream};
 
 /// How long an `https://` upstream that chose HTTP/1.1 in ALPN is served over HTTP/1.1
 /// before it is asked for `h2` again.
@@ -407,7 +407,7 @@ impl Drop for AbortOnDrop {
 
 /// Sends the client's body on the stream, piece by piece as it arrives, each within the
 /// stream's window; a client body that fails resets the stream.
-async fn upload(s: crate::backend::h2::Sender, mut body: Body) {
+async fn upload(s: crate::upstream::transport::h2::Sender, mut body: Body) {
     loop {
         match body.chunk().await {
             Some(Ok(b)) => {

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use super::forward::{self, ComposeError, Framing};
 use super::{relay_fields, Fail, Route};
-use crate::backend::conn::{Tunnel, Wait};
+use crate::upstream::transport::conn::{Tunnel, Wait};
 
 impl Route {
     /// Serves an upgrade request (see the module's text).

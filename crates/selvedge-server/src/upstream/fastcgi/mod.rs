@@ -11,10 +11,11 @@
 //!    added, removed or replaced on disk is seen within that time.
 //! 2. A body of unknown length (chunked, or HTTP/2 without `content-length`) is read first,
 //!    up to `max_buffered_input` (411 beyond), since `CONTENT_LENGTH` must be given.
-//! 3. A connection from this worker's pool (`FCGI_KEEP_CONN`; see `backend::pool`) or a new one
-//!    (`connect_timeout`). The request goes out as `BEGIN_REQUEST`, the meta-variables of
-//!    CGI ([`env`](mod@crate::gateway::env), then the route's `params`) as `PARAMS`, and the body as `STDIN` records
-//!    as the client sends it, each piece written before the next is read.
+//! 3. A connection from this worker's pool (`FCGI_KEEP_CONN`; see `transport::idle`) or a
+//!    new one (`connect_timeout`). The request goes out as `BEGIN_REQUEST`, the
+//!    meta-variables of CGI ([`env`](mod@crate::upstream::gateway::env), then the route's
+//!    `params`) as `PARAMS`, and the body as `STDIN` records as the client sends it, each
+//!    piece written before the next is read.
 //! 4. The application's records are read meanwhile ([`record::decode`]): `STDERR` lines go
 //!    to the error log with the script's name; `STDOUT` carries the response, whose head is
 //!    parsed with CGI's rules ([`head::parse`]: `Status`, `Location` (a 302 without
@@ -47,13 +48,13 @@ use selvedge::{Body, BodyWriter, Request, Response};
 use serde::Deserialize;
 
 use self::record::{Event, Params, ProtocolStatus, RecordType, Role};
-use crate::backend::conn::{Addr, Conn, Ready, Wait};
-use crate::backend::pool::{self, PoolLimits};
 use crate::config::units::{Count, Dur, NonZeroDur, Size};
-use crate::gate::Gate;
-use crate::gateway::head::{self, Head};
-use crate::gateway::script::{self, Miss, Rule, Script};
-use crate::gateway::{env, plain};
+use crate::files::gate::Gate;
+use crate::upstream::gateway::head::{self, Head};
+use crate::upstream::gateway::script::{self, Miss, Rule, Script};
+use crate::upstream::gateway::{env, plain};
+use crate::upstream::transport::conn::{Addr, Conn, Ready, Wait};
+use crate::upstream::transport::idle::{self, PoolLimits};
 
 /// The request id of every request: one request per connection at a time.
 const ID: u16 = 1;
@@ -340,7 +341,7 @@ impl Fastcgi {
     /// The root cannot be resolved.
     pub fn new(cfg: &FastcgiConfig, prefix: &str) -> std::io::Result<Fastcgi> {
         let root = cfg.root.canonicalize()?;
-        let slot = pool::slot_of(&format!("fastcgi {}", cfg.address));
+        let slot = idle::slot_of(&format!("fastcgi {}", cfg.address));
         let id = NEXT_ROUTE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let gate = Gate::new(root, false);
         Ok(Fastcgi { route: Arc::new(Route { cfg: cfg.clone(), gate, prefix: prefix.to_string(), slot, id }) })
@@ -381,7 +382,7 @@ impl Fastcgi {
         let mut body = req.take_body();
         let length = match body.content_length() {
             Some(n) => (n > 0 || req.header("content-length").is_some()).then_some(n),
-            None => match crate::gateway::read_all(&mut body, cfg.max_buffered_input).await {
+            None => match crate::upstream::gateway::read_all(&mut body, cfg.max_buffered_input).await {
                 Ok(b) => {
                     let n = b.len() as u64;
                     body = Body::from_bytes(b);
@@ -398,7 +399,7 @@ impl Fastcgi {
         let mut request: Option<Vec<u8>> = None;
         let mut retried = false;
         let (mut ex, head, first) = loop {
-            let pooled = if retried { None } else { pool::checkout(route.slot, &cfg.pool) };
+            let pooled = if retried { None } else { idle::checkout(route.slot, &cfg.pool) };
             let reused = pooled.is_some();
             let (mut conn, fresh) = match pooled {
                 Some(c) => (c, None),
@@ -486,17 +487,17 @@ impl Fastcgi {
 }
 
 impl Route {
-    /// A new connection (marked [`Fresh`](pool::Fresh) until answered), or one given back
+    /// A new connection (marked [`Fresh`](idle::Fresh) until answered), or one given back
     /// while waiting under `max_connections`; within `connect_timeout`.
-    async fn connect(&self) -> Result<(Conn, Option<pool::Fresh>), Fail> {
+    async fn connect(&self) -> Result<(Conn, Option<idle::Fresh>), Fail> {
         let cfg = &self.cfg;
-        let permit = match pool::permit(self.slot, &cfg.pool, cfg.connect_timeout).await {
-            Ok(pool::Permit::Idle(c)) => return Ok((c, None)),
-            Ok(pool::Permit::New(p)) => p,
+        let permit = match idle::permit(self.slot, &cfg.pool, cfg.connect_timeout).await {
+            Ok(idle::Permit::Idle(c)) => return Ok((c, None)),
+            Ok(idle::Permit::New(p)) => p,
             Err(_) => return Err(Fail::AtLimit),
         };
         match Conn::connect(&cfg.addr, cfg.connect_timeout, permit).await {
-            Ok(c) => Ok((c, Some(pool::fresh(self.slot, &cfg.pool)))),
+            Ok(c) => Ok((c, Some(idle::fresh(self.slot, &cfg.pool)))),
             Err(Wait::Timeout) => Err(Fail::Timeout),
             Err(Wait::Io(_)) => Err(Fail::Connect),
         }
@@ -677,7 +678,7 @@ struct Exchange {
     /// `END_REQUEST` arrived.
     ended: bool,
     /// A new connection's mark, until its first answer.
-    fresh: Option<pool::Fresh>,
+    fresh: Option<idle::Fresh>,
 }
 
 impl Exchange {
@@ -735,7 +736,7 @@ impl Exchange {
             // While the upload waits on the client, the client's pace is the engine's
             // business (its body timeouts); otherwise the application must make progress.
             // A new connection also wakes when it starts to count as starving.
-            let starving_in = self.fresh.as_ref().and_then(pool::Fresh::starving_in);
+            let starving_in = self.fresh.as_ref().and_then(idle::Fresh::starving_in);
             let limit = match ((!want).then_some(timeout), starving_in) {
                 (Some(t), Some(s)) => Some(t.min(s)),
                 (t, s) => t.or(s),
@@ -927,7 +928,7 @@ impl Exchange {
         conn.wbuf = std::mem::take(&mut self.feed.lead);
         let cfg = &self.route.cfg;
         if self.ended && self.feed.done() && !self.feed.abandoned && conn.rbuf.is_empty() && cfg.pool.max_idle > 0 {
-            pool::checkin(self.route.slot, &cfg.pool, conn);
+            idle::checkin(self.route.slot, &cfg.pool, conn);
         }
     }
 }

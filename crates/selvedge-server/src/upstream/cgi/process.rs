@@ -30,7 +30,7 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use crate::gateway::head::{self, Head, HeadError};
+use crate::upstream::gateway::head::{self, Head, HeadError};
 
 /// Longest stderr line logged; longer ones are split.
 pub const MAX_LOG_LINE: usize = 2048;

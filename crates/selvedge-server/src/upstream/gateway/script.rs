@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use selvedge::http::StatusCode;
 use selvedge::percent_decode;
 
-use crate::gate::Gate;
+use crate::files::gate::Gate;
 
 /// A located script.
 #[derive(Debug)]

@@ -8,8 +8,8 @@ use bytes::Buf;
 
 use super::forward::HostMode;
 use super::ProxyConfig;
-use crate::backend::conn::{Conn, Wait};
-use crate::upstream::{Endpoint, HealthCheck, Probe};
+use crate::upstream::pool::{Endpoint, HealthCheck, Probe};
+use crate::upstream::transport::conn::{Conn, Wait};
 use selvedge_proto::h1::response as head;
 
 /// The probe for `cfg`'s members (the caller bounds each run by the check's timeout).

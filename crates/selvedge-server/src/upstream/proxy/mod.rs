@@ -3,10 +3,10 @@
 //!
 //! One request's path, as plain sequential code:
 //!
-//! 0. **Member**: the route's pool (`crate::upstream`) picks an upstream address by its
-//!    policy among the healthy ones; this module is the transport that talks to it.
+//! 0. **Member**: the route's pool ([`crate::upstream::pool`]) picks an upstream address by
+//!    its policy among the healthy ones; this module is the transport that talks to it.
 //! 1. **Connection**: an idle keep-alive connection to that member from this worker's pool
-//!    (`pool`), checked for staleness, else a new one (`connect_timeout`, and at most
+//!    (`transport::idle`), checked for staleness, else a new one (`connect_timeout`, and at most
 //!    `max_connections` per member per worker).
 //! 2. **Request**: the head is composed once (`forward`): hop-by-hop fields removed,
 //!    `Host` kept or rewritten, `Forwarded`/`X-Forwarded-*` for this hop, and always
@@ -63,13 +63,13 @@ use selvedge_proto::h1::body::{BodyLimits, Decoded, Decoder};
 use selvedge_proto::message::{put_hex, HeaderSpan};
 use serde::Deserialize;
 
-use crate::backend::conn::{Conn, Wait, Written};
-use crate::backend::pool;
-pub use crate::backend::pool::PoolLimits;
-use crate::backend::tls::{RawTls, TlsTarget};
 use crate::config::units::{Count, NonZeroDur, Size};
-use crate::upstream::{self, Endpoint, HashKey, HealthCheck, Passive, Picked, Policy, Pool, PoolConfig, Target};
-pub use crate::upstream::{Addr, RawHealth, RawUpstream, Resolver};
+use crate::upstream::pool::{self, Endpoint, HashKey, HealthCheck, Passive, Picked, Policy, Pool, PoolConfig, Target};
+pub use crate::upstream::pool::{Addr, RawHealth, RawUpstream, Resolver};
+use crate::upstream::transport::conn::{Conn, Wait, Written};
+use crate::upstream::transport::idle;
+pub use crate::upstream::transport::idle::PoolLimits;
+use crate::upstream::transport::tls::{RawTls, TlsTarget};
 pub use forward::HostMode;
 use forward::{ComposeError, Framing, Rewrite};
 pub use selvedge_proto::h1::response::HeadLimits;
@@ -264,7 +264,7 @@ impl ProxyConfig {
             return Err("proxy: tls needs an https:// upstream".into());
         }
         let resolve = raw.resolve.map(NonZeroDur::get);
-        upstream::resolve_targets(&mut targets, &ctx.resolver, resolve.is_some())?;
+        pool::resolve_targets(&mut targets, &ctx.resolver, resolve.is_some())?;
 
         let policy = match raw.balance.as_deref() {
             None => Policy::RoundRobin,
@@ -605,7 +605,7 @@ impl Proxy {
                         return route.respond(a, is_head, picked).await;
                     }
                     if a.whole.is_some() && a.head.keep_alive() {
-                        pool::checkin(picked.ep.slot, &route.cfg.pool_limits, a.conn);
+                        idle::checkin(picked.ep.slot, &route.cfg.pool_limits, a.conn);
                     }
                 }
                 Err(Tried { fail: Fail::Client, .. }) => return Fail::Client.response(),
@@ -641,9 +641,9 @@ impl Route {
     /// `max_connections`), within `connect_timeout`; TLS for an `https://` member.
     async fn connect(&self, ep: &Endpoint) -> Result<Conn, Fail> {
         let cfg = &self.cfg;
-        let permit = match pool::permit(ep.slot, &cfg.pool_limits, cfg.connect_timeout).await {
-            Ok(pool::Permit::Idle(c)) => return Ok(c),
-            Ok(pool::Permit::New(p)) => p,
+        let permit = match idle::permit(ep.slot, &cfg.pool_limits, cfg.connect_timeout).await {
+            Ok(idle::Permit::Idle(c)) => return Ok(c),
+            Ok(idle::Permit::New(p)) => p,
             Err(_) => return Err(Fail::AtLimit),
         };
         let tls = cfg.tls.get(ep.target).and_then(Option::as_ref);
@@ -683,7 +683,7 @@ impl Route {
         let (head, head_for) = head;
         let mut retried = false;
         loop {
-            let pooled = if retried { None } else { pool::checkout(ep.slot, &self.cfg.pool_limits) };
+            let pooled = if retried { None } else { idle::checkout(ep.slot, &self.cfg.pool_limits) };
             let reused = pooled.is_some();
             let mut conn = match pooled {
                 Some(c) => c,
@@ -878,7 +878,7 @@ impl Route {
             res.reserve_headers(conn.fields.len() + 2);
             relay_fields(res.headers_mut(), &msg, &h, &conn.fields, false);
             if keep_alive {
-                pool::checkin(picked.ep.slot, &cfg.pool_limits, conn);
+                idle::checkin(picked.ep.slot, &cfg.pool_limits, conn);
             }
             return res;
         }
@@ -891,7 +891,7 @@ impl Route {
         let mut res = Response::stream(status, move |mut w| async move {
             let done = route.relay(&mut conn, &mut w, kind).await?;
             if done && keep_alive && conn.rbuf.is_empty() {
-                pool::checkin(picked.ep.slot, &route.cfg.pool_limits, conn);
+                idle::checkin(picked.ep.slot, &route.cfg.pool_limits, conn);
             }
             drop(picked);
             Ok(())

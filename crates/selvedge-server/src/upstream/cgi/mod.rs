@@ -5,10 +5,11 @@
 //!    is `PATH_INFO` (400/403/404 as for static files).
 //! 2. A body of unknown length (chunked, or HTTP/2 without `content-length`) is read first,
 //!    up to `max_buffered_input` (411 beyond), since `CONTENT_LENGTH` must be given.
-//! 3. `process::Run` starts the script with the [`env`](mod@crate::gateway::env) meta-variables, feeds it the body
-//!    and reads its output; [`head::parse`](crate::gateway::head::parse) reads the response
-//!    head (502 when malformed, over `max_output_head`, or when the script exits first; 504
-//!    when no progress is made within `timeout`).
+//! 3. `process::Run` starts the script with the [`env`](mod@crate::upstream::gateway::env)
+//!    meta-variables, feeds it the body and reads its output;
+//!    [`head::parse`](crate::upstream::gateway::head::parse) reads the response head (502
+//!    when malformed, over `max_output_head`, or when the script exits first; 504 when no
+//!    progress is made within `timeout`).
 //! 4. The answer (RFC 3875 §6.2): `Location` with a local path and no `Status` is a local
 //!    redirect: the routing runs again for a GET of that path (at most
 //!    `max_local_redirects` times, then 500); another `Location` is a 302 unless `Status`
@@ -35,9 +36,9 @@ use tokio::sync::Semaphore;
 
 use self::process::{Fail, Run, Spawn};
 use crate::config::units::{Count, NonZeroDur, Size};
-use crate::gate::Gate;
-use crate::gateway::script::{self, Miss, Rule};
-use crate::gateway::{env, plain, read_all};
+use crate::files::gate::Gate;
+use crate::upstream::gateway::script::{self, Miss, Rule};
+use crate::upstream::gateway::{env, plain, read_all};
 
 /// A route's `cgi = { ... }` table as written in the file.
 #[derive(Debug, Deserialize)]
