@@ -244,3 +244,24 @@ fn garbage_never_hangs_or_panics() {
     let (out, _) = exchange(srv.addr, b"GET /hello HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
     assert!(out.ends_with("hello"));
 }
+
+/// An answer that closes the connection while the client is still sending a large body
+/// reaches the client: the lingering close reads until the client stops (within
+/// `linger_timeout`), however much it still sends, instead of closing with its bytes unread,
+/// which resets the connection under the answer (the client's writes fail, and an answer it
+/// has not read yet is lost).
+#[test]
+fn an_early_answer_survives_a_large_body() {
+    use std::io::Write;
+    let srv = start(settings(), app);
+    let mut s = connect(srv.addr);
+    let body = 32usize << 20;
+    s.write_all(format!("POST /ignore HTTP/1.1\r\nHost: h\r\nContent-Length: {body}\r\n\r\n").as_bytes()).unwrap();
+    let chunk = vec![b'x'; 64 << 10];
+    for sent in (0..body).step_by(chunk.len()) {
+        s.write_all(&chunk).unwrap_or_else(|e| panic!("write at {sent} of {body}: {e}"));
+    }
+    let (out, closed) = read_to_close(&mut s);
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n") && out.ends_with("ignored"), "{out:?}");
+    assert!(closed);
+}

@@ -225,23 +225,24 @@ impl Transport {
     }
 
     /// Lingering close: half-close (FIN), then read and discard what the peer still sends,
-    /// up to 1 MiB or `timeout`, so closing with unread data does not reset the connection
+    /// for up to `timeout`, so closing with unread data does not reset the connection
     /// under the answer (or the HTTP/2 GOAWAY) the peer has yet to read.
     pub(crate) async fn linger(&self, timeout: Duration) {
         self.shutdown_write();
         // The buffer is taken from the thread's pool only when bytes arrive and goes back
         // after each read: a lingering connection (thousands, under a flood of connections
         // the server cuts off) waits without one.
+        // Bounded by time only: a client still sending a large body must be able to finish
+        // and read the answer (a close with its bytes unread would reset the connection and
+        // lose the answer with it).
         let drain = async {
-            let mut total = 0usize;
-            while total <= 1 << 20 {
+            loop {
                 let mut buf = BytesMut::new();
                 let r = self.read_when_ready(&mut buf, |b| *b = crate::io::pool::take_read(4096)).await;
                 buf.clear();
                 crate::io::pool::put_read(buf);
-                match r {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => total += n,
+                if matches!(r, Ok(0) | Err(_)) {
+                    return;
                 }
             }
         };
