@@ -120,7 +120,7 @@ pub struct ServeArgs {
     #[arg(long, env = "SELVEDGE_HTTP3", requires = "tls_cert", value_parser = BoolishValueParser::new())]
     pub http3: bool,
     /// Cache-Control max-age for the files served: "1h", "30s", "1d"...
-    #[arg(long, value_name = "DURATION", env = "SELVEDGE_MAX_AGE", value_parser = crate::config::units::parse_duration)]
+    #[arg(long, value_name = "DURATION", env = "SELVEDGE_MAX_AGE", value_parser = crate::units::parse_duration)]
     pub max_age: Option<std::time::Duration>,
     /// After binding, run as this user (started as root)
     #[arg(short, long, value_name = "USER", env = "SELVEDGE_USER")]

@@ -24,4 +24,5 @@ pub mod redirect;
 pub mod routes;
 pub mod service;
 pub mod supervise;
+pub mod units;
 pub mod upstream;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::config::units::NonZeroDur;
+use crate::units::NonZeroDur;
 
 /// Let's Encrypt's production directory, the default CA.
 pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";

@@ -8,8 +8,8 @@ use selvedge::Settings;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::units::{Count, Dur, NonZeroDur, Size};
 use super::{ConfigError, Raw, Source};
+use crate::units::{Count, Dur, NonZeroDur, Size};
 
 /// The engine's settings: the defaults, with what the file says.
 pub(super) fn settings(raw: &Raw) -> Settings {

@@ -3,10 +3,10 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::units::{Count, Size};
 use super::{ConfigError, Source};
 use crate::access_log::{self, LogConfig, LogTarget};
 use crate::diag::{ErrorFormat, ErrorLogConfig, ErrorTarget};
+use crate::units::{Count, Size};
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]

@@ -3,14 +3,14 @@
 //!
 //! Unknown keys, wrong types and invalid values are errors reported as
 //! `FILE:LINE:COLUMN: reason`; relative paths are taken from the config file's directory.
-//! Durations and sizes use the types of [`units`] (`"30s"`, `"10MiB"`...), which refuse
+//! Durations and sizes use the types of [`crate::units`] (`"30s"`, `"10MiB"`...), which refuse
 //! out-of-range values with the value's position.
 //!
 //! One module per section of the file: [`Config::parse`] puts `${VAR}`s in (`substitute`),
 //! reads the TOML into the sections' raw types, and has each section checked by its module
 //! (`listen`, `server`, `engine`, `log`, `vhost` and `route`, `admin`); a feature's own
 //! table is checked by that feature (`RawProxy` in [`crate::upstream::proxy`], `RawAcme` in
-//! [`crate::acme::config`]...). Features do not depend on this module, only on [`units`].
+//! [`crate::acme::config`]...). Features do not depend on this module, only on [`crate::units`].
 
 mod admin;
 mod engine;
@@ -19,7 +19,6 @@ mod log;
 mod route;
 mod server;
 mod substitute;
-pub mod units;
 mod vhost;
 
 use std::collections::BTreeMap;

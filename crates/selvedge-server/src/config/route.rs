@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::units::{Count, Dur, Size};
 use super::{ConfigError, Source};
 use crate::files::StaticOptions;
 use crate::policy::{self, PolicyConfig};
+use crate::units::{Count, Dur, Size};
 use crate::upstream::cgi::{CgiConfig, RawCgi};
 use crate::upstream::fastcgi::{FastcgiConfig, RawFastcgi};
 use crate::upstream::proxy::{ProxyConfig, ProxyContext, RawProxy};

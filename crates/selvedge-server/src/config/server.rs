@@ -7,9 +7,9 @@ use selvedge::{Settings, Workers};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::units::Count;
 use super::{ConfigError, Source};
 use crate::client::{ClientIpHeader, TrustedProxies};
+use crate::units::Count;
 use crate::upstream::proxy::ProxyContext;
 
 #[derive(Deserialize, Default)]

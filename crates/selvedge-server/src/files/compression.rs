@@ -24,7 +24,7 @@ use selvedge::middleware::{Choice, Coding, Compress};
 use selvedge::{FieldsSlot, Response};
 use serde::Deserialize;
 
-use crate::config::units::{Count, Size};
+use crate::units::{Count, Size};
 
 /// `[compress]` as written.
 #[derive(Debug, Deserialize, Default)]

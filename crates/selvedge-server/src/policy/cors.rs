@@ -21,7 +21,7 @@ use selvedge::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use selvedge::{Request, Response};
 use serde::Deserialize;
 
-use crate::config::units::Dur;
+use crate::units::Dur;
 
 /// `cors = { origins, methods, headers, expose, credentials, max_age }` as written.
 #[derive(Debug, Deserialize)]

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use crate::config::units::{Count, NonZeroDur};
+use crate::units::{Count, NonZeroDur};
 
 const SHARDS: usize = 16;
 

@@ -35,8 +35,8 @@ use serde::Deserialize;
 use tokio::sync::Semaphore;
 
 use self::process::{Fail, Run, Spawn};
-use crate::config::units::{Count, NonZeroDur, Size};
 use crate::files::gate::Gate;
+use crate::units::{Count, NonZeroDur, Size};
 use crate::upstream::gateway::script::{self, Miss, Rule};
 use crate::upstream::gateway::{env, plain, read_all};
 

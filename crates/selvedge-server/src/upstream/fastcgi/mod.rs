@@ -48,8 +48,8 @@ use selvedge::{Body, BodyWriter, Request, Response};
 use serde::Deserialize;
 
 use self::record::{Event, Params, ProtocolStatus, RecordType, Role};
-use crate::config::units::{Count, Dur, NonZeroDur, Size};
 use crate::files::gate::Gate;
+use crate::units::{Count, Dur, NonZeroDur, Size};
 use crate::upstream::gateway::head::{self, Head};
 use crate::upstream::gateway::script::{self, Miss, Rule, Script};
 use crate::upstream::gateway::{env, plain};

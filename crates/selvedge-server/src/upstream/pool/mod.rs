@@ -42,7 +42,7 @@ pub use dns::Resolver;
 pub use health::{Health, Passive};
 pub use maintain::{start_maintenance, Probe, ProbeFuture};
 
-use crate::config::units::{Count, NonZeroDur};
+use crate::units::{Count, NonZeroDur};
 pub use crate::upstream::transport::Addr;
 
 /// One entry of `upstreams`: a URL, or a table with its weight.

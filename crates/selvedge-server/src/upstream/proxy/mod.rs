@@ -63,7 +63,7 @@ use selvedge_proto::h1::body::{BodyLimits, Decoded, Decoder};
 use selvedge_proto::message::{put_hex, HeaderSpan};
 use serde::Deserialize;
 
-use crate::config::units::{Count, NonZeroDur, Size};
+use crate::units::{Count, NonZeroDur, Size};
 use crate::upstream::pool::{self, Endpoint, HashKey, HealthCheck, Passive, Picked, Policy, Pool, PoolConfig, Target};
 pub use crate::upstream::pool::{Addr, RawHealth, RawUpstream, Resolver};
 use crate::upstream::transport::conn::{Conn, Wait, Written};

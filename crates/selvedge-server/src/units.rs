@@ -18,7 +18,7 @@
 //! at the value. The bounds are const parameters, so a key declares its range in its type:
 //!
 //! ```
-//! use selvedge_server::config::units::{Count, Dur, NonZeroDur, Size};
+//! use selvedge_server::units::{Count, Dur, NonZeroDur, Size};
 //! use serde::Deserialize;
 //!
 //! #[derive(Deserialize)]
@@ -122,7 +122,7 @@ impl<const MIN: u64, const MAX: u64> Count<MIN, MAX> {
 /// Not a duration, negative, or longer than [`MAX_DURATION`].
 ///
 /// ```
-/// use selvedge_server::config::units::parse_duration;
+/// use selvedge_server::units::parse_duration;
 /// use std::time::Duration;
 /// assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
 /// assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
@@ -185,7 +185,7 @@ fn secs_to_duration(secs: f64, text: &str) -> Result<Duration, String> {
 /// Not a size, negative, or more than `u64::MAX` bytes.
 ///
 /// ```
-/// use selvedge_server::config::units::parse_size;
+/// use selvedge_server::units::parse_size;
 /// assert_eq!(parse_size("10MiB"), Ok(10 << 20));
 /// assert_eq!(parse_size("64 KB"), Ok(64_000));
 /// assert_eq!(parse_size("1.5KiB"), Ok(1536));
