@@ -129,14 +129,20 @@ impl Vhost {
     }
 }
 
-/// `path` with each segment's `;` parameters left out.
+/// `path` with each segment's `;` parameters left out, and a segment that held nothing
+/// else left out with them (`/app/;x/internal` is `/app/internal`, as a servlet container
+/// that drops parameters and merges slashes reads it); a last one stays a trailing slash.
 pub fn without_parameters(path: &[u8]) -> Vec<u8> {
+    let Some(rest) = path.strip_prefix(b"/") else { return path.to_vec() };
     let mut out = Vec::with_capacity(path.len());
-    for (i, seg) in path.split(|&b| b == b'/').enumerate() {
-        if i > 0 {
-            out.push(b'/');
+    let mut segs = rest.split(|&b| b == b'/').peekable();
+    while let Some(seg) = segs.next() {
+        let name = seg.split(|&b| b == b';').next().unwrap_or(seg);
+        if name.is_empty() && segs.peek().is_some() {
+            continue;
         }
-        out.extend_from_slice(seg.split(|&b| b == b';').next().unwrap_or(seg));
+        out.push(b'/');
+        out.extend_from_slice(name);
     }
     out
 }
@@ -788,6 +794,10 @@ mod tests {
         assert!(!prefix_matches("/a/", b"/a"));
         assert_eq!(without_parameters(b"/a;x/b;y;z/c/;w"), b"/a/b/c/");
         assert_eq!(without_parameters(b"/a/b"), b"/a/b");
+        assert_eq!(without_parameters(b"/app/;x/internal/y"), b"/app/internal/y");
+        assert_eq!(without_parameters(b"/app/;/;a=b/internal"), b"/app/internal");
+        assert_eq!(without_parameters(b"/;x"), b"/");
+        assert_eq!(without_parameters(b"/"), b"/");
     }
 
     /// The engine keeps a connection's app future allocated between requests when it is at

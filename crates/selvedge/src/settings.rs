@@ -67,7 +67,8 @@ pub struct Settings {
     /// Time a write may make no progress (a client not reading): 30 s.
     pub send_timeout: Duration,
     /// How long a closing connection keeps reading (and discarding) so the client sees the
-    /// response instead of a reset: 2 s.
+    /// response instead of a reset: 2 s. An HTTP/1.1 connection reads until the client
+    /// stops, within this time; one ended with an HTTP/2 GOAWAY at most 1 MiB more.
     pub linger_timeout: Duration,
     /// Most connections served at once (others wait in the listen backlog): 10,000.
     pub max_connections: usize,

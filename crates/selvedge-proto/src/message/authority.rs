@@ -5,7 +5,7 @@
 //! - host: a name or IPv4 address of letters, digits, `-`, `.`, `_`, `~` (no
 //!   percent-encoding, no sub-delims such as `,` or `;`), or an IPv6 address in brackets
 //!   (hex digits, `:` and `.`);
-//! - port: digits only (at most five), after a `:`;
+//! - port: digits only (at most five, at most 65535), after a `:`;
 //! - nothing else: no userinfo (`@`), no path, query or fragment.
 //!
 //! So `good.test:1,evil.example` or `good.test:@evil.example` cannot choose one host while
@@ -44,7 +44,11 @@ pub fn valid(a: &[u8]) -> bool {
     };
     match rest {
         [] => true,
-        [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+        [b':', digits @ ..] => {
+            digits.len() <= 5
+                && digits.iter().all(u8::is_ascii_digit)
+                && digits.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')) <= 65_535
+        }
         _ => false,
     }
 }
@@ -58,6 +62,7 @@ mod tests {
         for good in [
             "example.com",
             "example.com:8080",
+            "example.com:65535",
             "EXAMPLE.com:",
             "127.0.0.1:80",
             "[::1]",
@@ -71,6 +76,8 @@ mod tests {
         }
         for bad in [
             "",
+            "example.com:65536",
+            "example.com:99999",
             ":80",
             "good.test:1,evil.example",
             "good.test:@evil.example",

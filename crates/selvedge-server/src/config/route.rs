@@ -238,6 +238,11 @@ fn route_prefix(path: &str) -> Result<String, String> {
     if normal.encoded_slash {
         return Err(format!("route path {path:?}: an encoded slash (%2F) cannot be part of a route's path"));
     }
+    if out.contains(&b';') {
+        return Err(format!(
+            "route path {path:?}: routes are matched with `;` parameters left out, so a route's path cannot hold one"
+        ));
+    }
     if out.len() > 1 && out.ends_with(b"/") {
         out.pop();
     }
@@ -284,7 +289,7 @@ mod tests {
         {
             assert_eq!(parse(&route(written)).unwrap().vhosts[0].routes[0].prefix, prefix, "{written}");
         }
-        for bad in ["/..", "/a%2Fb", "/a%00"] {
+        for bad in ["/..", "/a%2Fb", "/a%00", "/a;v=1", "/;x", "/a%3Bb"] {
             assert!(parse(&route(bad)).is_err(), "{bad}");
         }
         let keep = "[[vhost]]\n[[vhost.route]]\npath = \"/api\"\nproxy = { upstream = \"http://127.0.0.1:9\", encoded_slashes = \"keep\" }\n\

@@ -202,7 +202,7 @@ pub(crate) async fn serve_http1<A: App>(
                 open.close_as(if conn.peer_left() { CloseReason::Client } else { CloseReason::Server });
                 open.set_phase(Phase::Send);
                 if io.flush(&mut conn).await.is_ok() && linger {
-                    sock.linger(cfg.linger_timeout).await;
+                    sock.linger(cfg.linger_timeout, crate::io::transport::LINGER_HTTP1).await;
                 }
                 return Ended::Closed;
             }
@@ -278,7 +278,7 @@ impl Io<'_> {
                     drop(res);
                     open.close_as(if conn.peer_left() { CloseReason::Client } else { CloseReason::Server });
                     if self.flush(conn).await.is_ok() && linger {
-                        self.sock.linger(self.cfg.linger_timeout).await;
+                        self.sock.linger(self.cfg.linger_timeout, crate::io::transport::LINGER_HTTP1).await;
                     }
                     return None;
                 }

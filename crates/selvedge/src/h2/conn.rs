@@ -441,7 +441,7 @@ async fn reaper(shared: &Shared) {
 
 /// Lingering close, so the peer reads our GOAWAY instead of a reset (see `Transport::linger`).
 async fn linger(sock: &Transport, cfg: &Settings) {
-    sock.linger(cfg.linger_timeout).await;
+    sock.linger(cfg.linger_timeout, crate::io::transport::LINGER_HTTP2).await;
 }
 
 /// Sets the connection's timer after activity: the backstop behind the `Proto`'s send and

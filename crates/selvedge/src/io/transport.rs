@@ -225,30 +225,38 @@ impl Transport {
     }
 
     /// Lingering close: half-close (FIN), then read and discard what the peer still sends,
-    /// for up to `timeout`, so closing with unread data does not reset the connection
-    /// under the answer (or the HTTP/2 GOAWAY) the peer has yet to read.
-    pub(crate) async fn linger(&self, timeout: Duration) {
+    /// for up to `timeout` and `most` bytes, so closing with unread data does not reset the
+    /// connection under the answer (or the HTTP/2 GOAWAY) the peer has yet to read.
+    pub(crate) async fn linger(&self, timeout: Duration, most: usize) {
         self.shutdown_write();
         // The buffer is taken from the thread's pool only when bytes arrive and goes back
         // after each read: a lingering connection (thousands, under a flood of connections
         // the server cuts off) waits without one.
-        // Bounded by time only: a client still sending a large body must be able to finish
-        // and read the answer (a close with its bytes unread would reset the connection and
-        // lose the answer with it).
         let drain = async {
-            loop {
+            let mut total = 0usize;
+            while total <= most {
                 let mut buf = BytesMut::new();
                 let r = self.read_when_ready(&mut buf, |b| *b = crate::io::pool::take_read(4096)).await;
                 buf.clear();
                 crate::io::pool::put_read(buf);
-                if matches!(r, Ok(0) | Err(_)) {
-                    return;
+                match r {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => total += n,
                 }
             }
         };
         let _ = tokio::time::timeout(timeout, drain).await;
     }
 }
+
+/// What an HTTP/1.1 connection reads while it lingers: no limit but the time, since a
+/// client still sending a large body must be able to finish it and read the answer.
+pub(crate) const LINGER_HTTP1: usize = usize::MAX;
+
+/// What a connection ended with an HTTP/2 GOAWAY (or a broken preface) reads while it
+/// lingers: what the peer sent before it saw the GOAWAY; a peer that goes on (a flood) is
+/// cut at this much instead of at the timeout.
+pub(crate) const LINGER_HTTP2: usize = 1 << 20;
 
 /// A parked connection's transport: its descriptor, off the reactor, and its TLS session.
 #[derive(Debug)]

@@ -93,7 +93,7 @@ pub(crate) async fn serve_connection<A: App>(sock: Transport, a: Accepted<A>) {
         Sniff::Http2 => hand_to_h2(sock, a, rbuf),
         Sniff::BrokenPreface => {
             cfg.exception(&Error::new(Kind::BadRequest, "invalid HTTP/2 connection preface"));
-            sock.linger(cfg.linger_timeout).await;
+            sock.linger(cfg.linger_timeout, crate::io::transport::LINGER_HTTP2).await;
         }
         Sniff::Http1 | Sniff::More => http1(sock, rbuf, a, None).await,
     }
