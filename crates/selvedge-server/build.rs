@@ -24,7 +24,7 @@ fn main() {
     {
         return;
     }
-    // Only for a native build: the probe links for this machine.
+    // Only for a native build: the probe links for the host.
     if var("TARGET") != var("HOST") {
         return;
     }

@@ -122,10 +122,9 @@ fn ten_thousand_idle_keep_alive_connections_over_rounds() {
         drop(conns);
         assert!(wait_for(10, || srv.fd_count() <= fd0), "round {round}: fds stayed at {}", srv.fd_count());
     }
-    // Idle connections are parked (no task, no buffer, no reactor registration): about
-    // 700 bytes of RSS each in a debug build, under 600 in a release build
-    // (bench/RESULTS.md); 2,764 before parking. Every round stays under the bound, also
-    // after 10,000 clients left at once the round before.
+    // Idle connections are parked (no task, no buffer, no reactor registration), so each
+    // costs under a kilobyte of RSS. Every round stays under the bound, also after 10,000
+    // clients left at once the round before.
     for (round, rss) in peaks.iter().enumerate() {
         let per_conn = (rss - rss0) as f64 * 1024.0 / n as f64;
         assert!(per_conn < IDLE_BYTES_BOUND, "round {round}: {per_conn:.0} bytes per idle connection");

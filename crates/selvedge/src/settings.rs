@@ -213,9 +213,8 @@ pub struct H2Settings {
     pub stream_buffer: usize,
     /// The sender's batch: frames are packed until about this many bytes: 112 KiB. A file's
     /// batch is seven 16 KiB DATA frames and their heads, which TCP sends in two segments
-    /// of up to 64 KiB; a 128 KiB batch (eight frames, 131,144 bytes) left a third segment
-    /// of 178 bytes over on loopback, and BBR's pacing held it back on a timer for most
-    /// writes (bench/RESULTS.md).
+    /// of up to 64 KiB (eight frames would leave a small third segment that TCP's pacing
+    /// holds back on a timer).
     pub write_batch: usize,
     /// `TCP_NOTSENT_LOWAT` on an HTTP/2 connection's socket, set once when HTTP/2 is chosen
     /// if it differs from the listener's `Settings::notsent_lowat`: 0, the kernel's default.

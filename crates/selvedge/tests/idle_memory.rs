@@ -119,10 +119,8 @@ fn budget(want: usize) -> usize {
     want.min(400)
 }
 
-/// Heap bytes per idle connection allowed (see the measured figures in bench/RESULTS.md):
-/// 80 and 701 measured, both parked (HTTP/2: 8,318 while an idle connection kept its
-/// task, 12,716 while that task was the one that chose the protocol; 2,033 when the
-/// parked state was the whole `Proto`, 1,161 while it kept our HPACK encoder's table).
+/// Heap bytes per idle connection allowed: a parked connection keeps no task and no
+/// buffers, and an HTTP/2 one only part of its connection state.
 const H1_BOUND: f64 = 400.0;
 const H2_BOUND: f64 = 1_000.0;
 /// Heap bytes per connection stalled in a long file download (a slow reader): 3,823
