@@ -44,10 +44,16 @@ pub fn valid(a: &[u8]) -> bool {
     };
     match rest {
         [] => true,
-        [b':', digits @ ..] => {
-            digits.len() <= 5
-                && digits.iter().all(u8::is_ascii_digit)
-                && digits.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')) <= 65_535
+        [b':', digits @ ..] if digits.len() <= 5 => {
+            let mut port = 0u32;
+            for &d in digits {
+                let v = d.wrapping_sub(b'0');
+                if v > 9 {
+                    return false;
+                }
+                port = port * 10 + u32::from(v);
+            }
+            port <= 65_535
         }
         _ => false,
     }
