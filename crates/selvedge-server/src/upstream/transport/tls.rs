@@ -64,7 +64,7 @@ impl TlsTarget {
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("tls: {e}"))?;
         let builder = if raw.verify == Some(false) {
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(Custom { accept: Accept::Any, provider }))
         } else {
             let mut roots = RootCertStore::empty();
             let mut pinned = Vec::new();
@@ -99,7 +99,10 @@ impl TlsTarget {
                             .map_err(|e| format!("tls ca: {e}"))?,
                     ),
                 };
-                builder.dangerous().with_custom_certificate_verifier(Arc::new(Pinned { pinned, chains, provider }))
+                builder.dangerous().with_custom_certificate_verifier(Arc::new(Custom {
+                    accept: Accept::Pinned { pinned, chains },
+                    provider,
+                }))
             }
         };
         let mut config = match (&raw.client_cert, &raw.client_key) {
@@ -136,18 +139,26 @@ fn is_ca(c: &CertificateDer<'_>) -> Result<bool, String> {
     Ok(ca)
 }
 
-/// `tls.ca` with server certificates in it (self-signed ones, as `openssl req -x509` makes):
-/// the upstream's certificate is accepted when it is one of them, byte for byte, valid now
-/// and for the name (SNI) as any certificate must be; else it must chain to the file's CA
-/// certificates, if it has any.
+/// The verifier of `verify = false` and of a `tls.ca` with server certificates in it
+/// (self-signed ones, as `openssl req -x509` makes): there the upstream's certificate is
+/// accepted when it is one of them, byte for byte, valid now and for the name (SNI) as any
+/// certificate must be; else it must chain to the file's CA certificates, if it has any.
 #[derive(Debug)]
-struct Pinned {
-    pinned: Vec<CertificateDer<'static>>,
-    chains: Option<Arc<rustls::client::WebPkiServerVerifier>>,
+struct Custom {
+    accept: Accept,
     provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
-impl ServerCertVerifier for Pinned {
+/// Which certificates a [`Custom`] verifier accepts (signatures are checked either way).
+#[derive(Debug)]
+enum Accept {
+    /// `verify = false`: any certificate, any name.
+    Any,
+    /// The pinned certificates, else what chains to the CA certificates, if any.
+    Pinned { pinned: Vec<CertificateDer<'static>>, chains: Option<Arc<rustls::client::WebPkiServerVerifier>> },
+}
+
+impl ServerCertVerifier for Custom {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -157,7 +168,10 @@ impl ServerCertVerifier for Pinned {
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
         use rustls::{CertificateError, Error};
-        if self.pinned.iter().any(|p| p.as_ref() == end_entity.as_ref()) {
+        let Accept::Pinned { pinned, chains } = &self.accept else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        if pinned.iter().any(|p| p.as_ref() == end_entity.as_ref()) {
             let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
             rustls::client::verify_server_name(&parsed, server_name)?;
             let (_, cert) = x509_parser::parse_x509_certificate(end_entity)
@@ -172,7 +186,7 @@ impl ServerCertVerifier for Pinned {
             }
             return Ok(ServerCertVerified::assertion());
         }
-        match &self.chains {
+        match chains {
             Some(v) => v.verify_server_cert(end_entity, intermediates, server_name, ocsp, now),
             None => Err(Error::InvalidCertificate(CertificateError::UnknownIssuer)),
         }
@@ -198,45 +212,6 @@ impl ServerCertVerifier for Pinned {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.provider.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// `verify = false`: any certificate, any name (signatures still checked).
-#[derive(Debug)]
-struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
