@@ -70,6 +70,32 @@ pub fn render(secs: u64, out: &mut [u8; DATE_LEN]) {
     out[25..].copy_from_slice(b" GMT");
 }
 
+/// The length of an RFC 3339 UTC time, `2026-11-28T14:20:00Z`.
+pub const RFC3339_LEN: usize = 20;
+
+/// Renders `secs` since the Unix epoch as an RFC 3339 time in UTC (`2026-11-28T14:20:00Z`).
+pub fn render_rfc3339(secs: u64, out: &mut [u8; RFC3339_LEN]) {
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    let rem = secs % 86_400;
+    let put = |o: &mut [u8], v: u64| {
+        for (i, b) in o.iter_mut().rev().enumerate() {
+            *b = b'0' + (v / 10u64.pow(i as u32) % 10) as u8;
+        }
+    };
+    put(&mut out[0..4], y as u64);
+    out[4] = b'-';
+    put(&mut out[5..7], u64::from(m));
+    out[7] = b'-';
+    put(&mut out[8..10], u64::from(d));
+    out[10] = b'T';
+    put(&mut out[11..13], rem / 3600);
+    out[13] = b':';
+    put(&mut out[14..16], rem / 60 % 60);
+    out[16] = b':';
+    put(&mut out[17..19], rem % 60);
+    out[19] = b'Z';
+}
+
 /// Days since 1970-01-01 to (year, month, day), Howard Hinnant's civil algorithm.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -87,6 +113,15 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339() {
+        let mut out = [0; RFC3339_LEN];
+        render_rfc3339(0, &mut out);
+        assert_eq!(&out, b"1970-01-01T00:00:00Z");
+        render_rfc3339(1_795_875_600, &mut out);
+        assert_eq!(&out, b"2026-11-28T14:20:00Z");
+    }
 
     fn s(secs: u64) -> String {
         let mut out = [0u8; DATE_LEN];

@@ -1,5 +1,6 @@
 //! The `selvedge` web server's parts, as a library so tests and fuzz targets can reach
-//! them: configuration (`config`), virtual hosts and routes (`routes`, `path`, `redirect`),
+//! them: configuration (`config`), virtual hosts and routes (`routes`, `path`, `redirect`,
+//! `respond`; `lang`: matchers, placeholders, header rewriting),
 //! route checks and fields (`policy`), what serves a route (`files`: static files,
 //! listings, compression; `upstream`: reverse proxy, FastCGI, CGI, their pools and
 //! connections), access log, metrics and the admin listener, automatic HTTPS (`acme`), and
@@ -16,11 +17,13 @@ pub mod diag;
 pub mod files;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod lang;
 pub mod metrics;
 pub mod observe;
 pub mod path;
 pub mod policy;
 pub mod redirect;
+pub mod respond;
 pub mod routes;
 pub mod service;
 pub mod supervise;

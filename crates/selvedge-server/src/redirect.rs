@@ -3,8 +3,11 @@
 //! Each rule has a regular expression `from` (the `regex` crate: linear time whatever the
 //! input, so no pattern can be made to backtrack) matched against the normalized path
 //! (`crate::path::normalize`: one spelling, percent-encoded where a byte must be, without
-//! the query), and a target `to` where `$1`, `${1}`,
-//! `${name}` stand for captures (`$$` for a dollar). The first rule that matches applies:
+//! the query), or a `match` naming the virtual host's matchers ([`crate::lang::matcher`]),
+//! or both (both must hold); and a target `to` where `$1`, `${1}`, `${name}` stand for
+//! captures of `from` (`$$` for a dollar) and `{name}` for placeholders
+//! ([`crate::lang::template`], percent-encoded where a byte must be). The first rule that
+//! matches applies:
 //! - a redirect (`status` 301, 302, 307 or 308; 302 by default) answers with `Location:
 //!   to`; `to` may be an absolute URL; one that starts with `/` stays on this host (a
 //!   leading `//` or `/\` a capture made is one `/`, see [`same_host`]);
@@ -22,6 +25,9 @@ use selvedge::http::{header, HeaderValue, StatusCode};
 use selvedge::{Request, Response};
 use serde::Deserialize;
 
+use crate::lang::matcher::{Match, Matchers, RawMatch};
+use crate::lang::template::{Context, Template};
+
 /// Rewrites (and redirect steps followed to detect loops) allowed per request.
 pub const MAX_REWRITES: usize = 10;
 
@@ -34,7 +40,9 @@ pub const MAX_TARGET: usize = 64 * 1024;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRedirect {
-    from: toml::Spanned<String>,
+    from: Option<toml::Spanned<String>>,
+    #[serde(rename = "match")]
+    when: Option<RawMatch>,
     to: String,
     status: Option<u16>,
     rewrite: Option<bool>,
@@ -52,11 +60,13 @@ pub enum Action {
 /// One rule.
 #[derive(Debug, Clone)]
 pub struct Rule {
-    from: Regex,
+    /// `None`: every path (the rule has a `match`).
+    from: Option<Regex>,
     /// What every match starts with ([`anchored_prefix`]): a path without it is passed over
     /// without running the expression.
     starts: Box<[u8]>,
-    to: String,
+    when: Option<Match>,
+    to: Template,
     action: Action,
 }
 
@@ -99,22 +109,32 @@ impl Rule {
     /// A bad regular expression (with the position of `from`, and the expression's own
     /// message, which points at the fault), a status that is not a redirect, a rewrite
     /// target that is not a path, a target that cannot go in a header.
-    pub fn from_raw(r: &RawRedirect) -> Result<Rule, (Option<std::ops::Range<usize>>, String)> {
-        let from = regex::bytes::RegexBuilder::new(r.from.get_ref())
-            .size_limit(1 << 20)
-            .build()
-            .map_err(|e| (Some(r.from.span()), format!("redirect from: {e}")))?;
-        Self::checked(r, from).map_err(|e| (None, e))
+    pub fn from_raw(
+        r: &RawRedirect,
+        matchers: &mut Matchers,
+    ) -> Result<Rule, (Option<std::ops::Range<usize>>, String)> {
+        let from = match &r.from {
+            Some(f) => Some(
+                regex::bytes::RegexBuilder::new(f.get_ref())
+                    .size_limit(1 << 20)
+                    .build()
+                    .map_err(|e| (Some(f.span()), format!("redirect from: {e}")))?,
+            ),
+            None if r.when.is_some() => None,
+            None => return Err((None, "redirect: `from` (an expression), `match` (matchers) or both".into())),
+        };
+        let when = r.when.as_ref().map(|m| matchers.resolve(m, "redirect")).transpose().map_err(|e| (None, e))?;
+        Self::checked(r, from, when, matchers).map_err(|e| (None, e))
     }
 
-    fn checked(r: &RawRedirect, from: Regex) -> Result<Rule, String> {
+    fn checked(r: &RawRedirect, from: Option<Regex>, when: Option<Match>, m: &Matchers) -> Result<Rule, String> {
         if r.to.is_empty() || !r.to.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(format!("redirect to {:?}: visible ASCII, no spaces (percent-encode them)", r.to));
         }
         let action = match (r.rewrite.unwrap_or(false), r.status) {
             (true, Some(_)) => return Err("redirect: `status` or `rewrite = true`, not both".into()),
             (true, None) => {
-                if !r.to.starts_with('/') && !r.to.starts_with('$') {
+                if !r.to.starts_with(['/', '$', '{']) {
                     return Err(format!("rewrite to {:?}: a path on this host (\"/new/$1\")", r.to));
                 }
                 Action::Rewrite
@@ -124,21 +144,32 @@ impl Rule {
                 s => return Err(format!("redirect status {s}: 301, 302, 307 or 308")),
             },
         };
-        let starts = anchored_prefix(r.from.get_ref()).into_boxed_slice();
-        Ok(Rule { from, starts, to: r.to.clone(), action })
+        let starts = r.from.as_ref().map(|f| anchored_prefix(f.get_ref())).unwrap_or_default().into_boxed_slice();
+        let to = Template::parse(&r.to, m).map_err(|e| format!("redirect to: {e}"))?;
+        Ok(Rule { from, starts, when, to, action })
     }
 
-    /// Whether the rule applies to `path`.
-    fn matches(&self, path: &[u8]) -> bool {
-        path.starts_with(&self.starts) && self.from.is_match(path)
+    /// Whether the rule applies to `req` at `path`.
+    fn matches(&self, m: &Matchers, req: &Request, path: &[u8]) -> bool {
+        path.starts_with(&self.starts)
+            && self.from.as_ref().is_none_or(|f| f.is_match(path))
+            && self.when.as_ref().is_none_or(|w| m.check(w, req, path))
     }
 
     /// The target for `path` (`None`: no match), the query kept unless the target has one.
-    fn target(&self, path: &[u8], query: Option<&str>) -> Option<String> {
-        let caps = self.from.captures(path)?;
+    fn target(&self, req: &Request, path: &[u8], query: Option<&str>) -> Option<String> {
         let mut t = Vec::new();
-        caps.expand(self.to.as_bytes(), &mut t);
-        // Captures of a request path (visible ASCII) and a checked `to`: always UTF-8.
+        match &self.from {
+            Some(from) => {
+                let caps = from.captures(path)?;
+                self.to.expand(req, Context::Url, None, &mut t, &mut |lit, out| caps.expand(lit.as_bytes(), out));
+            }
+            None => {
+                self.to.expand(req, Context::Url, None, &mut t, &mut |lit, out| out.extend_from_slice(lit.as_bytes()))
+            }
+        }
+        // Captures of a request path (visible ASCII), placeholders made safe for a URL and a
+        // checked `to`: always UTF-8.
         let mut t = String::from_utf8(t).ok()?;
         if let (false, Some(q)) = (t.contains('?'), query) {
             t.push('?');
@@ -193,21 +224,22 @@ impl Redirects {
         self.rules.is_empty()
     }
 
-    fn first(&self, path: &[u8], query: Option<&str>) -> Option<(&Rule, String)> {
-        let rule = self.rules.iter().find(|r| r.matches(path))?;
-        Some((rule, rule.target(path, query)?))
+    fn first(&self, m: &Matchers, req: &Request, path: &[u8], query: Option<&str>) -> Option<(&Rule, String)> {
+        let rule = self.rules.iter().find(|r| r.matches(m, req, path))?;
+        Some((rule, rule.target(req, path, query)?))
     }
 
-    /// Applies the rules to `req`: rewrites it in place, or answers.
-    pub fn apply(&self, req: &mut Request) -> Outcome {
+    /// Applies the rules to `req` (`m`: the virtual host's matchers): rewrites it in
+    /// place, or answers.
+    pub fn apply(&self, req: &mut Request, m: &Matchers) -> Outcome {
         let mut chain: Vec<String> = Vec::new();
         loop {
             // A path no rule matches costs a prefix comparison or a match test per rule (no
             // captures, no query).
-            let Some(rule) = self.rules.iter().find(|r| r.matches(req.path_bytes())) else {
+            let Some(rule) = self.rules.iter().find(|r| r.matches(m, req, req.path_bytes())) else {
                 return Outcome::Route;
             };
-            let Some(target) = rule.target(req.path_bytes(), req.query()) else { return Outcome::Route };
+            let Some(target) = rule.target(req, req.path_bytes(), req.query()) else { return Outcome::Route };
             if target.len() > MAX_TARGET {
                 tracing::warn!(
                     "a redirect rule made a target of {} bytes (over {MAX_TARGET}): answered 500",
@@ -237,11 +269,12 @@ impl Redirects {
                     }
                 }
                 Action::Redirect(status) => {
-                    if let Some(chain) = self.redirect_loop(req.path(), &target) {
+                    if let Some(chain) = self.redirect_loop(m, req, &target) {
                         return Outcome::Answer(looped("redirect", &chain));
                     }
                     // A protocol-relative `to` (`//cdn.example/$1`) is the rule's own choice.
-                    let location = if rule.to.starts_with("//") { target.as_str().into() } else { same_host(&target) };
+                    let location =
+                        if rule.to.text().starts_with("//") { target.as_str().into() } else { same_host(&target) };
                     if location.is_empty() || location.starts_with('?') {
                         tracing::warn!("a redirect rule made an empty target for {}: answered 500", req.path());
                         return Outcome::Answer(crate::policy::plain(StatusCode::INTERNAL_SERVER_ERROR));
@@ -259,13 +292,14 @@ impl Redirects {
         }
     }
 
-    /// Follows a redirect to a path of this host through the rules: `Some(chain)` when it
-    /// comes back to a path already on the way (or goes on past the bound).
-    fn redirect_loop(&self, from: &str, target: &str) -> Option<Vec<String>> {
+    /// Follows a redirect of `req` to a path of this host through the rules (matchers and
+    /// placeholders read the rest of `req`): `Some(chain)` when it comes back to a path
+    /// already on the way (or goes on past the bound).
+    fn redirect_loop(&self, m: &Matchers, req: &Request, target: &str) -> Option<Vec<String>> {
         if !target.starts_with('/') || target.starts_with("//") {
             return None;
         }
-        let mut seen = vec![from.to_string()];
+        let mut seen = vec![req.path().to_string()];
         let mut cur = target.to_string();
         for _ in 0..MAX_REWRITES {
             let (path, query) = split(&cur);
@@ -273,7 +307,7 @@ impl Redirects {
                 seen.push(path.to_string());
                 return Some(seen);
             }
-            let (rule, next) = self.first(path.as_bytes(), query)?;
+            let (rule, next) = self.first(m, req, path.as_bytes(), query)?;
             if rule.action == Action::Rewrite && next == cur {
                 return None;
             }
@@ -312,8 +346,17 @@ mod tests {
         Redirects::new(
             list.iter()
                 .map(|(f, t, s, rw)| {
-                    Rule::from_raw(&RawRedirect { from: spanned(f), to: t.to_string(), status: *s, rewrite: Some(*rw) })
-                        .unwrap()
+                    Rule::from_raw(
+                        &RawRedirect {
+                            from: Some(spanned(f)),
+                            when: None,
+                            to: t.to_string(),
+                            status: *s,
+                            rewrite: Some(*rw),
+                        },
+                        &mut Matchers::default(),
+                    )
+                    .unwrap()
                 })
                 .collect(),
         )
@@ -369,11 +412,13 @@ mod tests {
             "/a", "/oldx",
         ];
         for p in patterns {
-            let rule =
-                Rule::from_raw(&RawRedirect { from: spanned(p), to: "/t".into(), status: None, rewrite: Some(true) })
-                    .unwrap();
+            let raw =
+                RawRedirect { from: Some(spanned(p)), when: None, to: "/t".into(), status: None, rewrite: Some(true) };
+            let rule = Rule::from_raw(&raw, &mut Matchers::default()).unwrap();
+            let (m, r) = (Matchers::default(), req("/"));
             for path in paths {
-                assert_eq!(rule.matches(path.as_bytes()), rule.from.is_match(path.as_bytes()), "{p} on {path}");
+                let whole = rule.from.as_ref().unwrap().is_match(path.as_bytes());
+                assert_eq!(rule.matches(&m, &r, path.as_bytes()), whole, "{p} on {path}");
             }
         }
     }
@@ -394,36 +439,45 @@ mod tests {
             ("^/ext/(?P<rest>.*)$", "https://example.com/${rest}?from=ext", Some(308), false),
             ("^/app/.*$", "/app/index.html", None, true),
         ]);
-        assert_eq!(location(r.apply(&mut req("/old/a/b?x=1"))), (301, Some("/new/a/b?x=1".into())));
-        assert_eq!(location(r.apply(&mut req("/ext/p?q=1"))), (308, Some("https://example.com/p?from=ext".into())));
+        assert_eq!(
+            location(r.apply(&mut req("/old/a/b?x=1"), &Matchers::default())),
+            (301, Some("/new/a/b?x=1".into()))
+        );
+        assert_eq!(
+            location(r.apply(&mut req("/ext/p?q=1"), &Matchers::default())),
+            (308, Some("https://example.com/p?from=ext".into()))
+        );
         let mut q = req("/app/deep/link?z=9");
-        assert!(matches!(r.apply(&mut q), Outcome::Route));
+        assert!(matches!(r.apply(&mut q, &Matchers::default()), Outcome::Route));
         assert_eq!(q.target(), "/app/index.html?z=9");
         let mut q = req("/other");
-        assert!(matches!(r.apply(&mut q), Outcome::Route));
+        assert!(matches!(r.apply(&mut q, &Matchers::default()), Outcome::Route));
         assert_eq!(q.target(), "/other");
     }
 
     #[test]
     fn loops_are_500() {
         let r = rules(&[("^/a$", "/b", None, true), ("^/b$", "/a", None, true)]);
-        assert_eq!(location(r.apply(&mut req("/a"))).0, 500);
+        assert_eq!(location(r.apply(&mut req("/a"), &Matchers::default())).0, 500);
         let r = rules(&[("^/x$", "/y", Some(302), false), ("^/y$", "/x", Some(302), false)]);
-        assert_eq!(location(r.apply(&mut req("/x"))).0, 500);
+        assert_eq!(location(r.apply(&mut req("/x"), &Matchers::default())).0, 500);
         let r = rules(&[("^/(.*)$", "/new/$1", Some(301), false)]);
-        assert_eq!(location(r.apply(&mut req("/p"))).0, 500, "/new/p matches again, and again");
+        assert_eq!(location(r.apply(&mut req("/p"), &Matchers::default())).0, 500, "/new/p matches again, and again");
         // A chain that ends is fine.
         let r = rules(&[("^/1$", "/2", Some(301), false), ("^/2$", "/3", Some(301), false)]);
-        assert_eq!(location(r.apply(&mut req("/1"))), (301, Some("/2".into())));
+        assert_eq!(location(r.apply(&mut req("/1"), &Matchers::default())), (301, Some("/2".into())));
         // A rewrite into a redirect.
         let r = rules(&[("^/r$", "/s", None, true), ("^/s$", "/t", Some(307), false)]);
-        assert_eq!(location(r.apply(&mut req("/r"))), (307, Some("/t".into())));
+        assert_eq!(location(r.apply(&mut req("/r"), &Matchers::default())), (307, Some("/t".into())));
     }
 
     #[test]
     fn config_errors() {
         let raw = |f: &str, t: &str, s: Option<u16>, rw: Option<bool>| {
-            Rule::from_raw(&RawRedirect { from: spanned(f), to: t.into(), status: s, rewrite: rw })
+            Rule::from_raw(
+                &RawRedirect { from: Some(spanned(f)), when: None, to: t.into(), status: s, rewrite: rw },
+                &mut Matchers::default(),
+            )
         };
         assert!(raw("(", "/x", None, None).is_err());
         assert!(raw("^/a", "/x", Some(200), None).is_err());

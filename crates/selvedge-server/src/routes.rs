@@ -23,9 +23,12 @@ use crate::access_log::{AccessLog, Outcome, Pending};
 use crate::config::{Config, RouteKind};
 use crate::files::compression::Compression;
 use crate::files::StaticFiles;
+use crate::lang::matcher::{Match, Matchers};
+use crate::lang::template::{Context, Template};
 use crate::observe::{Exchange, RequestId};
 use crate::policy::{Admitted, Check, Policy};
 use crate::redirect::{self, Redirects};
+use crate::respond::RespondConfig;
 use crate::upstream::cgi::Cgi;
 use crate::upstream::fastcgi::Fastcgi;
 use crate::upstream::proxy::Proxy;
@@ -34,6 +37,13 @@ use crate::upstream::proxy::Proxy;
 #[derive(Debug)]
 struct Route {
     prefix: String,
+    /// Its name in metrics, logs and the status page: the prefix, and its matchers' names
+    /// when it has a `match` (`/api [writes]`).
+    label: String,
+    /// `match`: of the vhost's matchers, one must hold.
+    when: Option<Match>,
+    /// `try_files` (a static route's).
+    try_files: Vec<Template>,
     app: RouteApp,
     /// Its checks and fields (`None`: it has none, and pays nothing for them).
     policy: Option<Box<Policy>>,
@@ -50,6 +60,7 @@ enum RouteApp {
     Cgi(Cgi),
     Fastcgi(Fastcgi),
     Proxy(Proxy),
+    Respond(RespondConfig),
 }
 
 impl RouteApp {
@@ -61,6 +72,7 @@ impl RouteApp {
     async fn handle(&self, req: Request) -> Response {
         match self {
             RouteApp::Static(s) => s.respond(&req),
+            RouteApp::Respond(r) => r.respond(&req),
             RouteApp::Cgi(c) => Box::pin(c.handle(req)).await,
             RouteApp::Fastcgi(f) => Box::pin(f.handle(req)).await,
             // Boxed inside: only the future of the way it is sent (HTTP/1.1 in the common case).
@@ -84,15 +96,20 @@ impl RouteApp {
             RouteApp::Cgi(c) => format!("cgi {}", c.describe().display()),
             RouteApp::Fastcgi(f) => format!("fastcgi {}", f.describe()),
             RouteApp::Proxy(p) => format!("proxy {}", p.describe()),
+            RouteApp::Respond(_) => "respond".into(),
         }
     }
 }
 
-/// A virtual host: redirect rules, then routes, longest prefix first.
+/// A virtual host: redirect rules, then routes, longest prefix first (and of one prefix,
+/// those with a `match` first, in the file's order).
 #[derive(Debug, Default)]
 struct Vhost {
     routes: Vec<Route>,
     redirects: Redirects,
+    matchers: Matchers,
+    /// Whether a route has a `match`.
+    conditional: bool,
     /// Its name in metrics and logs: the first host name, or `default`.
     label: String,
     /// The metrics slot of its requests that no route matches.
@@ -113,19 +130,68 @@ pub struct RouteAt<'a> {
 }
 
 impl Vhost {
-    /// The route of `path`: the longest prefix (routes are sorted so). Segments' `;`
-    /// parameters are left out of the comparison (`/api;x/internal` is under
-    /// `/api/internal`): Java servlet containers drop them, so a proxied application reads
-    /// the path without them, and its checks must be the route's that owns that path.
-    fn route(&self, path: &[u8]) -> Option<usize> {
+    /// The route of `req`: the longest prefix of its path (routes are sorted so) whose
+    /// `match`, if it has one, holds. Segments' `;` parameters are left out of the
+    /// comparison (`/api;x/internal` is under `/api/internal`): Java servlet containers
+    /// drop them, so a proxied application reads the path without them, and its checks
+    /// must be the route's that owns that path.
+    fn route(&self, req: &Request) -> Option<usize> {
+        let path = req.path_bytes();
         // A prefix match reads at most the longest prefix and the byte after it, and leaving
-        // parameters out changes nothing before the first `;`: only a `;` that early matters.
-        let reach = self.routes.first().map_or(0, |r| r.prefix.len()) + 1;
+        // parameters out changes nothing before the first `;`: only a `;` that early matters
+        // (a matcher reads the whole path, so with matchers any `;` does).
+        let reach = if self.conditional { path.len() } else { self.routes.first().map_or(0, |r| r.prefix.len()) + 1 };
         if path[..path.len().min(reach)].contains(&b';') {
-            let plain = without_parameters(path);
-            return self.routes.iter().position(|r| prefix_matches(&r.prefix, &plain));
+            return self.pick(req, &without_parameters(path));
         }
-        self.routes.iter().position(|r| prefix_matches(&r.prefix, path))
+        self.pick(req, path)
+    }
+
+    #[inline]
+    fn pick(&self, req: &Request, path: &[u8]) -> Option<usize> {
+        if !self.conditional {
+            return self.routes.iter().position(|r| prefix_matches(&r.prefix, path));
+        }
+        self.routes.iter().position(|r| {
+            prefix_matches(&r.prefix, path) && r.when.as_ref().is_none_or(|w| self.matchers.check(w, req, path))
+        })
+    }
+
+    /// Runs route `ri`'s `try_files` on `req`: the first entry that names a file (or, ending
+    /// in `/`, a directory) the route serves becomes the request's path; else the last
+    /// entry does (or its status, `=404`, is the answer). The new path is routed again
+    /// (its route's own `try_files` is not run).
+    fn try_files(&self, ri: usize, req: &mut Request) -> Result<usize, Response> {
+        let route = &self.routes[ri];
+        let RouteApp::Static(files) = &route.app else { return Ok(ri) };
+        let (last, tries) = route.try_files.split_last().expect("try_files is not empty");
+        let mut buf = Vec::new();
+        for t in tries {
+            buf.clear();
+            t.expand(req, Context::Url, None, &mut buf, &mut |s, o| o.extend_from_slice(s.as_bytes()));
+            let Ok(target) = std::str::from_utf8(&buf) else { continue };
+            let dir = target.split('?').next().is_some_and(|p| p.ends_with('/'));
+            let saved = req.target().to_owned();
+            if req.set_target(target).is_ok()
+                && crate::path::normalize(req).is_ok()
+                && prefix_matches(&route.prefix, req.path_bytes())
+                && files.exists(req, dir)
+            {
+                return self.route(req).ok_or_else(not_found);
+            }
+            req.set_target(&saved).map_err(|_| bad_request())?;
+            crate::path::normalize(req).map_err(|_| bad_request())?;
+        }
+        if let Some(code) = last.literal().and_then(|l| l.strip_prefix('=')) {
+            let code = code.parse().ok().and_then(|c| StatusCode::from_u16(c).ok());
+            return Err(files.error(code.unwrap_or(StatusCode::NOT_FOUND)));
+        }
+        buf.clear();
+        last.expand(req, Context::Url, None, &mut buf, &mut |s, o| o.extend_from_slice(s.as_bytes()));
+        let target = std::str::from_utf8(&buf).map_err(|_| bad_request())?;
+        req.set_target(target).map_err(|_| bad_request())?;
+        crate::path::normalize(req).map_err(|_| bad_request())?;
+        self.route(req).ok_or_else(not_found)
     }
 }
 
@@ -159,7 +225,7 @@ pub struct Waiting {
 }
 
 /// `prefix` matches `path` on a segment boundary (`/a` matches `/a`, `/a/b`, not `/ab`).
-fn prefix_matches(prefix: &str, path: &[u8]) -> bool {
+pub fn prefix_matches(prefix: &str, path: &[u8]) -> bool {
     let prefix = prefix.as_bytes();
     path.starts_with(prefix) && (prefix.ends_with(b"/") || path.len() == prefix.len() || path[prefix.len()] == b'/')
 }
@@ -212,6 +278,7 @@ impl Site {
                     RouteKind::Proxy(p) => {
                         RouteApp::Proxy(Proxy::new(p, &r.prefix, &format!("{}{}", v.hosts.join(","), r.prefix))?)
                     }
+                    RouteKind::Respond(r) => RouteApp::Respond(r.clone()),
                     RouteKind::Fastcgi(f) => RouteApp::Fastcgi(
                         Fastcgi::new(f, &r.prefix)
                             .map_err(|e| {
@@ -224,21 +291,36 @@ impl Site {
                     ),
                 };
                 let compress = match app {
-                    RouteApp::Static(_) => None,
+                    RouteApp::Static(_) | RouteApp::Respond(_) => None,
                     _ => r.compress.then(|| compression.clone()),
                 };
-                let slot = crate::metrics::registry().slot(&label, &r.prefix);
+                let route_label = match &r.when {
+                    Some(w) => format!("{} [{}]", r.prefix, v.matchers.names(w).join("|")),
+                    None => r.prefix.clone(),
+                };
+                let slot = crate::metrics::registry().slot(&label, &route_label);
                 routes.push(Route {
                     prefix: r.prefix.clone(),
+                    label: route_label,
+                    when: r.when.clone(),
+                    try_files: r.try_files.clone(),
                     app,
                     policy: Policy::new(&r.policy).map(Box::new),
                     compress,
                     slot,
                 });
             }
-            routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+            routes.sort_by_key(|r| (std::cmp::Reverse(r.prefix.len()), r.when.is_none()));
             let none_slot = crate::metrics::registry().slot(&label, "none");
-            vhosts.push(Vhost { routes, redirects: Redirects::new(v.redirects.clone()), label, none_slot });
+            let conditional = routes.iter().any(|r| r.when.is_some());
+            vhosts.push(Vhost {
+                routes,
+                redirects: Redirects::new(v.redirects.clone()),
+                matchers: v.matchers.clone(),
+                conditional,
+                label,
+                none_slot,
+            });
             if v.hosts.is_empty() {
                 default = Some(i);
             }
@@ -314,11 +396,17 @@ impl Site {
             return (unrouted, Ok(bad_request()));
         }
         if !vhost.redirects.is_empty() {
-            if let redirect::Outcome::Answer(res) = vhost.redirects.apply(req) {
+            if let redirect::Outcome::Answer(res) = vhost.redirects.apply(req, &vhost.matchers) {
                 return (unrouted, Ok(res));
             }
         }
-        let Some(ri) = vhost.route(req.path_bytes()) else { return (unrouted, Ok(not_found())) };
+        let Some(mut ri) = vhost.route(req) else { return (unrouted, Ok(not_found())) };
+        if !vhost.routes[ri].try_files.is_empty() {
+            match vhost.try_files(ri, req) {
+                Ok(next) => ri = next,
+                Err(res) => return (unrouted, Ok(res)),
+            }
+        }
         let route = &vhost.routes[ri];
         // A static route refuses an encoded slash itself (it is no file name's byte).
         if !matches!(route.app, RouteApp::Static(_))
@@ -329,7 +417,7 @@ impl Site {
         }
         let at = RouteAt {
             vhost: &vhost.label,
-            route: &route.prefix,
+            route: &route.label,
             slot: route.slot,
             proxy: matches!(route.app, RouteApp::Proxy(_)),
         };
@@ -338,6 +426,7 @@ impl Site {
         let Some(policy) = &route.policy else {
             return match &route.app {
                 RouteApp::Static(s) => (at, Ok(s.respond(req))),
+                RouteApp::Respond(r) => (at, Ok(r.respond(req))),
                 _ => (at, wait(None, None)),
             };
         };
@@ -345,6 +434,7 @@ impl Site {
             Check::Answer(res) => Ok(policy.finish(res, None, false)),
             Check::Pass(admitted) => match &route.app {
                 RouteApp::Static(s) => Ok(policy.finish(s.respond(req), Some(&admitted), true)),
+                RouteApp::Respond(r) => Ok(policy.finish(r.respond(req), Some(&admitted), false)),
                 _ => wait(Some(admitted), None),
             },
             Check::Verify(admitted, v) => wait(Some(admitted), Some(v)),
@@ -372,10 +462,11 @@ impl Site {
                 _ => Default::default(),
             };
             let res = match &route.app {
-                RouteApp::Static(s) => {
-                    let res = s.respond(&req);
+                RouteApp::Static(_) | RouteApp::Respond(_) => {
+                    let res = route.app.handle(req).await;
+                    let fixed_done = matches!(route.app, RouteApp::Static(_));
                     return match policy {
-                        Some(p) => p.finish(res, admitted.as_ref(), true),
+                        Some(p) => p.finish(res, admitted.as_ref(), fixed_done),
                         None => res,
                     };
                 }
@@ -386,7 +477,7 @@ impl Site {
                         if crate::path::normalize(&mut req).is_err() {
                             return bad_request();
                         }
-                        let Some(next_ri) = vhost.route(req.path_bytes()) else { return not_found() };
+                        let Some(next_ri) = vhost.route(&req) else { return not_found() };
                         if !vhost.routes[next_ri].app.keeps_encoded_slashes() && has_encoded_slash(req.path_bytes()) {
                             return bad_request();
                         }
@@ -402,7 +493,17 @@ impl Site {
                         continue;
                     }
                 },
-                RouteApp::Proxy(_) | RouteApp::Fastcgi(_) => route.app.handle(req).await,
+                RouteApp::Proxy(p) => match p.header_down() {
+                    None => route.app.handle(req).await,
+                    Some(ops) => {
+                        let id = crate::observe::request_id();
+                        let values = ops.values(&req, id.as_ref().map(RequestId::as_str));
+                        let mut res = route.app.handle(req).await;
+                        ops.apply(res.headers_mut(), values);
+                        res
+                    }
+                },
+                RouteApp::Fastcgi(_) => route.app.handle(req).await,
             };
             let res = match &route.compress {
                 Some(c) => c.stream(res, coding),
@@ -421,7 +522,7 @@ impl Site {
         for v in &self.vhosts {
             let mut routes: Vec<&Route> = v.routes.iter().collect();
             routes.sort_by(|a, b| a.prefix.cmp(&b.prefix));
-            out.extend(routes.into_iter().map(|r| (v.label.clone(), r.prefix.clone(), r.app.describe())));
+            out.extend(routes.into_iter().map(|r| (v.label.clone(), r.label.clone(), r.app.describe())));
         }
         out
     }

@@ -660,3 +660,66 @@ fn config_errors_point_at_the_route() {
         assert!(!out.status.success() && err.contains("bad.toml:4:"), "{bad}: {err}");
     }
 }
+
+/// `header_up` sets, adds, deletes and rewrites fields of the request sent upstream (its
+/// `Host` and forwarding fields too, which selvedge then leaves to it), `path` writes the
+/// path sent, and `header_down` rewrites the response's fields; placeholders read the
+/// client's request, and what a client sends cannot break a field.
+#[test]
+fn header_rewriting_both_ways() {
+    let d = TempDir::new("proxy-rewrite");
+    let up = Py::start(&d, "0");
+    let u = up.url();
+    let routes = format!(
+        "[vhost.matchers.api]\npath_regex = \"^/api/(.*)$\"\n{}{}{}",
+        route(
+            "/api",
+            &format!(
+                "upstream = \"{u}\", path = \"/headers\", header_up = {{ \"X-Set\" = \"{{method}} {{client_ip}}\", \
+                 \"+X-Add\" = \"two\", \"-X-Drop\" = \"\", \"-X-Debug-*\" = \"\", \
+                 \"User-Agent\" = {{ search = \"^tester/(.*)$\", replace = \"t$1\" }}, \"Host\" = \"{{host}}.internal\", \
+                 \"X-Forwarded-For\" = \"{{header.x-test-for}}\", \"X-Path\" = \"{{re.api.1}}\", \"X-Q\" = \"{{query.q}}\", \
+                 \"X-Empty\" = \"{{header.x-none}}\" }}"
+            )
+        ),
+        route("/down", &format!("upstream = \"{u}\", header_down = {{ \"-X-Conn\" = \"\", \"X-Down\" = \"{{uri}}\", \"+X-Two\" = \"b\" }}")),
+        route("/re", &format!("upstream = \"{u}\", header_down = {{ \"X-Conn\" = {{ search = \"^([0-9]+)$\", replace = \"conn-$1\" }} }}")),
+    );
+    let s = proxy(&d, &routes);
+    let r = s.get_h(
+        "/api/x/y?q=a%0D%0Ab",
+        &[
+            ("X-Add", "one"),
+            ("X-Drop", "1"),
+            ("X-Debug-A", "1"),
+            ("x-debug-b", "2"),
+            ("User-Agent", "tester/8.1"),
+            ("X-Test-For", "9.9.9.9"),
+            ("X-Forwarded-For", "6.6.6.6"),
+        ],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let head = r.text().to_ascii_lowercase();
+    assert!(head.starts_with("get /headers?q=a%0d%0ab http/1.1\r\nhost: t.internal\r\n"), "{head}");
+    for want in [
+        "x-add: one\r\n",
+        "x-add: two\r\n",
+        "user-agent: t8.1\r\n",
+        "x-set: get 127.0.0.1\r\n",
+        "x-path: x/y\r\n",
+        "x-q: a%0d%0ab\r\n",
+        "x-forwarded-for: 9.9.9.9\r\n",
+        "x-real-ip: 127.0.0.1\r\n",
+        "forwarded: for=127.0.0.1",
+    ] {
+        assert!(head.contains(want), "{want:?} in {head}");
+    }
+    for gone in ["x-drop", "x-debug-", "6.6.6.6", "x-empty", "x-forwarded-for: 127"] {
+        assert!(!head.contains(gone), "{gone:?} in {head}");
+    }
+    assert_eq!(head.matches("x-forwarded-for").count(), 1, "{head}");
+    let r = s.get("/down/e?k=1");
+    assert_eq!((r.header("x-conn"), r.header("x-down"), r.header("x-two")), (None, Some("/down/e?k=1"), Some("b")));
+    let r = s.get("/re/e");
+    assert!(r.header("x-conn").is_some_and(|v| v.starts_with("conn-")), "{:?}", r.headers);
+}

@@ -146,6 +146,8 @@ impl Config {
                 hosts: Vec::new(),
                 routes: vec![RouteConfig {
                     prefix: "/".into(),
+                    when: None,
+                    try_files: Vec::new(),
                     // Like miniserve and `python3 -m http.server`: directories are listed.
                     kind: RouteKind::Static { root, opts: StaticOptions { listing: true, ..StaticOptions::default() } },
                     policy: Default::default(),
@@ -154,6 +156,7 @@ impl Config {
                 tls: None,
                 acme: false,
                 redirects: Vec::new(),
+                matchers: Default::default(),
             }],
             acme: None,
             compress: Default::default(),

@@ -10,17 +10,27 @@ use toml::Spanned;
 
 use super::{ConfigError, Source};
 use crate::files::StaticOptions;
+use crate::lang::headers::HeaderOps;
+use crate::lang::matcher::{Match, Matchers, RawMatch};
+use crate::lang::template::Template;
 use crate::policy::{self, PolicyConfig};
+use crate::respond::{RawRespond, RespondConfig};
 use crate::units::{Count, Dur, Size};
 use crate::upstream::cgi::{CgiConfig, RawCgi};
 use crate::upstream::fastcgi::{FastcgiConfig, RawFastcgi};
 use crate::upstream::proxy::{ProxyConfig, ProxyContext, RawProxy};
 
-/// One route: requests whose path starts with `prefix` are served by `kind`.
+/// One route: requests whose path starts with `prefix` (and that its `match` admits) are
+/// served by `kind`.
 #[derive(Debug, Clone)]
 pub struct RouteConfig {
     /// Path prefix (starts with `/`).
     pub prefix: String,
+    /// `match`: the matchers of which one must hold (of the vhost's [`Matchers`]).
+    pub when: Option<Match>,
+    /// `try_files`: paths tried in order under a static route's root, the last one the
+    /// internal rewrite when none is a file.
+    pub try_files: Vec<Template>,
     /// What serves it.
     pub kind: RouteKind,
     /// Checks and fields around it (`allow`, `rate`, `auth`, `headers`...).
@@ -29,7 +39,8 @@ pub struct RouteConfig {
     pub compress: bool,
 }
 
-/// What serves a route: exactly one of `root`, `cgi`, `fastcgi` or `proxy` in the file.
+/// What serves a route: exactly one of `root`, `cgi`, `fastcgi`, `proxy` or `respond` in
+/// the file.
 #[derive(Debug, Clone)]
 pub enum RouteKind {
     /// Static files from a directory.
@@ -45,6 +56,8 @@ pub enum RouteKind {
     Proxy(Box<ProxyConfig>),
     /// A FastCGI application (php-fpm...).
     Fastcgi(FastcgiConfig),
+    /// A fixed answer (`respond`).
+    Respond(RespondConfig),
 }
 
 impl RouteConfig {
@@ -54,7 +67,7 @@ impl RouteConfig {
             RouteKind::Static { root, .. } => Some(root),
             RouteKind::Cgi(c) => Some(&c.dir),
             RouteKind::Fastcgi(f) => Some(&f.root),
-            RouteKind::Proxy(_) => None,
+            RouteKind::Proxy(_) | RouteKind::Respond(_) => None,
         }
     }
 
@@ -86,6 +99,10 @@ pub(super) struct RawCache {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRoute {
     path: String,
+    #[serde(rename = "match")]
+    when: Option<Spanned<RawMatch>>,
+    respond: Option<Spanned<toml::Value>>,
+    try_files: Option<Spanned<Vec<String>>>,
     root: Option<Spanned<String>>,
     cgi: Option<Spanned<RawCgi>>,
     proxy: Option<Spanned<RawProxy>>,
@@ -110,13 +127,49 @@ pub(super) struct RawRoute {
 }
 
 /// A route: its prefix, policy and what serves it.
-pub(super) fn route(src: &Source<'_>, raw: Spanned<RawRoute>, ctx: &RouteContext) -> Result<RouteConfig, ConfigError> {
+pub(super) fn route(
+    src: &Source<'_>,
+    raw: Spanned<RawRoute>,
+    ctx: &RouteContext,
+    matchers: &mut Matchers,
+) -> Result<RouteConfig, ConfigError> {
     let span = raw.span();
     let r = raw.into_inner();
     if !r.path.starts_with('/') {
         return Err(src.err(Some(span), format!("route path {:?} must start with '/'", r.path)));
     }
     let prefix = route_prefix(&r.path).map_err(|e| src.err(Some(span.clone()), e))?;
+    let when = match &r.when {
+        Some(m) => {
+            Some(matchers.resolve(m.get_ref(), &format!("route {prefix}")).map_err(|e| src.err(Some(m.span()), e))?)
+        }
+        None => None,
+    };
+    let mut try_files = Vec::new();
+    if let Some(t) = &r.try_files {
+        if r.root.is_none() {
+            return Err(src.err(Some(t.span()), "`try_files` applies to static routes (`root`)".into()));
+        }
+        if t.get_ref().is_empty() {
+            return Err(src.err(Some(t.span()), "try_files: at least one path".into()));
+        }
+        for entry in t.get_ref() {
+            let tm =
+                Template::parse(entry, matchers).map_err(|e| src.err(Some(t.span()), format!("try_files: {e}")))?;
+            let last = std::ptr::eq(entry, t.get_ref().last().expect("not empty"));
+            let status =
+                last && entry.starts_with('=') && entry[1..].parse::<u16>().is_ok_and(|s| (400..600).contains(&s));
+            if !status && !entry.starts_with(['/', '{']) {
+                return Err(src.err(
+                    Some(t.span()),
+                    format!(
+                        "try_files {entry:?}: a path (\"{{path}}\", \"/index.html\") or, last, a status (\"=404\")"
+                    ),
+                ));
+            }
+            try_files.push(tm);
+        }
+    }
     let policy = route_policy(src, &r).map_err(|(sp, e)| src.err(Some(sp.unwrap_or(span.clone())), e))?;
     let static_only = [
         ("listing", r.listing.is_some()),
@@ -129,22 +182,54 @@ pub(super) fn route(src: &Source<'_>, raw: Spanned<RawRoute>, ctx: &RouteContext
         }
     }
     let abs = |p: &str| src.abs(p);
-    let kind = match (&r.root, &r.cgi, &r.proxy, &r.fastcgi) {
-        (Some(root), None, None, None) => static_route(src, &r, &span, root, ctx.max_age, &policy)?,
-        (None, Some(c), None, None) => {
+    let kind = match (&r.root, &r.cgi, &r.proxy, &r.fastcgi, &r.respond) {
+        (Some(root), None, None, None, None) => static_route(src, &r, &span, root, ctx.max_age, &policy)?,
+        (None, Some(c), None, None, None) => {
             RouteKind::Cgi(CgiConfig::from_raw(c.get_ref(), &abs).map_err(|e| src.err(Some(c.span()), e))?)
         }
-        (None, None, Some(p), None) => RouteKind::Proxy(Box::new(
-            ProxyConfig::from_raw(p.get_ref(), &ctx.proxy).map_err(|e| src.err(Some(p.span()), e))?,
-        )),
-        (None, None, None, Some(f)) => {
+        (None, None, Some(p), None, None) => {
+            RouteKind::Proxy(Box::new(proxy(p, ctx, matchers).map_err(|e| src.err(Some(p.span()), e))?))
+        }
+        (None, None, None, Some(f), None) => {
             RouteKind::Fastcgi(FastcgiConfig::from_raw(f.get_ref(), &abs).map_err(|e| src.err(Some(f.span()), e))?)
         }
+        (None, None, None, None, Some(rs)) => {
+            let raw = RawRespond::from_value(rs.get_ref()).map_err(|e| src.err(Some(rs.span()), e))?;
+            RouteKind::Respond(RespondConfig::from_raw(&raw, matchers).map_err(|e| src.err(Some(rs.span()), e))?)
+        }
         _ => {
-            return Err(src.err(Some(span), "a route needs exactly one of `root`, `cgi`, `fastcgi` or `proxy`".into()));
+            return Err(src.err(
+                Some(span),
+                "a route needs exactly one of `root`, `cgi`, `fastcgi`, `proxy` or `respond`".into(),
+            ));
         }
     };
-    Ok(RouteConfig { prefix, kind, policy, compress: r.compress.unwrap_or(true) })
+    Ok(RouteConfig { prefix, when, try_files, kind, policy, compress: r.compress.unwrap_or(true) })
+}
+
+/// A proxy route's table, with its header rewriting and upstream path.
+fn proxy(p: &Spanned<RawProxy>, ctx: &RouteContext, matchers: &Matchers) -> Result<ProxyConfig, String> {
+    let raw = p.get_ref();
+    let mut cfg = ProxyConfig::from_raw(raw, &ctx.proxy)?;
+    if let Some(up) = &raw.header_up {
+        cfg.header_up = HeaderOps::from_raw(up, true, matchers).map_err(|e| format!("proxy header_up: {e}"))?;
+        if cfg.header_up.host().is_some() && raw.host.is_some() {
+            return Err("proxy: `host` or header_up's Host, not both".into());
+        }
+    }
+    if let Some(down) = &raw.header_down {
+        cfg.header_down = HeaderOps::from_raw(down, false, matchers).map_err(|e| format!("proxy header_down: {e}"))?;
+    }
+    if let Some(path) = &raw.path {
+        if !path.starts_with(['/', '{']) {
+            return Err(format!("proxy path {path:?}: the path sent upstream (\"/v2{{path}}\")"));
+        }
+        if raw.strip_prefix.is_some() {
+            return Err("proxy: `path` or `strip_prefix`, not both (`path` writes the whole path)".into());
+        }
+        cfg.path = Some(Template::parse(path, matchers).map_err(|e| format!("proxy path: {e}"))?);
+    }
+    Ok(cfg)
 }
 
 /// A static route: its directory (which must be one) and options.

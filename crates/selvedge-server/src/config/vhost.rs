@@ -1,6 +1,7 @@
 //! `[[vhost]]`: the host names a virtual host answers, its certificate (files or ACME), its
 //! routes ([`super::route`]) and redirect rules ([`crate::redirect`]).
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -9,6 +10,7 @@ use toml::Spanned;
 
 use super::route::{self, RawRoute, RouteConfig, RouteContext};
 use super::{ConfigError, Source};
+use crate::lang::matcher::{Matchers, RawMatcher};
 use crate::redirect::{RawRedirect, Rule};
 
 /// A virtual host: the `Host` names it answers (empty: the default host) and its routes.
@@ -24,6 +26,8 @@ pub struct VhostConfig {
     pub acme: bool,
     /// `[[vhost.redirect]]` rules, in order.
     pub redirects: Vec<Rule>,
+    /// `[vhost.matchers]`, and the matchers written inline where they are used.
+    pub matchers: Matchers,
 }
 
 #[derive(Deserialize)]
@@ -37,6 +41,7 @@ pub(super) struct RawVhost {
     route: Vec<Spanned<RawRoute>>,
     #[serde(default)]
     redirect: Vec<Spanned<RawRedirect>>,
+    matchers: Option<Spanned<BTreeMap<String, RawMatcher>>>,
 }
 
 /// A virtual host's `tls = { cert, key }` (read from the value after `"acme"` was ruled
@@ -81,9 +86,13 @@ pub(super) fn vhosts(
 fn vhost(src: &Source<'_>, raw: Spanned<RawVhost>, ctx: &RouteContext) -> Result<VhostConfig, ConfigError> {
     let v_span = raw.span();
     let v = raw.into_inner();
+    let mut matchers = match &v.matchers {
+        Some(m) => Matchers::from_raw(m.get_ref()).map_err(|e| src.err(Some(m.span()), e))?,
+        None => Matchers::default(),
+    };
     let mut routes = Vec::new();
     for r in v.route {
-        routes.push(route::route(src, r, ctx)?);
+        routes.push(route::route(src, r, ctx, &mut matchers)?);
     }
     route::check_kept_slashes(&routes).map_err(|e| src.err(Some(v_span), e))?;
     let mut hosts = Vec::new();
@@ -96,9 +105,10 @@ fn vhost(src: &Source<'_>, raw: Spanned<RawVhost>, ctx: &RouteContext) -> Result
     };
     let mut redirects = Vec::new();
     for rd in &v.redirect {
-        redirects.push(Rule::from_raw(rd.get_ref()).map_err(|(sp, e)| src.err(sp.or(Some(rd.span())), e))?);
+        redirects
+            .push(Rule::from_raw(rd.get_ref(), &mut matchers).map_err(|(sp, e)| src.err(sp.or(Some(rd.span())), e))?);
     }
-    Ok(VhostConfig { hosts, routes, tls, acme, redirects })
+    Ok(VhostConfig { hosts, routes, tls, acme, redirects, matchers })
 }
 
 /// A virtual host's `tls`: `"acme"` (the second value: `true`), or its certificate and key,

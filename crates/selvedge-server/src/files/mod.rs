@@ -226,6 +226,18 @@ impl StaticFiles {
         resolve_into(self.root.as_os_str().as_bytes(), req, self.skip, self.opts.dotfiles, path)
     }
 
+    /// Whether the request's path names a file (`dir`: a directory) this route serves,
+    /// through the same checks as [`StaticFiles::respond`] (dotfiles, symlinks, nested
+    /// roots): `try_files` asks before it picks a path.
+    pub fn exists(&self, req: &Request, dir: bool) -> bool {
+        let mut buf = Vec::new();
+        if self.resolve(req, &mut buf).is_err() {
+            return false;
+        }
+        let Ok(real) = Path::new(OsStr::from_bytes(&buf)).canonicalize() else { return false };
+        self.gate.admits(&real) && std::fs::metadata(&real).is_ok_and(|m| if dir { m.is_dir() } else { m.is_file() })
+    }
+
     /// A plain or custom error response.
     pub fn error(&self, status: StatusCode) -> Response {
         if let Some(page) = self.opts.error_pages.get(&status.as_u16()) {

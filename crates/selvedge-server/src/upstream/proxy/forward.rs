@@ -19,6 +19,9 @@ use selvedge::{PeerAddr, Request};
 
 use selvedge_proto::message::TCHAR;
 
+use crate::lang::headers::{Field, HeaderOps};
+use crate::lang::template::{Context, Template};
+
 /// How the upstream request's body is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Framing {
@@ -56,6 +59,15 @@ pub(crate) struct Rewrite {
     pub trust_forwarded: bool,
     /// Forward fields whose names contain `_` (else they are dropped).
     pub underscores: bool,
+    /// `header_up` and `path`, if the route has either.
+    pub up: Option<std::sync::Arc<Up>>,
+}
+
+/// A route's `header_up` and `path`.
+#[derive(Debug)]
+pub(crate) struct Up {
+    pub ops: HeaderOps,
+    pub path: Option<Template>,
 }
 
 /// Why a request cannot be forwarded.
@@ -168,20 +180,36 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     // Bytes, not `&str` (the UTF-8 checks of `path()`, `query()` and `headers()` cost a pass
     // over each per request): HTTP/1.1's parser admitted only visible ASCII here, and for
     // HTTP/2 and HTTP/3 the target is checked below.
-    let mut path = req.path_bytes();
-    if !rw.strip.is_empty() {
-        if let Some(rest) = path.strip_prefix(rw.strip.as_bytes()) {
-            path = rest;
+    let request_id = crate::observe::request_id();
+    let id_text = request_id.as_ref().map(|id| id.as_str());
+    let up = rw.up.as_deref();
+    if let Some(t) = up.and_then(|u| u.path.as_ref()) {
+        dst.extend_from_slice(rw.base.as_bytes());
+        let at = dst.len();
+        t.expand(req, Context::Url, id_text, dst, &mut |s, o| o.extend_from_slice(s.as_bytes()));
+        if !dst[at..].starts_with(b"/") {
+            dst.insert(at, b'/');
         }
-    }
-    dst.extend_from_slice(rw.base.as_bytes());
-    if !path.starts_with(b"/") {
-        dst.push(b'/');
-    }
-    dst.extend_from_slice(path);
-    if let Some(q) = req.query_bytes() {
-        dst.push(b'?');
-        dst.extend_from_slice(q);
+        if let (false, Some(q)) = (dst[at..].contains(&b'?'), req.query_bytes()) {
+            dst.push(b'?');
+            dst.extend_from_slice(q);
+        }
+    } else {
+        let mut path = req.path_bytes();
+        if !rw.strip.is_empty() {
+            if let Some(rest) = path.strip_prefix(rw.strip.as_bytes()) {
+                path = rest;
+            }
+        }
+        dst.extend_from_slice(rw.base.as_bytes());
+        if !path.starts_with(b"/") {
+            dst.push(b'/');
+        }
+        dst.extend_from_slice(path);
+        if let Some(q) = req.query_bytes() {
+            dst.push(b'?');
+            dst.extend_from_slice(q);
+        }
     }
     if h2 && !dst[target_start..].iter().all(|&b| (0x21..=0x7e).contains(&b)) {
         dst.truncate(start);
@@ -193,12 +221,21 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
         dst.truncate(start);
         return Err(ComposeError::Unrepresentable);
     }
-    match (&rw.host, client_host) {
-        (HostMode::Preserve, Some(h)) => dst.extend_from_slice(h),
-        (HostMode::Fixed(h), _) => dst.extend_from_slice(h.as_bytes()),
+    match (up.and_then(|u| u.ops.host()), &rw.host, client_host) {
+        (Some(t), ..) => {
+            let at = dst.len();
+            t.expand(req, Context::Url, id_text, dst, &mut |s, o| o.extend_from_slice(s.as_bytes()));
+            if dst.len() == at {
+                dst.extend_from_slice(rw.upstream_host.as_bytes());
+            }
+        }
+        (None, HostMode::Preserve, Some(h)) => dst.extend_from_slice(h),
+        (None, HostMode::Fixed(h), _) => dst.extend_from_slice(h.as_bytes()),
         _ => dst.extend_from_slice(rw.upstream_host.as_bytes()),
     }
     dst.extend_from_slice(b"\r\n");
+    let ops = up.map(|u| &u.ops).filter(|o| !o.is_empty());
+    let ours = |field: &str| ops.is_none_or(|o| !o.owns(field));
 
     // The client's fields, minus hop-by-hop ones.
     let tokens = if req.header("connection").is_some() { connection_tokens(req.header_bytes()) } else { Vec::new() };
@@ -208,7 +245,6 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     let mut fwd_prev: Vec<&[u8]> = Vec::new();
     let (mut has_proto, mut has_xhost) = (false, false);
     let mut cookies = 0usize;
-    let request_id = crate::observe::request_id();
     for (n, value) in req.header_bytes() {
         if dropped_request_field(n) || (!tokens.is_empty() && named_in(&tokens, n)) {
             continue;
@@ -246,9 +282,25 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
                 return Err(ComposeError::Unrepresentable);
             }
             // HTTP/2 splits cookies into fields (RFC 9113 §8.2.3); HTTP/1.1 wants one.
-            if n == b"cookie" {
+            if n == b"cookie" && ops.is_none_or(|o| matches!(o.field(n), Field::Keep)) {
                 cookies += 1;
                 continue;
+            }
+        }
+        if let Some(o) = ops {
+            match o.field(n) {
+                Field::Keep => {}
+                Field::Drop => continue,
+                Field::Replace(re, with) => {
+                    let new = re.replace_all(value, with.as_bytes());
+                    if !new.is_empty() {
+                        dst.extend_from_slice(n);
+                        dst.extend_from_slice(b": ");
+                        dst.extend_from_slice(&new);
+                        dst.extend_from_slice(b"\r\n");
+                    }
+                    continue;
+                }
             }
         }
         dst.extend_from_slice(n);
@@ -267,8 +319,12 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
         dst.extend_from_slice(b"\r\n");
     }
 
+    if let Some(o) = ops {
+        o.write_added(req, id_text, dst);
+    }
+
     // This hop.
-    if let Some(id) = request_id {
+    if let (Some(id), true) = (request_id, ours("x-request-id")) {
         dst.extend_from_slice(b"x-request-id: ");
         dst.extend_from_slice(id.as_str().as_bytes());
         dst.extend_from_slice(b"\r\n");
@@ -279,33 +335,54 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
         PeerAddr::Unix => None,
     };
     // The client as every check of this server saw it (crate::client).
-    if let Some(client) = crate::client::client_ip(req) {
+    if let (Some(client), true) = (crate::client::client_ip(req), ours("x-real-ip")) {
         dst.extend_from_slice(b"x-real-ip: ");
         put_ip(dst, client);
         dst.extend_from_slice(b"\r\n");
     }
-    dst.extend_from_slice(b"x-forwarded-for: ");
-    for v in &xff_prev {
-        dst.extend_from_slice(v);
-        dst.extend_from_slice(b", ");
+    if ours("x-forwarded-for") {
+        dst.extend_from_slice(b"x-forwarded-for: ");
+        for v in &xff_prev {
+            dst.extend_from_slice(v);
+            dst.extend_from_slice(b", ");
+        }
+        match ip {
+            Some(ip) => put_ip(dst, ip),
+            None => dst.extend_from_slice(b"unknown"),
+        }
+        dst.extend_from_slice(b"\r\n");
     }
-    match ip {
-        Some(ip) => put_ip(dst, ip),
-        None => dst.extend_from_slice(b"unknown"),
-    }
-    dst.extend_from_slice(b"\r\n");
-    if !has_proto {
+    if !has_proto && ours("x-forwarded-proto") {
         dst.extend_from_slice(b"x-forwarded-proto: ");
         dst.extend_from_slice(proto);
         dst.extend_from_slice(b"\r\n");
     }
-    if let (Some(h), false) = (client_host, has_xhost) {
+    if let (Some(h), false, true) = (client_host, has_xhost, ours("x-forwarded-host")) {
         dst.extend_from_slice(b"x-forwarded-host: ");
         dst.extend_from_slice(h);
         dst.extend_from_slice(b"\r\n");
     }
+    if ours("forwarded") {
+        forwarded(dst, &fwd_prev, ip, client_host, proto);
+    }
+
+    match framing {
+        Framing::None => {}
+        Framing::Length(n) => {
+            dst.extend_from_slice(b"content-length: ");
+            put_u64(dst, n);
+            dst.extend_from_slice(b"\r\n");
+        }
+        Framing::Chunked => dst.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    dst.extend_from_slice(b"\r\n");
+    Ok(())
+}
+
+/// This hop's `Forwarded` (RFC 7239), after the trusted ones before it.
+fn forwarded(dst: &mut Vec<u8>, prev: &[&[u8]], ip: Option<IpAddr>, client_host: Option<&[u8]>, proto: &[u8]) {
     dst.extend_from_slice(b"forwarded: ");
-    for v in &fwd_prev {
+    for v in prev {
         dst.extend_from_slice(v);
         dst.extend_from_slice(b", ");
     }
@@ -326,18 +403,6 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     dst.extend_from_slice(b";proto=");
     dst.extend_from_slice(proto);
     dst.extend_from_slice(b"\r\n");
-
-    match framing {
-        Framing::None => {}
-        Framing::Length(n) => {
-            dst.extend_from_slice(b"content-length: ");
-            put_u64(dst, n);
-            dst.extend_from_slice(b"\r\n");
-        }
-        Framing::Chunked => dst.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-    }
-    dst.extend_from_slice(b"\r\n");
-    Ok(())
 }
 
 /// Appends the decimal digits of `n`.
@@ -384,6 +449,7 @@ mod tests {
             upstream_host: "up:9000".into(),
             trust_forwarded: false,
             underscores: false,
+            up: None,
         }
     }
 

@@ -63,6 +63,8 @@ use selvedge_proto::h1::body::{BodyLimits, Decoded, Decoder};
 use selvedge_proto::message::{put_hex, HeaderSpan};
 use serde::Deserialize;
 
+use crate::lang::headers::HeaderOps;
+use crate::lang::template::Template;
 use crate::units::{Count, NonZeroDur, Size};
 use crate::upstream::pool::{self, Endpoint, HashKey, HealthCheck, Passive, Picked, Policy, Pool, PoolConfig, Target};
 pub use crate::upstream::pool::{Addr, RawHealth, RawUpstream, Resolver};
@@ -144,6 +146,12 @@ pub struct RawProxy {
     pub max_response_head: Option<Size<64, { u32::MAX as u64 }>>,
     /// Most fields in an upstream response head.
     pub max_response_headers: Option<Count<1, 65_535>>,
+    /// Fields of the request sent upstream set, added, deleted or rewritten.
+    pub header_up: Option<crate::lang::headers::RawHeaderOps>,
+    /// Fields of the upstream's response set, added, deleted or rewritten.
+    pub header_down: Option<crate::lang::headers::RawHeaderOps>,
+    /// The path sent upstream, a template (`"/v2{re.api.1}"`).
+    pub path: Option<String>,
 }
 
 /// A checked proxy route configuration; every default is documented on its field.
@@ -197,6 +205,13 @@ pub struct ProxyConfig {
     /// Forward request fields whose names contain `_` (`underscores_in_headers`): `false`,
     /// as nginx (`X_Forwarded_For` would read as `X-Forwarded-For` to many applications).
     pub underscores_in_headers: bool,
+    /// `header_up`: none.
+    pub header_up: HeaderOps,
+    /// `header_down`: none.
+    pub header_down: HeaderOps,
+    /// `path`: the path sent upstream in place of the client's (its query is kept unless
+    /// the expanded path has one): none.
+    pub path: Option<Template>,
 }
 
 /// What checking a proxy table needs from the rest of the file.
@@ -334,6 +349,9 @@ impl ProxyConfig {
             tunnel_idle_timeout: secs(raw.tunnel_idle_timeout, 300),
             keep_encoded_slashes,
             underscores_in_headers: raw.underscores_in_headers.unwrap_or(false),
+            header_up: HeaderOps::default(),
+            header_down: HeaderOps::default(),
+            path: None,
         })
     }
 }
@@ -502,6 +520,8 @@ impl Proxy {
     /// Never: the configuration was checked when loaded.
     pub fn new(cfg: &ProxyConfig, prefix: &str, key: &str) -> std::io::Result<Proxy> {
         let strip = if cfg.strip_prefix { prefix.trim_end_matches('/').to_string() } else { String::new() };
+        let up = (!cfg.header_up.is_empty() || cfg.path.is_some())
+            .then(|| Arc::new(forward::Up { ops: cfg.header_up.clone(), path: cfg.path.clone() }));
         let rws = cfg
             .authorities
             .iter()
@@ -512,12 +532,18 @@ impl Proxy {
                 upstream_host: a.clone(),
                 trust_forwarded: cfg.trust_forwarded,
                 underscores: cfg.underscores_in_headers,
+                up: up.clone(),
             })
             .collect();
         let probe = cfg.pool.health.as_ref().map(|h| check::probe(cfg, h));
         let pool = Pool::new(cfg.pool.clone(), &format!("{key} {}", cfg.upstream), probe);
         let fallback = h2::Fallback::new(cfg.tls.len());
         Ok(Proxy { route: Arc::new(Route { cfg: cfg.clone(), rws, pool, fallback }) })
+    }
+
+    /// The route's `header_down`, if it has one.
+    pub fn header_down(&self) -> Option<&HeaderOps> {
+        Some(&self.route.cfg.header_down).filter(|h| !h.is_empty())
     }
 
     /// Whether a path with an encoded slash (`%2F`) is forwarded (`encoded_slashes = "keep"`).

@@ -1,0 +1,105 @@
+//! `respond = { status, body, headers }`: a route answered by the server itself (health
+//! checks, maintenance pages, a fixed `robots.txt`), its body and header values templates
+//! ([`crate::lang::template`]).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use selvedge::http::{header, HeaderName, HeaderValue, StatusCode};
+use selvedge::{Request, Response};
+use serde::Deserialize;
+
+use crate::lang::headers::{HeaderOps, RawHeaderOp};
+use crate::lang::template::{Captures, Context, Template};
+
+/// The largest `respond` body as written.
+pub const MAX_BODY: usize = 1024 * 1024;
+
+/// A route's `respond = { status = 503, body = "...", headers = { ... } }` as written (or
+/// just a status: `respond = 204`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRespond {
+    /// The status: 200.
+    status: Option<u16>,
+    /// The body (a template): empty.
+    body: Option<String>,
+    /// Response fields (templates): `Content-Type: text/plain; charset=utf-8` with a body.
+    headers: Option<BTreeMap<String, String>>,
+}
+
+impl RawRespond {
+    /// Reads `respond = 204` or `respond = { ... }`.
+    ///
+    /// # Errors
+    /// Neither.
+    pub fn from_value(v: &toml::Value) -> Result<RawRespond, String> {
+        match v {
+            toml::Value::Integer(n) => {
+                Ok(RawRespond { status: Some(u16::try_from(*n).unwrap_or(0)), body: None, headers: None })
+            }
+            toml::Value::Table(_) => {
+                RawRespond::deserialize(v.clone()).map_err(|e| format!("respond: {}", e.message()))
+            }
+            _ => Err("respond: a status (204) or a table ({ status = 503, body = \"...\", headers = { ... } })".into()),
+        }
+    }
+}
+
+/// A checked `respond`.
+#[derive(Debug, Clone)]
+pub struct RespondConfig {
+    status: StatusCode,
+    body: Template,
+    headers: HeaderOps,
+    /// The body, when it has no placeholders.
+    fixed: Option<Bytes>,
+    has_type: bool,
+}
+
+impl RespondConfig {
+    /// Checks `raw`.
+    ///
+    /// # Errors
+    /// A status outside 200..=599 (1xx are not final, and 101 is a protocol switch), a body
+    /// over [`MAX_BODY`], a bad field or placeholder.
+    pub fn from_raw(raw: &RawRespond, re: &dyn Captures) -> Result<RespondConfig, String> {
+        let (status, body, headers) = (raw.status, raw.body.as_deref(), raw.headers.as_ref());
+        let status = status.unwrap_or(200);
+        if !(200..=599).contains(&status) {
+            return Err(format!("respond status {status}: 200 to 599"));
+        }
+        let body = body.unwrap_or("");
+        if body.len() > MAX_BODY {
+            return Err(format!("respond body: at most {MAX_BODY} bytes"));
+        }
+        let body = Template::parse(body, re).map_err(|e| format!("respond body: {e}"))?;
+        let ops: BTreeMap<String, RawHeaderOp> =
+            headers.into_iter().flatten().map(|(k, v)| (k.clone(), RawHeaderOp::Value(v.clone()))).collect();
+        if let Some(k) = ops.keys().find(|k| k.starts_with(['+', '-'])) {
+            return Err(format!("respond headers: {k:?}: fields are set here (\"Name\" = \"value\")"));
+        }
+        let headers = HeaderOps::from_raw(&ops, false, re).map_err(|e| format!("respond headers: {e}"))?;
+        let has_type = ops.keys().any(|k| k.eq_ignore_ascii_case("content-type"));
+        let fixed = body.literal().map(|b| Bytes::copy_from_slice(b.as_bytes()));
+        Ok(RespondConfig { status: StatusCode::from_u16(status).expect("checked"), body, headers, fixed, has_type })
+    }
+
+    /// The answer to `req`.
+    pub fn respond(&self, req: &Request) -> Response {
+        let body = match &self.fixed {
+            Some(b) => b.clone(),
+            None => Bytes::from(self.body.render(req, Context::Body, None)),
+        };
+        let empty = body.is_empty();
+        let mut res = Response::bytes(self.status, body);
+        if !empty && !self.has_type {
+            res = res.header(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        }
+        if !self.headers.is_empty() {
+            let values: Vec<(HeaderName, HeaderValue)> = self.headers.values(req, None);
+            res.headers_mut().extend(values);
+        }
+        res
+    }
+}
