@@ -237,3 +237,68 @@ pub fn route_ownership(data: &[u8]) {
         }
     }
 }
+
+/// The placeholder parser and expander, as an entry point for the fuzz target
+/// (`fuzz/fuzz_targets/template.rs`) and `tests/fuzz_corpus.rs`. The input is a template's
+/// text, then (after the first `0xFF`) bytes the request is made of: its path and query
+/// (percent-encoded), a header value and a cookie. Whatever the text, parsing returns; a
+/// template that parses expands within [`MAX_EXPANDED`](crate::lang::template::MAX_EXPANDED)
+/// bytes in every context; in a URL, placeholders bring only visible ASCII, and in a header
+/// value no CR, LF or NUL, whatever the request holds.
+pub fn template(data: &[u8]) {
+    use crate::lang::template::{Captures, Context, Subject, Template, MAX_EXPANDED};
+    use regex::bytes::Regex;
+
+    struct Fixed(Regex, Regex);
+    impl Captures for Fixed {
+        fn regex(&self, name: &str) -> Option<(&Regex, Subject)> {
+            match name {
+                "p" => Some((&self.0, Subject::Path)),
+                "h" => Some((&self.1, Subject::Host)),
+                _ => None,
+            }
+        }
+    }
+    static RE: OnceLock<Fixed> = OnceLock::new();
+    let re = RE.get_or_init(|| {
+        Fixed(Regex::new(r"^/(?<a>[a-z]*)/(.*)$").expect("valid"), Regex::new(r"^(?<sub>[^.]+)\.").expect("valid"))
+    });
+    let (text, rest) = match data.iter().position(|&b| b == 0xFF) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &b""[..]),
+    };
+    let text = String::from_utf8_lossy(text);
+    let Ok(t) = Template::parse_with(&text, re, &|_| Some("env".into())) else { return };
+    let enc = |b: &[u8]| -> String {
+        b.iter()
+            .map(
+                |&c| if c.is_ascii_alphanumeric() || c == b'/' { (c as char).to_string() } else { format!("%{c:02X}") },
+            )
+            .collect()
+    };
+    let half = rest.len() / 2;
+    let value: Vec<u8> = rest.iter().copied().filter(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f)).collect();
+    let uri = format!("/{}?q={}&{}", enc(&rest[..half]), enc(&rest[half..]), enc(rest));
+    let Ok(http) = selvedge::http::Request::builder()
+        .uri(&uri)
+        .header("host", "sub.example.com:8080")
+        .header("x-a", &value[..])
+        .header("cookie", [&b"c="[..], &value].concat())
+        .body(bytes::Bytes::new())
+    else {
+        return;
+    };
+    let req = Request::from(http);
+    let graphic = text.bytes().all(|b| b.is_ascii_graphic());
+    let clean = !text.contains(['\r', '\n', '\0']);
+    for cx in [Context::Url, Context::Header, Context::Body] {
+        let out = t.render(&req, cx, Some("id"));
+        assert!(out.len() <= MAX_EXPANDED);
+        if cx == Context::Url && graphic {
+            assert!(out.iter().all(u8::is_ascii_graphic), "{text:?} gave {out:?}");
+        }
+        if cx == Context::Header && clean {
+            assert!(!out.iter().any(|&b| matches!(b, b'\r' | b'\n' | 0)), "{text:?} gave {out:?}");
+        }
+    }
+}

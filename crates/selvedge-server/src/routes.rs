@@ -26,6 +26,7 @@ use crate::files::StaticFiles;
 use crate::lang::matcher::{Match, Matchers};
 use crate::lang::template::{Context, Template};
 use crate::observe::{Exchange, RequestId};
+use crate::policy::forward_auth::{self, ForwardAuth};
 use crate::policy::{Admitted, Check, Policy};
 use crate::redirect::{self, Redirects};
 use crate::respond::RespondConfig;
@@ -47,6 +48,8 @@ struct Route {
     app: RouteApp,
     /// Its checks and fields (`None`: it has none, and pays nothing for them).
     policy: Option<Box<Policy>>,
+    /// `forward_auth`, asked after the checks of `policy`.
+    forward_auth: Option<Box<ForwardAuth>>,
     /// The compressor of a CGI or proxy route that compresses (a static route has its own).
     compress: Option<Compression>,
     /// Its metrics slot ([`crate::metrics::Registry::slot`]).
@@ -299,7 +302,12 @@ impl Site {
                     None => r.prefix.clone(),
                 };
                 let slot = crate::metrics::registry().slot(&label, &route_label);
+                let forward_auth = match &r.forward_auth {
+                    Some(f) => Some(Box::new(ForwardAuth::new(f, &format!("{label}{route_label}"))?)),
+                    None => None,
+                };
                 routes.push(Route {
+                    forward_auth,
                     prefix: r.prefix.clone(),
                     label: route_label,
                     when: r.when.clone(),
@@ -423,18 +431,19 @@ impl Site {
         };
         let wait =
             |admitted, verify| Err(Box::new(Waiting { site: self.clone(), vhost: vi, route: ri, admitted, verify }));
+        let now = route.forward_auth.is_none();
         let Some(policy) = &route.policy else {
             return match &route.app {
-                RouteApp::Static(s) => (at, Ok(s.respond(req))),
-                RouteApp::Respond(r) => (at, Ok(r.respond(req))),
+                RouteApp::Static(s) if now => (at, Ok(s.respond(req))),
+                RouteApp::Respond(r) if now => (at, Ok(r.respond(req))),
                 _ => (at, wait(None, None)),
             };
         };
         let res = match policy.check(req) {
             Check::Answer(res) => Ok(policy.finish(res, None, false)),
             Check::Pass(admitted) => match &route.app {
-                RouteApp::Static(s) => Ok(policy.finish(s.respond(req), Some(&admitted), true)),
-                RouteApp::Respond(r) => Ok(policy.finish(r.respond(req), Some(&admitted), false)),
+                RouteApp::Static(s) if now => Ok(policy.finish(s.respond(req), Some(&admitted), true)),
+                RouteApp::Respond(r) if now => Ok(policy.finish(r.respond(req), Some(&admitted), false)),
                 _ => wait(Some(admitted), None),
             },
             Check::Verify(admitted, v) => wait(Some(admitted), Some(v)),
@@ -455,6 +464,14 @@ impl Site {
             if let (Some(p), Some(v)) = (policy, verify.take()) {
                 if let Some(res) = Box::pin(p.verify(v)).await {
                     return p.finish(res, None, false);
+                }
+            }
+            if let Some(fa) = &route.forward_auth {
+                if let forward_auth::Verdict::Answer(res) = Box::pin(fa.check(&mut req)).await {
+                    return match policy {
+                        Some(p) => p.finish(res, None, false),
+                        None => res,
+                    };
                 }
             }
             let coding = match &route.compress {

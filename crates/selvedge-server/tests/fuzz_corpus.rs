@@ -94,3 +94,62 @@ fn route_ownership_holds() {
         selvedge_server::fuzzing::route_ownership(&input);
     }
 }
+
+/// The placeholder target (`selvedge_server::fuzzing::template`): the committed corpus, then
+/// 20,000 generated texts built from placeholder pieces and request bytes.
+#[test]
+fn template_expansion_is_bounded_and_safe() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/template");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            selvedge_server::fuzzing::template(&std::fs::read(&p).unwrap());
+            n += 1;
+        }
+    }
+    assert!(n >= 5, "corpus too small: {n}");
+    let pieces: &[&[u8]] = &[
+        b"{",
+        b"}",
+        b"{{",
+        b"$",
+        b"{path}",
+        b"{query}",
+        b"{query.q}",
+        b"{header.x-a}",
+        b"{cookie.c}",
+        b"{re.p.a}",
+        b"{re.p.2}",
+        b"{re.h.sub}",
+        b"{host}",
+        b"{uri}",
+        b"{env.A}",
+        b"x",
+        b"\r\n",
+        b"\0",
+        b"%",
+        b" ",
+        b"\xff",
+        b"\xc3\xa9",
+        b"{re.p.9}",
+        b"{header.}",
+    ];
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..20_000 {
+        let mut input = Vec::new();
+        for _ in 0..(next() % 10) {
+            input.extend_from_slice(pieces[(next() % pieces.len() as u64) as usize]);
+        }
+        for _ in 0..(next() % 12) {
+            input.push(next() as u8);
+        }
+        selvedge_server::fuzzing::template(&input);
+    }
+}

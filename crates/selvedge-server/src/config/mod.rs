@@ -152,6 +152,7 @@ impl Config {
                     kind: RouteKind::Static { root, opts: StaticOptions { listing: true, ..StaticOptions::default() } },
                     policy: Default::default(),
                     compress: true,
+                    forward_auth: None,
                 }],
                 tls: None,
                 acme: false,

@@ -37,6 +37,8 @@ pub struct RouteConfig {
     pub policy: PolicyConfig,
     /// Compress its responses on the fly (`compress`, on by default).
     pub compress: bool,
+    /// `forward_auth`: an authentication service asked about each request.
+    pub forward_auth: Option<crate::policy::forward_auth::ForwardAuthConfig>,
 }
 
 /// What serves a route: exactly one of `root`, `cgi`, `fastcgi`, `proxy` or `respond` in
@@ -124,6 +126,7 @@ pub(super) struct RawRoute {
     deny: Option<Vec<Spanned<String>>>,
     max_body: Option<Size>,
     rate: Option<Spanned<policy::rate::RawRate>>,
+    forward_auth: Option<Spanned<policy::forward_auth::RawForwardAuth>>,
 }
 
 /// A route: its prefix, policy and what serves it.
@@ -204,7 +207,14 @@ pub(super) fn route(
             ));
         }
     };
-    Ok(RouteConfig { prefix, when, try_files, kind, policy, compress: r.compress.unwrap_or(true) })
+    let forward_auth = match &r.forward_auth {
+        Some(f) => Some(
+            policy::forward_auth::ForwardAuthConfig::from_raw(f.get_ref(), &ctx.proxy)
+                .map_err(|e| src.err(Some(f.span()), e))?,
+        ),
+        None => None,
+    };
+    Ok(RouteConfig { prefix, when, try_files, kind, policy, compress: r.compress.unwrap_or(true), forward_auth })
 }
 
 /// A proxy route's table, with its header rewriting and upstream path.

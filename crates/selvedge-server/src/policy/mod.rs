@@ -11,6 +11,7 @@
 
 pub mod auth;
 pub mod cors;
+pub mod forward_auth;
 pub mod ip;
 pub mod rate;
 

@@ -311,6 +311,48 @@ impl Request {
         Ok(())
     }
 
+    /// Removes the fields whose names `remove` picks and appends `add` (name, value): for a
+    /// server that changes what its app sees (the fields an authentication service vouches
+    /// for). Framing is not touched: the body stays as it was received, whatever fields say.
+    /// The head's bytes are copied once.
+    ///
+    /// # Errors
+    /// A name that is not a lower-case token, or a value with NUL, CR or LF (status 500:
+    /// the server made it).
+    pub fn rewrite_headers(
+        &mut self,
+        remove: impl Fn(&[u8]) -> bool,
+        add: &[(&[u8], &[u8])],
+    ) -> Result<(), crate::Error> {
+        let bad = || crate::Error::new(crate::error::Kind::BadRequest, "invalid field").with_status(500);
+        let extra: usize = add.iter().map(|(n, v)| n.len() + v.len()).sum();
+        if extra > u32::MAX as usize / 2 {
+            return Err(bad());
+        }
+        for (n, v) in add {
+            let token = !n.is_empty() && n.iter().all(|&b| crate::message::LOWER_TOKEN[b as usize]);
+            if !token || v.iter().any(|&b| matches!(b, 0 | b'\r' | b'\n')) {
+                return Err(bad());
+            }
+        }
+        let buf = &self.buf;
+        self.headers.retain(|h| !remove(&buf[h.name.range()]));
+        if add.is_empty() {
+            return Ok(());
+        }
+        let mut nb = bytes::BytesMut::with_capacity(self.buf.len() + extra);
+        nb.extend_from_slice(&self.buf);
+        for (n, v) in add {
+            let name = Span { start: nb.len() as u32, len: n.len() as u32 };
+            nb.extend_from_slice(n);
+            let value = Span { start: nb.len() as u32, len: v.len() as u32 };
+            nb.extend_from_slice(v);
+            self.headers.push(HeaderSpan { name, value });
+        }
+        self.buf = nb.freeze();
+        Ok(())
+    }
+
     /// The request body.
     pub fn body_mut(&mut self) -> &mut Body {
         &mut self.body

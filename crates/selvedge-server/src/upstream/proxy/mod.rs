@@ -85,7 +85,7 @@ const SMALL_BODY: u64 = 64 * 1024;
 const STREAM_READ: usize = 64 * 1024;
 
 /// A route's `proxy = { ... }` table as written in the file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawProxy {
     /// `http://host[:port][/base]`, `https://...` or `unix:/path/to.sock`: one upstream.

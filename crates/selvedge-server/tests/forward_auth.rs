@@ -1,0 +1,134 @@
+//! `forward_auth` against a real authentication service (`auth_service.py`, Python's
+//! `http.server`) and the real binary: what passes carries the service's fields to the app,
+//! what the service refuses goes back to the client, a failing or slow service is 502, and
+//! cached answers spare the service.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use common::{Srv, TempDir};
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/auth_service.py");
+
+struct Service {
+    child: Child,
+    port: u16,
+}
+
+impl Service {
+    fn start() -> Service {
+        let mut child =
+            Command::new("python3").arg(SCRIPT).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("python3");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.trim().parse().unwrap_or_else(|_| panic!("the service did not start: {line:?}"));
+        Service { child, port }
+    }
+
+    fn count(&self) -> u64 {
+        let r = common::request(
+            format!("127.0.0.1:{}", self.port).parse().unwrap(),
+            "GET /count HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        );
+        r.text().parse().unwrap()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_service_decides() {
+    let d = TempDir::new("fwd-auth");
+    let svc = Service::start();
+    let backend_cfg = d.write(
+        "backend.toml",
+        "[server]\nworkers = 1\n[[listen]]\nport = 0\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\n\
+         respond = { body = \"user={header.remote-user} groups={header.remote-groups} uri={uri}\" }\n",
+    );
+    let backend = Srv::start(&["--config", backend_cfg.to_str().unwrap()]);
+    let fa = |extra: &str| {
+        format!(
+            "forward_auth = {{ url = \"http://127.0.0.1:{}/verify?app=1\", copy_headers = [\"Remote-User\", \"Remote-Groups\"], timeout = \"1s\"{extra} }}",
+            svc.port
+        )
+    };
+    let cfg = d.write(
+        "front.toml",
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\nport = 0\n[[vhost]]\n\
+             [[vhost.route]]\npath = \"/app\"\nproxy = {{ upstream = \"http://{b}\" }}\n{f}\n\
+             [[vhost.route]]\npath = \"/cached\"\nrespond = {{ body = \"user={{header.remote-user}}\" }}\n{c}\n\
+             [[vhost.route]]\npath = \"/open\"\nrespond = {{ body = \"open\" }}\n",
+            b = backend.addr,
+            f = fa(""),
+            c = fa(", cache = \"30s\"")
+        ),
+    );
+    let s = Srv::start(&["--config", cfg.to_str().unwrap()]);
+    let get = |path: &str, fields: &[(&str, &str)]| s.get_h(path, fields);
+
+    // Through, with the service's fields (and never the client's own of those names).
+    let r = get("/app/x?y=1", &[("Cookie", "session=good"), ("Remote-User", "mallory"), ("remote-user", "eve")]);
+    assert_eq!((r.status, r.text()), (200, "user=alice groups=admins uri=/app/x?y=1".into()));
+    let r = get("/app/x", &[("Authorization", "Bearer good")]);
+    assert_eq!(r.text(), "user=alice groups=admins uri=/app/x");
+    // Refused: 401 and 403 as the service sent them, a redirect to its login page.
+    let r = get("/app/x", &[("Remote-User", "mallory")]);
+    assert_eq!((r.status, r.header("www-authenticate"), r.text()), (401, Some("Bearer"), "who are you".into()));
+    let r = get("/app/x", &[("Cookie", "session=forbidden")]);
+    assert_eq!((r.status, r.text()), (403, "forbidden".into()));
+    let r = get("/app/deep?q=1", &[("X-Want", "redirect")]);
+    assert_eq!((r.status, r.header("location")), (302, Some("https://login.example/?rd=/app/deep?q=1")));
+    // Anything else, or no answer in time: 502.
+    assert_eq!(get("/app/x", &[("X-Want", "boom")]).status, 502);
+    let t = std::time::Instant::now();
+    assert_eq!(get("/app/x", &[("X-Want", "slow")]).status, 502);
+    assert!(t.elapsed() < std::time::Duration::from_millis(2500), "{:?}", t.elapsed());
+    // A route without forward_auth never asks.
+    let before = svc.count();
+    assert_eq!(get("/open", &[]).text(), "open");
+    assert_eq!(svc.count(), before);
+    let r = get("/cached/z", &[("Cookie", "session=good")]);
+    assert_eq!(r.text(), "user=alice");
+    // Cached: the same cookie does not ask again; another one does; a denial is not cached.
+    let before = svc.count();
+    for _ in 0..5 {
+        assert_eq!(get("/cached/z", &[("Cookie", "session=good")]).text(), "user=alice");
+    }
+    assert_eq!(svc.count(), before, "answered from the cache");
+    assert_eq!(get("/cached/z", &[("Cookie", "session=good; x=1")]).text(), "user=alice");
+    assert_eq!(svc.count(), before + 1);
+    for _ in 0..3 {
+        assert_eq!(get("/cached/z", &[("Cookie", "session=bad")]).status, 401);
+    }
+    assert_eq!(svc.count(), before + 4, "denials are asked each time");
+}
+
+/// The service sees a `GET` to its URL with the client's method, target and host forwarded.
+#[test]
+fn the_service_sees_the_request() {
+    let d = TempDir::new("fwd-auth-seen");
+    let svc = Service::start();
+    let cfg = d.write(
+        "front.toml",
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\nport = 0\n[[vhost]]\n\
+             [[vhost.route]]\npath = \"/\"\nrespond = {{ body = \"seen={{header.x-seen}}\" }}\n\
+             forward_auth = {{ url = \"http://127.0.0.1:{}/verify?app=1\", copy_headers = [\"X-Seen\"] }}\n",
+            svc.port
+        ),
+    );
+    let s = Srv::start(&["--config", cfg.to_str().unwrap()]);
+    let r = common::request(
+        s.addr,
+        "DELETE /a/b?c=d HTTP/1.1\r\nHost: shop.example\r\nCookie: session=good\r\nX-Forwarded-Method: GET\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.text(), "seen=/verify?app=1 DELETE /a/b?c=d shop.example");
+}
