@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod fpm;
 pub mod pki;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_selvedge");
