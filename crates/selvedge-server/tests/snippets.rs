@@ -77,7 +77,7 @@ impl World {
         let fpm = Fpm::start(&d, 2);
         let dir = env!("CARGO_MANIFEST_DIR");
         let ws = Proc::start(Command::new("python3").arg(format!("{dir}/tests/ws_echo.py")).arg("serve"));
-        let auth = Proc::start(&mut Command::new("python3").arg(format!("{dir}/tests/auth_service.py")));
+        let auth = Proc::start(Command::new("python3").arg(format!("{dir}/tests/auth_service.py")));
         World { d, a, b, _fpm: fpm, ws, auth }
     }
 
