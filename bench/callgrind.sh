@@ -14,6 +14,9 @@
 #     rate      a rate limit every request passes (one client address)
 #     ip        an allow list the client is on
 #     compress  Accept-Encoding: br on every request (the page's kept brotli copy)
+#     matchers  five matchers (client address, method, header, path expression, host) on
+#               two routes of the page's prefix, a redirect rule and a proxy route with
+#               header_up, none matching (each request evaluates them)
 #   bench/callgrind.sh fastcgi          # selvedge with a fastcgi route to php-fpm (16 processes,
 #                                       # outside valgrind), a PHP page printing the same page
 #   bench/callgrind.sh proxy            # selvedge with a proxy route to two upstreams (two
@@ -95,6 +98,8 @@ to = "/new/$1"' ;;
                 extra='allow = ["10.0.0.0/8", "127.0.0.0/8", "::1"]' ;;
             compress)
                 wrk_args=(-H "Accept-Encoding: br") ;;
+            matchers)
+                extra=$(cat "bench/matchers.toml") ;;
             *) echo "unknown feature $feature" >&2; exit 2 ;;
         esac
         cat >"$tmp/selvedge.toml" <<TOML

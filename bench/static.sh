@@ -7,6 +7,7 @@
 # CASES ("small big") LOGGING (off|on|both) SELVEDGE_BIN SELVEDGE_NOTSENT_LOWAT SELVEDGE_ADMIN (1: metrics on)
 # SELVEDGE_LOG_FORMAT (combined|json|template) SERVER_CPU CLIENT_CPU
 # KEEP_TMP; SERVERS may add selvedge-features (route features configured, not matching),
+# selvedge-matchers (matchers and header_up configured, not matching),
 # selvedge-metrics and selvedge-json.
 set -euo pipefail
 
@@ -80,6 +81,13 @@ cors = { origins = ["https://app.example"] }
 [[vhost.redirect]]
 from = "^/old/(.*)$"
 to = "/new/$1"' srv_selvedge "$@"
+}
+
+# selvedge-matchers: the same with five matchers, two routes and a redirect rule using them
+# and a proxy route with header_up (bench/matchers.toml), none matching this page:
+# every request evaluates them.
+srv_selvedge-matchers() {
+    SELVEDGE_ROUTE_EXTRA=$(cat "$BENCH_DIR/matchers.toml") srv_selvedge "$@"
 }
 
 # selvedge-sendfile: the same, but small files are sent with send(MSG_MORE) + sendfile

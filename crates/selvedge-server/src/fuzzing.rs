@@ -243,8 +243,9 @@ pub fn route_ownership(data: &[u8]) {
 /// text, then (after the first `0xFF`) bytes the request is made of: its path and query
 /// (percent-encoded), a header value and a cookie. Whatever the text, parsing returns; a
 /// template that parses expands within [`MAX_EXPANDED`](crate::lang::template::MAX_EXPANDED)
-/// bytes in every context; in a URL, placeholders bring only visible ASCII, and in a header
-/// value no CR, LF or NUL, whatever the request holds.
+/// bytes in every context; in a URL, placeholders bring only visible ASCII, in a header
+/// value no CR, LF or NUL, in HTML no markup, in a host only an authority's bytes, whatever
+/// the request holds.
 pub fn template(data: &[u8]) {
     use crate::lang::template::{Captures, Context, Subject, Template, MAX_EXPANDED};
     use regex::bytes::Regex;
@@ -291,9 +292,18 @@ pub fn template(data: &[u8]) {
     let req = Request::from(http);
     let graphic = text.bytes().all(|b| b.is_ascii_graphic());
     let clean = !text.contains(['\r', '\n', '\0']);
-    for cx in [Context::Url, Context::Header, Context::Body] {
+    // What escaping leaves: `&` starts its entities, so only the others are checked.
+    let markup = |b: &u8| matches!(b, b'<' | b'>' | b'"' | b'\'');
+    let authority = |b: &u8| b.is_ascii_alphanumeric() || b"-._~:[]%".contains(b);
+    for cx in [Context::Url, Context::Header, Context::Body, Context::Html, Context::Host] {
         let out = t.render(&req, cx, Some("id"));
         assert!(out.len() <= MAX_EXPANDED);
+        if cx == Context::Html && !text.bytes().any(|b| markup(&b)) {
+            assert!(!out.iter().any(markup), "{text:?} gave {out:?}");
+        }
+        if cx == Context::Host && text.bytes().all(|b| authority(&b)) {
+            assert!(out.iter().all(authority), "{text:?} gave {out:?}");
+        }
         if cx == Context::Url && graphic {
             assert!(out.iter().all(u8::is_ascii_graphic), "{text:?} gave {out:?}");
         }

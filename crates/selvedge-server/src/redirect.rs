@@ -149,11 +149,15 @@ impl Rule {
         Ok(Rule { from, starts, when, to, action })
     }
 
-    /// Whether the rule applies to `req` at `path`.
+    /// Whether the rule applies to `req` at `path` (its matchers read the path as routes
+    /// do: without `;` parameters).
     fn matches(&self, m: &Matchers, req: &Request, path: &[u8]) -> bool {
         path.starts_with(&self.starts)
             && self.from.as_ref().is_none_or(|f| f.is_match(path))
-            && self.when.as_ref().is_none_or(|w| m.check(w, req, path))
+            && self.when.as_ref().is_none_or(|w| match path.contains(&b';') {
+                false => m.check(w, req, path),
+                true => m.check(w, req, &crate::routes::without_parameters(path)),
+            })
     }
 
     /// The target for `path` (`None`: no match), the query kept unless the target has one.

@@ -1,6 +1,8 @@
 //! `respond = { status, body, headers }`: a route answered by the server itself (health
 //! checks, maintenance pages, a fixed `robots.txt`), its body and header values templates
-//! ([`crate::lang::template`]).
+//! ([`crate::lang::template`]). In a body whose `Content-Type` is HTML or XML, what
+//! placeholders bring is escaped (`<` is `&#60;`); in any other it goes as it is, so the
+//! default `text/plain` is the type for reflecting a request.
 
 use std::collections::BTreeMap;
 
@@ -55,6 +57,8 @@ pub struct RespondConfig {
     /// The body, when it has no placeholders.
     fixed: Option<Bytes>,
     has_type: bool,
+    /// How placeholders' bytes go into the body: escaped for HTML and XML types.
+    cx: Context,
 }
 
 impl RespondConfig {
@@ -80,16 +84,26 @@ impl RespondConfig {
             return Err(format!("respond headers: {k:?}: fields are set here (\"Name\" = \"value\")"));
         }
         let headers = HeaderOps::from_raw(&ops, false, re).map_err(|e| format!("respond headers: {e}"))?;
-        let has_type = ops.keys().any(|k| k.eq_ignore_ascii_case("content-type"));
+        let content_type = ops.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-type"));
+        let has_type = content_type.is_some();
+        let markup = content_type.is_some_and(|(_, v)| {
+            let v = match v {
+                RawHeaderOp::Value(v) => v.to_ascii_lowercase(),
+                RawHeaderOp::Replace { .. } => String::new(),
+            };
+            v.contains("html") || v.contains("xml")
+        });
+        let cx = if markup { Context::Html } else { Context::Body };
         let fixed = body.literal().map(|b| Bytes::copy_from_slice(b.as_bytes()));
-        Ok(RespondConfig { status: StatusCode::from_u16(status).expect("checked"), body, headers, fixed, has_type })
+        let status = StatusCode::from_u16(status).expect("checked");
+        Ok(RespondConfig { status, body, headers, fixed, has_type, cx })
     }
 
     /// The answer to `req`.
     pub fn respond(&self, req: &Request) -> Response {
         let body = match &self.fixed {
             Some(b) => b.clone(),
-            None => Bytes::from(self.body.render(req, Context::Body, None)),
+            None => Bytes::from(self.body.render(req, self.cx, None)),
         };
         let empty = body.is_empty();
         let mut res = Response::bytes(self.status, body);

@@ -140,24 +140,38 @@ impl Vhost {
     /// must be the route's that owns that path.
     fn route(&self, req: &Request) -> Option<usize> {
         let path = req.path_bytes();
-        // A prefix match reads at most the longest prefix and the byte after it, and leaving
-        // parameters out changes nothing before the first `;`: only a `;` that early matters
-        // (a matcher reads the whole path, so with matchers any `;` does).
-        let reach = if self.conditional { path.len() } else { self.routes.first().map_or(0, |r| r.prefix.len()) + 1 };
-        if path[..path.len().min(reach)].contains(&b';') {
-            return self.pick(req, &without_parameters(path));
+        if self.conditional {
+            return self.route_matched(req, path);
         }
-        self.pick(req, path)
+        // A prefix match reads at most the longest prefix and the byte after it, and leaving
+        // parameters out changes nothing before the first `;`: only a `;` that early matters.
+        let reach = self.routes.first().map_or(0, |r| r.prefix.len()) + 1;
+        if path[..path.len().min(reach)].contains(&b';') {
+            let plain = without_parameters(path);
+            return self.routes.iter().position(|r| prefix_matches(&r.prefix, &plain));
+        }
+        self.routes.iter().position(|r| prefix_matches(&r.prefix, path))
     }
 
-    #[inline]
-    fn pick(&self, req: &Request, path: &[u8]) -> Option<usize> {
-        if !self.conditional {
-            return self.routes.iter().position(|r| prefix_matches(&r.prefix, path));
-        }
+    /// [`Vhost::route`] in a virtual host with `match` on some route (a matcher reads the
+    /// whole path, so any `;` counts).
+    fn route_matched(&self, req: &Request, path: &[u8]) -> Option<usize> {
+        let plain;
+        let path = if path.contains(&b';') {
+            plain = without_parameters(path);
+            &plain[..]
+        } else {
+            path
+        };
         self.routes.iter().position(|r| {
             prefix_matches(&r.prefix, path) && r.when.as_ref().is_none_or(|w| self.matchers.check(w, req, path))
         })
+    }
+
+    /// Where a request routed to `ri` went, for the metrics and the log.
+    fn at(&self, ri: usize) -> RouteAt<'_> {
+        let r = &self.routes[ri];
+        RouteAt { vhost: &self.label, route: &r.label, slot: r.slot, proxy: matches!(r.app, RouteApp::Proxy(_)) }
     }
 
     /// Runs route `ri`'s `try_files` on `req`: the first entry that names a file (or, ending
@@ -225,11 +239,17 @@ pub struct Waiting {
     route: usize,
     admitted: Option<Admitted>,
     verify: Option<Box<crate::policy::auth::Verify>>,
+    /// The route's `try_files` is still to run (after its checks).
+    try_files: bool,
 }
 
 /// `prefix` matches `path` on a segment boundary (`/a` matches `/a`, `/a/b`, not `/ab`).
+#[inline]
 pub fn prefix_matches(prefix: &str, path: &[u8]) -> bool {
     let prefix = prefix.as_bytes();
+    if let [b'/'] = prefix {
+        return path.first() == Some(&b'/');
+    }
     path.starts_with(prefix) && (prefix.ends_with(b"/") || path.len() == prefix.len() || path[prefix.len()] == b'/')
 }
 
@@ -409,10 +429,34 @@ impl Site {
             }
         }
         let Some(mut ri) = vhost.route(req) else { return (unrouted, Ok(not_found())) };
+        let wait = |ri, admitted, verify, try_files| {
+            Err(Box::new(Waiting { site: self.clone(), vhost: vi, route: ri, admitted, verify, try_files }))
+        };
+        // A route's checks run before its `try_files`: what exists is told only to the
+        // requests they admit.
+        let mut checked = None;
         if !vhost.routes[ri].try_files.is_empty() {
+            let route = &vhost.routes[ri];
+            if let Some(p) = &route.policy {
+                match p.check(req) {
+                    Check::Answer(res) => return (vhost.at(ri), Ok(p.finish(res, None, false))),
+                    Check::Verify(a, v) => return (vhost.at(ri), wait(ri, Some(a), Some(v), true)),
+                    Check::Pass(a) => checked = Some(a),
+                }
+            }
+            if route.forward_auth.is_some() {
+                return (vhost.at(ri), wait(ri, checked, None, true));
+            }
             match vhost.try_files(ri, req) {
-                Ok(next) => ri = next,
-                Err(res) => return (unrouted, Ok(res)),
+                Ok(next) if next == ri => {}
+                Ok(next) => (ri, checked) = (next, None),
+                Err(res) => {
+                    let res = match &route.policy {
+                        Some(p) => p.finish(res, checked.as_ref(), false),
+                        None => res,
+                    };
+                    return (vhost.at(ri), Ok(res));
+                }
             }
         }
         let route = &vhost.routes[ri];
@@ -423,30 +467,27 @@ impl Site {
         {
             return (unrouted, Ok(bad_request()));
         }
-        let at = RouteAt {
-            vhost: &vhost.label,
-            route: &route.label,
-            slot: route.slot,
-            proxy: matches!(route.app, RouteApp::Proxy(_)),
-        };
-        let wait =
-            |admitted, verify| Err(Box::new(Waiting { site: self.clone(), vhost: vi, route: ri, admitted, verify }));
+        let at = vhost.at(ri);
         let now = route.forward_auth.is_none();
         let Some(policy) = &route.policy else {
             return match &route.app {
                 RouteApp::Static(s) if now => (at, Ok(s.respond(req))),
                 RouteApp::Respond(r) if now => (at, Ok(r.respond(req))),
-                _ => (at, wait(None, None)),
+                _ => (at, wait(ri, None, None, false)),
             };
         };
-        let res = match policy.check(req) {
+        let check = match checked {
+            Some(a) => Check::Pass(a),
+            None => policy.check(req),
+        };
+        let res = match check {
             Check::Answer(res) => Ok(policy.finish(res, None, false)),
             Check::Pass(admitted) => match &route.app {
                 RouteApp::Static(s) if now => Ok(policy.finish(s.respond(req), Some(&admitted), true)),
                 RouteApp::Respond(r) if now => Ok(policy.finish(r.respond(req), Some(&admitted), false)),
-                _ => wait(Some(admitted), None),
+                _ => wait(ri, Some(admitted), None, false),
             },
-            Check::Verify(admitted, v) => wait(Some(admitted), Some(v)),
+            Check::Verify(admitted, v) => wait(ri, Some(admitted), Some(v), false),
         };
         (at, res)
     }
@@ -454,9 +495,9 @@ impl Site {
     /// Serves a request [`Site::respond_now`] left waiting: the bcrypt check, then the app
     /// (routed again after a CGI script's local redirect, with that route's checks).
     pub async fn handle_waiting(mut req: Request, w: Box<Waiting>) -> Response {
-        let Waiting { site, vhost: vi, route, admitted, verify } = *w;
+        let Waiting { site, vhost: vi, route, admitted, verify, try_files } = *w;
         let vhost = &site.vhosts[vi];
-        let (mut ri, mut admitted, mut verify) = (route, admitted, verify);
+        let (mut ri, mut admitted, mut verify, mut try_files) = (route, admitted, verify, try_files);
         let mut redirects = 0;
         loop {
             let route = &vhost.routes[ri];
@@ -472,6 +513,35 @@ impl Site {
                         Some(p) => p.finish(res, None, false),
                         None => res,
                     };
+                }
+            }
+            if std::mem::take(&mut try_files) {
+                match vhost.try_files(ri, &mut req) {
+                    Ok(next) if next == ri => {}
+                    Ok(next) => {
+                        ri = next;
+                        admitted = None;
+                        if !vhost.routes[ri].app.keeps_encoded_slashes()
+                            && !matches!(vhost.routes[ri].app, RouteApp::Static(_))
+                            && has_encoded_slash(req.path_bytes())
+                        {
+                            return bad_request();
+                        }
+                        if let Some(p) = &vhost.routes[ri].policy {
+                            match p.check(&mut req) {
+                                Check::Answer(res) => return p.finish(res, None, false),
+                                Check::Pass(a) => admitted = Some(a),
+                                Check::Verify(a, v) => (admitted, verify) = (Some(a), Some(v)),
+                            }
+                        }
+                        continue;
+                    }
+                    Err(res) => {
+                        return match policy {
+                            Some(p) => p.finish(res, admitted.as_ref(), false),
+                            None => res,
+                        };
+                    }
                 }
             }
             let coding = match &route.compress {

@@ -5,8 +5,8 @@ usage: python3 auth_service.py
 Prints its port on the first line of stdout, then answers every GET (HTTP/1.1, keep-alive):
 
   Cookie session=good or Authorization "Bearer good"
-                       200, Remote-User: alice, Remote-Groups: admins, X-Seen: the request's
-                       method, uri and host as forwarded
+                       200, Remote-User: alice, Remote-Groups: admins, X-Seen: its path, then
+                       X-Forwarded-Method, -Uri, Host, X-Original-Method, -URL
   Cookie session=forbidden
                        403 "forbidden"
   X-Want: redirect     302 to https://login.example/?rd=<X-Forwarded-Uri>
@@ -47,11 +47,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         cookie = self.headers.get("Cookie", "")
         authz = self.headers.get("Authorization", "")
         want = self.headers.get("X-Want", "")
-        seen = "%s %s %s %s" % (
+        seen = "%s %s %s %s %s %s" % (
             self.path,
             self.headers.get("X-Forwarded-Method"),
             self.headers.get("X-Forwarded-Uri"),
             self.headers.get("Host"),
+            self.headers.get("X-Original-Method"),
+            self.headers.get("X-Original-URL"),
         )
         if want == "slow":
             time.sleep(3)

@@ -111,7 +111,9 @@ fn the_service_decides() {
     assert_eq!(svc.count(), before + 4, "denials are asked each time");
 }
 
-/// The service sees a `GET` to its URL with the client's method, target and host forwarded.
+/// The service sees a `GET` to its URL with the client's method, target and host forwarded,
+/// as this server reads the request (the normalized path, whatever the spelling or form),
+/// and never a client's own claims about them.
 #[test]
 fn the_service_sees_the_request() {
     let d = TempDir::new("fwd-auth-seen");
@@ -128,7 +130,56 @@ fn the_service_sees_the_request() {
     let s = Srv::start(&["--config", cfg.to_str().unwrap()]);
     let r = common::request(
         s.addr,
-        "DELETE /a/b?c=d HTTP/1.1\r\nHost: shop.example\r\nCookie: session=good\r\nX-Forwarded-Method: GET\r\nConnection: close\r\n\r\n",
+        "DELETE /a/b?c=d HTTP/1.1\r\nHost: shop.example\r\nCookie: session=good\r\nX-Forwarded-Method: GET\r\n\
+         X-Original-URL: https://public.example/\r\nX-Forwarded-Uri: /public\r\nConnection: close\r\n\r\n",
     );
-    assert_eq!(r.text(), "seen=/verify?app=1 DELETE /a/b?c=d shop.example");
+    assert_eq!(r.text(), "seen=/verify?app=1 DELETE /a/b?c=d shop.example DELETE http://shop.example/a/b?c=d");
+    for target in ["http://shop.example/x/../a//b?c=d", "/a/%62?c=d", "//a/./b?c=d"] {
+        let r = common::request(
+            s.addr,
+            &format!(
+                "GET {target} HTTP/1.1\r\nHost: shop.example\r\nCookie: session=good\r\nConnection: close\r\n\r\n"
+            ),
+        );
+        assert_eq!(
+            r.text(),
+            "seen=/verify?app=1 GET /a/b?c=d shop.example GET http://shop.example/a/b?c=d",
+            "{target}"
+        );
+    }
+}
+
+/// A cached answer is reused only for what the service decided on: the same method, host,
+/// target, client and credentials.
+#[test]
+fn cached_answers_are_keyed_on_the_request() {
+    let d = TempDir::new("fwd-auth-key");
+    let svc = Service::start();
+    let cfg = d.write(
+        "front.toml",
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\nport = 0\n[[vhost]]\n\
+             [[vhost.route]]\npath = \"/\"\nrespond = {{ body = \"user={{header.remote-user}}{{header.remote_user}}\" }}\n\
+             forward_auth = {{ url = \"http://127.0.0.1:{}/verify\", copy_headers = [\"Remote-User\"], cache = \"60s\" }}\n",
+            svc.port
+        ),
+    );
+    let s = Srv::start(&["--config", cfg.to_str().unwrap()]);
+    let good = [("Cookie", "session=good")];
+    assert_eq!(s.get_h("/public", &good).text(), "user=alice");
+    let n = svc.count();
+    assert_eq!(s.get_h("/public", &good).text(), "user=alice");
+    assert_eq!(svc.count(), n, "the same request: from the cache");
+    for (path, host) in [("/admin", "t"), ("/public?x", "t"), ("/public", "other.example")] {
+        let before = svc.count();
+        let r = common::request(
+            s.addr,
+            &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nCookie: session=good\r\nConnection: close\r\n\r\n"),
+        );
+        assert_eq!(r.text(), "user=alice");
+        assert_eq!(svc.count(), before + 1, "{path} on {host} asks the service");
+    }
+    // A client's `Remote_User` is no more the copied field than `Remote-User` is.
+    let r = s.get_h("/u", &[("Cookie", "session=good"), ("Remote_User", "mallory"), ("REMOTE-USER", "eve")]);
+    assert_eq!(r.text(), "user=alice");
 }

@@ -147,6 +147,9 @@ fn every_condition_holds_for_what_it_names_only() {
     assert_eq!(get("/t/any", &[]), "no");
     assert_eq!(says(&s, "DELETE", "/t/inline", &[]), "yes");
     assert_eq!(get("/t/inline", &[]), "no");
+    // Methods in any case: applications that upper-case them read `delete` as DELETE.
+    assert_eq!(says(&s, "delete", "/t/inline", &[]), "yes");
+    assert_eq!(says(&s, "Put", "/t/method", &[("content-length", "0")]), "yes");
 }
 
 /// Routes of one prefix: those with `match` first, in the file's order; a longer prefix
@@ -244,6 +247,44 @@ fn redirects_and_rewrites_with_matchers() {
     assert_eq!(says(&s, "GET", "/homer", &[("Cookie", "ab=b")]), "a /homer", "from and match: both must hold");
     let r = send(&s, "GET", "/old/a/b", &[("X-From", "x y")]);
     assert_eq!((r.status, r.header("location")), (308, Some("/new/a/b?from=x%20y")), "placeholders percent-encoded");
+    // A client's value is one component of the URL: it adds no `/`, `?`, `#` or `@`.
+    let r = send(&s, "GET", "/old/a", &[("X-From", "evil.com/#@x?y")]);
+    assert_eq!(r.header("location"), Some("/new/a?from=evil.com%2F%23%40x%3Fy"));
+}
+
+/// A redirect rule's matchers read the path as routes do, without `;` parameters.
+#[test]
+fn redirect_matchers_ignore_parameters() {
+    let d = TempDir::new("lang-redir-params");
+    let s = start(
+        &d,
+        "[[vhost]]\n\
+         [[vhost.redirect]]\nmatch = { path_prefix = \"/admin\", not = { client_ip = \"10.0.0.0/8\" } }\n\
+         to = \"https://login.example.com/\"\n\
+         [[vhost.route]]\npath = \"/\"\nrespond = { body = \"in\" }\n",
+    );
+    for p in ["/admin/x", "/admin;x/x", "/admin;x", "/admin%3B/x", "//admin/x", "/%61dmin"] {
+        assert_eq!(send(&s, "GET", p, &[]).status, 302, "{p}");
+    }
+    assert_eq!(says(&s, "GET", "/administrator", &[]), "in");
+}
+
+/// `try_files` runs after the route's checks: a request they refuse learns nothing about
+/// which files exist.
+#[test]
+fn try_files_after_the_checks() {
+    let d = TempDir::new("lang-try-checks");
+    d.write("www/index.html", "spa");
+    let s = start(
+        &d,
+        &format!(
+            "[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"{}\"\nallow = [\"10.0.0.0/8\"]\n\
+             try_files = [\"{{path}}\", \"=404\"]\n",
+            d.path().join("www").display()
+        ),
+    );
+    assert_eq!(send(&s, "GET", "/index.html", &[]).status, 403);
+    assert_eq!(send(&s, "GET", "/nope.html", &[]).status, 403);
 }
 
 /// `try_files`: a file, a directory, else the last entry (another route, or a status);

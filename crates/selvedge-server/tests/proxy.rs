@@ -723,3 +723,26 @@ fn header_rewriting_both_ways() {
     let r = s.get("/re/e");
     assert!(r.header("x-conn").is_some_and(|v| v.starts_with("conn-")), "{:?}", r.headers);
 }
+
+/// A `path` made from a client's value cannot climb out of the upstream's base or change
+/// the query, and a `Host` made from one must be a host.
+#[test]
+fn templated_paths_and_hosts_stay_in_bounds() {
+    let d = TempDir::new("proxy-template-bounds");
+    let up = Py::start(&d, "0");
+    let u = up.url();
+    let routes = format!(
+        "{}{}",
+        route("/p", &format!("upstream = \"{u}/base\", path = \"/{{query.x}}/headers\"")),
+        route("/h", &format!("upstream = \"{u}\", path = \"/headers\", header_up = {{ \"Host\" = \"{{query.h}}\" }}")),
+    );
+    let s = proxy(&d, &routes);
+    let line = |r: &Resp| r.text().lines().next().unwrap_or_default().to_string();
+    assert_eq!(line(&s.get("/p?x=a")), "GET /base/a/headers?x=a HTTP/1.1");
+    assert_eq!(s.get("/p?x=..").status, 400, "a dot-segment that would climb out of the base is refused");
+    assert_eq!(line(&s.get("/p?x=a%3Fz%3D1%23f")), "GET /base/a%3Fz=1%23f/headers?x=a%3Fz%3D1%23f HTTP/1.1");
+    assert_eq!(s.get("/p?x=..%2F..%2Fsecret").status, 400, "an encoded slash from a value is refused");
+    assert!(s.get("/h?h=app.internal:8080").text().contains("host: app.internal:8080\r\n"));
+    assert_eq!(s.get("/h?h=evil.com%2Fx").status, 400);
+    assert_eq!(s.get("/h?h=a,b").status, 400);
+}

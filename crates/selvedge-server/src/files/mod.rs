@@ -231,7 +231,8 @@ impl StaticFiles {
     /// roots): `try_files` asks before it picks a path.
     pub fn exists(&self, req: &Request, dir: bool) -> bool {
         let mut buf = Vec::new();
-        if self.resolve(req, &mut buf).is_err() {
+        let root = self.root.as_os_str().as_bytes();
+        if resolve_into(root, req, self.skip, self.opts.dotfiles, &mut buf).is_err() {
             return false;
         }
         let Ok(real) = Path::new(OsStr::from_bytes(&buf)).canonicalize() else { return false };

@@ -10,7 +10,8 @@
 //! `trusted_proxies` ([`crate::client`]).
 //!
 //! Conditions:
-//! - `method`: names, upper case;
+//! - `method`: names, written in upper case, compared in any case (`delete` is `DELETE`,
+//!   as the applications that upper-case what they are sent read it);
 //! - `path`: exact paths, or globs where `*` stands for any run of bytes (`/api/*`,
 //!   `*.php`); `path_prefix`: prefixes matched on whole segments, as routes are;
 //!   `path_regex`: an expression, whose captures placeholders read (`{re.NAME.1}`);
@@ -82,35 +83,57 @@ pub enum RawMatch {
     Inline(Box<RawMatcher>),
 }
 
-/// A glob: `*` stands for any run of bytes.
+/// A glob: `*` stands for any run of bytes. The common shapes are told apart once.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Glob(Box<[u8]>);
+enum Glob {
+    /// `*`.
+    Any,
+    /// No `*`.
+    Exact(Box<[u8]>),
+    /// `text*`.
+    Prefix(Box<[u8]>),
+    /// `*text`.
+    Suffix(Box<[u8]>),
+    /// Anything else: the parts between `*`.
+    Parts(Box<[Box<[u8]>]>),
+}
 
 impl Glob {
     fn new(s: &str) -> Glob {
-        Glob(s.as_bytes().into())
-    }
-
-    fn any(&self) -> bool {
-        &*self.0 == b"*"
+        let b = s.as_bytes();
+        let stars = b.iter().filter(|&&c| c == b'*').count();
+        match (stars, b.first(), b.last()) {
+            (0, ..) => Glob::Exact(b.into()),
+            (1, _, _) if b.len() == 1 => Glob::Any,
+            (1, _, Some(b'*')) => Glob::Prefix(b[..b.len() - 1].into()),
+            (1, Some(b'*'), _) => Glob::Suffix(b[1..].into()),
+            _ => Glob::Parts(b.split(|&c| c == b'*').map(Into::into).collect()),
+        }
     }
 
     /// Whether `s` matches: the parts between `*` in order, the first at the start and
     /// the last at the end.
     fn matches(&self, s: &[u8]) -> bool {
-        let mut parts = self.0.split(|&b| b == b'*');
-        let first = parts.next().unwrap_or_default();
-        let Some(mut rest) = s.strip_prefix(first) else { return false };
-        let mut parts: Vec<&[u8]> = parts.collect();
-        let Some(last) = parts.pop() else { return rest.is_empty() };
-        for p in parts {
-            match rest.windows(p.len().max(1)).position(|w| w == p) {
-                Some(i) if !p.is_empty() => rest = &rest[i + p.len()..],
-                _ if p.is_empty() => {}
-                _ => return false,
+        let parts = match self {
+            Glob::Any => return true,
+            Glob::Exact(e) => return s == &e[..],
+            Glob::Prefix(p) => return s.starts_with(p),
+            Glob::Suffix(x) => return s.ends_with(x),
+            Glob::Parts(p) => p,
+        };
+        let (first, rest_parts) = parts.split_first().expect("two parts at least");
+        let Some(mut rest) = s.strip_prefix(&first[..]) else { return false };
+        let (last, middle) = rest_parts.split_last().expect("two parts at least");
+        for p in middle {
+            if p.is_empty() {
+                continue;
+            }
+            match rest.windows(p.len()).position(|w| w == &p[..]) {
+                Some(i) => rest = &rest[i + p.len()..],
+                None => return false,
             }
         }
-        rest.len() >= last.len() && rest.ends_with(last)
+        rest.ends_with(last)
     }
 }
 
@@ -125,197 +148,229 @@ enum Proto {
     H3,
 }
 
+/// A network, as masks compare it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Net {
+    V4(u32, u32),
+    V6(u128, u128),
+}
+
+impl Net {
+    fn of(n: IpNet) -> Net {
+        match n {
+            IpNet::V4(v) => Net::V4(u32::from(v.network()), u32::from(v.netmask())),
+            IpNet::V6(v) => Net::V6(u128::from(v.network()), u128::from(v.netmask())),
+        }
+    }
+
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (self, ip) {
+            (Net::V4(a, m), IpAddr::V4(x)) => u32::from(x) & m == *a,
+            (Net::V6(a, m), IpAddr::V6(x)) => u128::from(x) & m == *a,
+            _ => false,
+        }
+    }
+}
+
+/// One condition, as checked: only those a matcher has, cheapest first.
+#[derive(Debug, Clone)]
+enum Test {
+    Methods(Box<[Method]>),
+    Protocols(Box<[Proto]>),
+    Paths(Box<[Glob]>),
+    Prefixes(Box<[String]>),
+    RemoteIp(Box<[Net]>),
+    ClientIp(Box<[Net]>),
+    Hosts(Box<[String]>),
+    Header(Box<[u8]>, Box<[Glob]>),
+    Query(String, Box<[Glob]>),
+    Cookie(String, Box<[Glob]>),
+    HeaderRegex(Box<[u8]>, Regex),
+    PathRegex(Regex),
+    HostRegex(Regex),
+    Not(Box<Cond>),
+}
+
 /// A matcher's conditions, checked.
 #[derive(Debug, Clone, Default)]
 struct Cond {
-    methods: Vec<Method>,
-    paths: Vec<Glob>,
-    prefixes: Vec<String>,
+    tests: Box<[Test]>,
+    /// The expressions whose captures placeholders read.
     path_regex: Option<Regex>,
-    hosts: Vec<String>,
     host_regex: Option<Regex>,
-    headers: Vec<(HeaderName, Vec<Glob>)>,
-    header_regex: Vec<(HeaderName, Regex)>,
-    query: Vec<(String, Vec<Glob>)>,
-    cookie: Vec<(String, Vec<Glob>)>,
-    remote_ip: Vec<IpNet>,
-    client_ip: Vec<IpNet>,
-    protocols: Vec<Proto>,
-    not: Option<Box<Cond>>,
 }
 
 fn regex(s: &str, what: &str) -> Result<Regex, String> {
     regex::bytes::RegexBuilder::new(s).size_limit(1 << 20).build().map_err(|e| format!("{what}: {e}"))
 }
 
-fn nets(v: &OneOrMany, what: &str) -> Result<Vec<IpNet>, String> {
-    v.list().into_iter().map(|s| crate::client::parse_net(s).map_err(|e| format!("{what}: {e}"))).collect()
+fn nets(v: &OneOrMany, what: &str) -> Result<Box<[Net]>, String> {
+    v.list().into_iter().map(|s| crate::client::parse_net(s).map(Net::of).map_err(|e| format!("{what}: {e}"))).collect()
 }
 
-fn globs(m: &BTreeMap<String, OneOrMany>) -> Vec<(String, Vec<Glob>)> {
-    m.iter().map(|(k, v)| (k.clone(), v.list().into_iter().map(Glob::new).collect())).collect()
+fn globs(v: &OneOrMany) -> Box<[Glob]> {
+    v.list().into_iter().map(Glob::new).collect()
 }
 
-fn field(name: &str, what: &str) -> Result<HeaderName, String> {
-    HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("{what}: {name:?} is not a field name"))
+fn field(name: &str, what: &str) -> Result<Box<[u8]>, String> {
+    let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("{what}: {name:?} is not a field name"))?;
+    Ok(n.as_str().as_bytes().into())
 }
 
 impl Cond {
     fn from_raw(r: &RawMatcher) -> Result<Cond, String> {
-        let mut c = Cond::default();
-        for m in r.method.iter().flat_map(OneOrMany::list) {
-            if !m.bytes().all(|b| b.is_ascii_uppercase() || b == b'-') || m.is_empty() {
-                return Err(format!("method {m:?}: a method name in upper case (\"GET\")"));
+        let mut t = Vec::new();
+        if let Some(m) = &r.method {
+            let mut methods = Vec::new();
+            for m in m.list() {
+                if !m.bytes().all(|b| b.is_ascii_uppercase() || b == b'-') || m.is_empty() {
+                    return Err(format!("method {m:?}: a method name in upper case (\"GET\")"));
+                }
+                methods.push(Method::from_bytes(m.as_bytes()).map_err(|_| format!("method {m:?}"))?);
             }
-            c.methods.push(Method::from_bytes(m.as_bytes()).map_err(|_| format!("method {m:?}"))?);
+            t.push(Test::Methods(methods.into()));
         }
-        for p in r.path.iter().flat_map(OneOrMany::list) {
-            if !p.starts_with('/') && !p.starts_with('*') {
-                return Err(format!("path {p:?}: starts with '/' (or '*' for a suffix)"));
+        if let Some(p) = &r.protocol {
+            let mut protos = Vec::new();
+            for p in p.list() {
+                protos.push(match p.to_ascii_lowercase().as_str() {
+                    "http" => Proto::Http,
+                    "https" | "tls" => Proto::Https,
+                    "http/1.0" => Proto::Http10,
+                    "http/1.1" => Proto::Http11,
+                    "h2" | "http/2" => Proto::H2,
+                    "h3" | "http/3" => Proto::H3,
+                    _ => return Err(format!("protocol {p:?}: http, https, http/1.0, http/1.1, h2 or h3")),
+                });
             }
-            c.paths.push(Glob::new(p));
+            t.push(Test::Protocols(protos.into()));
         }
-        for p in r.path_prefix.iter().flat_map(OneOrMany::list) {
-            let mut out = Vec::new();
-            selvedge::path::normalize(p.as_bytes(), &mut out).map_err(|e| format!("path_prefix {p:?}: {e}"))?;
-            if out.len() > 1 && out.ends_with(b"/") {
-                out.pop();
+        if let Some(p) = &r.path {
+            for p in p.list() {
+                if !p.starts_with('/') && !p.starts_with('*') {
+                    return Err(format!("path {p:?}: starts with '/' (or '*' for a suffix)"));
+                }
             }
-            c.prefixes.push(String::from_utf8(out).expect("a normal path is ASCII"));
+            t.push(Test::Paths(globs(p)));
         }
-        c.path_regex = r.path_regex.as_deref().map(|s| regex(s, "path_regex")).transpose()?;
-        for h in r.host.iter().flat_map(OneOrMany::list) {
-            let h = h.to_ascii_lowercase();
-            if h.is_empty() || h.contains([':', '/']) {
-                return Err(format!("host {h:?}: a name without port (\"example.com\", \"*.example.com\")"));
+        if let Some(p) = &r.path_prefix {
+            let mut prefixes = Vec::new();
+            for p in p.list() {
+                let mut out = Vec::new();
+                selvedge::path::normalize(p.as_bytes(), &mut out).map_err(|e| format!("path_prefix {p:?}: {e}"))?;
+                if out.len() > 1 && out.ends_with(b"/") {
+                    out.pop();
+                }
+                prefixes.push(String::from_utf8(out).expect("a normal path is ASCII"));
             }
-            c.hosts.push(h.trim_end_matches('.').to_owned());
+            t.push(Test::Prefixes(prefixes.into()));
         }
-        c.host_regex = r.host_regex.as_deref().map(|s| regex(s, "host_regex")).transpose()?;
-        for (n, v) in r.header.iter().flat_map(globs) {
-            c.headers.push((field(&n, "header")?, v));
+        if let Some(v) = &r.remote_ip {
+            t.push(Test::RemoteIp(nets(v, "remote_ip")?));
+        }
+        if let Some(v) = &r.client_ip {
+            t.push(Test::ClientIp(nets(v, "client_ip")?));
+        }
+        if let Some(h) = &r.host {
+            let mut hosts = Vec::new();
+            for h in h.list() {
+                let h = h.to_ascii_lowercase();
+                if h.is_empty() || h.contains([':', '/']) {
+                    return Err(format!("host {h:?}: a name without port (\"example.com\", \"*.example.com\")"));
+                }
+                hosts.push(h.trim_end_matches('.').to_owned());
+            }
+            t.push(Test::Hosts(hosts.into()));
+        }
+        for (n, v) in r.header.iter().flatten() {
+            t.push(Test::Header(field(n, "header")?, globs(v)));
+        }
+        for (k, v) in r.query.iter().flatten() {
+            t.push(Test::Query(k.clone(), globs(v)));
+        }
+        for (k, v) in r.cookie.iter().flatten() {
+            t.push(Test::Cookie(k.clone(), globs(v)));
         }
         for (n, v) in r.header_regex.iter().flatten() {
-            c.header_regex.push((field(n, "header_regex")?, regex(v, &format!("header_regex {n}"))?));
+            t.push(Test::HeaderRegex(field(n, "header_regex")?, regex(v, &format!("header_regex {n}"))?));
         }
-        c.query = r.query.iter().flat_map(globs).collect();
-        c.cookie = r.cookie.iter().flat_map(globs).collect();
-        c.remote_ip = r.remote_ip.as_ref().map(|v| nets(v, "remote_ip")).transpose()?.unwrap_or_default();
-        c.client_ip = r.client_ip.as_ref().map(|v| nets(v, "client_ip")).transpose()?.unwrap_or_default();
-        for p in r.protocol.iter().flat_map(OneOrMany::list) {
-            c.protocols.push(match p.to_ascii_lowercase().as_str() {
-                "http" => Proto::Http,
-                "https" | "tls" => Proto::Https,
-                "http/1.0" => Proto::Http10,
-                "http/1.1" => Proto::Http11,
-                "h2" | "http/2" => Proto::H2,
-                "h3" | "http/3" => Proto::H3,
-                _ => return Err(format!("protocol {p:?}: http, https, http/1.0, http/1.1, h2 or h3")),
-            });
+        let path_regex = r.path_regex.as_deref().map(|s| regex(s, "path_regex")).transpose()?;
+        if let Some(re) = &path_regex {
+            t.push(Test::PathRegex(re.clone()));
         }
-        c.not = r.not.as_deref().map(Cond::from_raw).transpose()?.map(Box::new);
-        if c.is_empty() {
+        let host_regex = r.host_regex.as_deref().map(|s| regex(s, "host_regex")).transpose()?;
+        if let Some(re) = &host_regex {
+            t.push(Test::HostRegex(re.clone()));
+        }
+        if let Some(n) = &r.not {
+            t.push(Test::Not(Box::new(Cond::from_raw(n)?)));
+        }
+        if t.is_empty() {
             return Err("a matcher needs at least one condition".into());
         }
-        Ok(c)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.methods.is_empty()
-            && self.paths.is_empty()
-            && self.prefixes.is_empty()
-            && self.path_regex.is_none()
-            && self.hosts.is_empty()
-            && self.host_regex.is_none()
-            && self.headers.is_empty()
-            && self.header_regex.is_empty()
-            && self.query.is_empty()
-            && self.cookie.is_empty()
-            && self.remote_ip.is_empty()
-            && self.client_ip.is_empty()
-            && self.protocols.is_empty()
-            && self.not.is_none()
+        Ok(Cond { tests: t.into(), path_regex, host_regex })
     }
 
     /// Whether every condition holds for `req` (`path`: its path as routes read it).
+    #[inline]
     fn matches(&self, req: &Request, path: &[u8]) -> bool {
-        if !self.methods.is_empty() && !self.methods.iter().any(|m| m == req.method()) {
-            return false;
-        }
-        if !self.paths.is_empty() && !self.paths.iter().any(|g| g.matches(path)) {
-            return false;
-        }
-        if !self.prefixes.is_empty() && !self.prefixes.iter().any(|p| crate::routes::prefix_matches(p, path)) {
-            return false;
-        }
-        if self.path_regex.as_ref().is_some_and(|r| !r.is_match(path)) {
-            return false;
-        }
-        if !self.hosts.is_empty() || self.host_regex.is_some() {
-            let mut buf = [0u8; 256];
-            let host = template::host_of(req, &mut buf);
-            if !self.hosts.is_empty() && !self.hosts.iter().any(|h| host_matches(h, host)) {
-                return false;
-            }
-            if self.host_regex.as_ref().is_some_and(|r| !r.is_match(host)) {
-                return false;
-            }
-        }
-        for (name, want) in &self.headers {
-            let mut values = req.header_bytes().filter(|(n, _)| n.eq_ignore_ascii_case(name.as_str().as_bytes()));
-            if !values.any(|(_, v)| want.iter().any(|g| g.matches(v))) {
-                return false;
-            }
-        }
-        for (name, re) in &self.header_regex {
-            let mut values = req.header_bytes().filter(|(n, _)| n.eq_ignore_ascii_case(name.as_str().as_bytes()));
-            if !values.any(|(_, v)| re.is_match(v)) {
-                return false;
-            }
-        }
-        for (key, want) in &self.query {
-            let v = req.query_bytes().and_then(|q| template::query_arg(q, key));
-            if !v.is_some_and(|v| want.iter().any(|g| g.any() || g.matches(&v))) {
-                return false;
-            }
-        }
-        for (key, want) in &self.cookie {
-            if !template::cookie(req, key).is_some_and(|v| want.iter().any(|g| g.matches(v))) {
-                return false;
-            }
-        }
-        if !self.remote_ip.is_empty() {
-            let ip = match req.peer() {
-                PeerAddr::Tcp(a) => Some(a.ip().to_canonical()),
-                PeerAddr::Unix => None,
-            };
-            if !in_nets(&self.remote_ip, ip) {
-                return false;
-            }
-        }
-        if !self.client_ip.is_empty() && !in_nets(&self.client_ip, crate::client::client_ip(req)) {
-            return false;
-        }
-        if !self.protocols.is_empty() && !self.protocols.iter().any(|p| protocol_is(*p, req)) {
-            return false;
-        }
-        !self.not.as_ref().is_some_and(|n| n.matches(req, path))
+        self.tests.iter().all(|t| t.holds(req, path))
     }
 }
 
-fn in_nets(nets: &[IpNet], ip: Option<IpAddr>) -> bool {
-    ip.is_some_and(|ip| nets.iter().any(|n| n.contains(&ip)))
+/// The values of the fields named `name` (lower case).
+fn fields<'r>(req: &'r Request, name: &'r [u8]) -> impl Iterator<Item = &'r [u8]> + 'r {
+    req.header_bytes().filter(move |(n, _)| n.len() == name.len() && n.eq_ignore_ascii_case(name)).map(|(_, v)| v)
 }
 
+impl Test {
+    fn holds(&self, req: &Request, path: &[u8]) -> bool {
+        match self {
+            // Case-insensitive: many applications upper-case the method they are sent.
+            Test::Methods(m) => {
+                let got = req.method();
+                m.iter().any(|m| m == got || m.as_str().eq_ignore_ascii_case(got.as_str()))
+            }
+            Test::Protocols(p) => p.iter().any(|p| protocol_is(*p, req)),
+            Test::Paths(g) => g.iter().any(|g| g.matches(path)),
+            Test::Prefixes(p) => p.iter().any(|p| crate::routes::prefix_matches(p, path)),
+            Test::RemoteIp(nets) => match req.peer() {
+                PeerAddr::Tcp(a) => {
+                    let ip = a.ip().to_canonical();
+                    nets.iter().any(|n| n.contains(ip))
+                }
+                PeerAddr::Unix => false,
+            },
+            Test::ClientIp(nets) => crate::client::client_ip(req).is_some_and(|ip| nets.iter().any(|n| n.contains(ip))),
+            Test::Hosts(h) => {
+                let host = template::raw_host(req);
+                h.iter().any(|p| host_matches(p, host))
+            }
+            Test::Header(name, want) => fields(req, name).any(|v| want.iter().any(|g| g.matches(v))),
+            Test::Query(key, want) => {
+                let v = req.query_bytes().and_then(|q| template::query_arg(q, key));
+                v.is_some_and(|v| want.iter().any(|g| g.matches(&v)))
+            }
+            Test::Cookie(key, want) => template::cookie(req, key).is_some_and(|v| want.iter().any(|g| g.matches(v))),
+            Test::HeaderRegex(name, re) => fields(req, name).any(|v| re.is_match(v)),
+            Test::PathRegex(re) => re.is_match(path),
+            Test::HostRegex(re) => re.is_match(&template::host_of(req)),
+            Test::Not(c) => !c.matches(req, path),
+        }
+    }
+}
+
+/// Whether `host` (as sent: any case) is `pattern` (lower case; `*.` one label).
 fn host_matches(pattern: &str, host: &[u8]) -> bool {
     match pattern.strip_prefix("*.") {
         Some(rest) => {
+            let cut = host.len().wrapping_sub(rest.len() + 1);
             host.len() > rest.len() + 1
-                && host.ends_with(rest.as_bytes())
-                && host[host.len() - rest.len() - 1] == b'.'
-                && !host[..host.len() - rest.len() - 1].contains(&b'.')
+                && host[cut + 1..].eq_ignore_ascii_case(rest.as_bytes())
+                && host[cut] == b'.'
+                && !host[..cut].contains(&b'.')
         }
-        None => host == pattern.as_bytes(),
+        None => host.eq_ignore_ascii_case(pattern.as_bytes()),
     }
 }
 
@@ -443,5 +498,7 @@ mod tests {
         assert!(!host_matches("*.example.com", b"example.com"));
         assert!(!host_matches("*.example.com", b"aexample.com"));
         assert!(host_matches("example.com", b"example.com"));
+        assert!(host_matches("*.example.com", b"A.Example.COM"));
+        assert!(host_matches("example.com", b"EXAMPLE.com"));
     }
 }

@@ -12,8 +12,11 @@
 //! copied from the request's bytes once, without an allocation of its own.
 //!
 //! The bytes a placeholder brings are made safe for where they go ([`Context`]): in a URL
-//! every byte that is not visible ASCII is percent-encoded; in a header value control bytes
-//! are; a body takes them as they are.
+//! every byte that is not visible ASCII is percent-encoded, and a value a client wrote
+//! freely (`{query.NAME}`, `{header.NAME}`, `{cookie.NAME}`) is encoded as one component
+//! (every byte but letters, digits and `-._~`), so it cannot add a `/`, `?`, `#` or `@`; in
+//! a header value control bytes are encoded; an HTML body escapes `<>&"'`; a plain body
+//! takes the bytes as they are.
 
 use std::net::IpAddr;
 
@@ -21,8 +24,8 @@ use regex::bytes::Regex;
 use selvedge::http::HeaderName;
 use selvedge::{PeerAddr, Request};
 
-/// The longest text a template may expand to: longer is cut here (a header value, a
-/// redirect target or a `respond` body made of placeholders holds at most this).
+/// The longest text one expansion makes: longer is cut here (a header value, a redirect
+/// target or a `respond` body made of placeholders holds at most this).
 pub const MAX_EXPANDED: usize = 64 * 1024;
 
 /// Where an expanded text goes, which decides what a placeholder's bytes may be.
@@ -34,6 +37,11 @@ pub enum Context {
     Header,
     /// A response body: bytes as they are.
     Body,
+    /// An HTML (or XML) response body: `<`, `>`, `&`, `"` and `'` become entities.
+    Html,
+    /// A `Host` value: bytes other than an authority's (letters, digits, `-._~:[]`) are
+    /// percent-encoded (and such a host is then refused).
+    Host,
 }
 
 /// What a regular-expression capture placeholder reads.
@@ -244,7 +252,8 @@ impl Template {
 
     /// Appends the text for `req` to `out`, with placeholders' bytes made safe for `cx`;
     /// `literal` rewrites each literal piece as it is copied (a redirect's `$1`), and
-    /// `request_id` is the request's id, if it has one. Stops at [`MAX_EXPANDED`] bytes.
+    /// `request_id` is the request's id, if it has one. Appends at most [`MAX_EXPANDED`]
+    /// bytes.
     pub fn expand(
         &self,
         req: &Request,
@@ -253,8 +262,9 @@ impl Template {
         out: &mut Vec<u8>,
         literal: &mut dyn FnMut(&str, &mut Vec<u8>),
     ) {
+        let base = out.len();
         for p in self.pieces.iter() {
-            if out.len() >= MAX_EXPANDED {
+            if out.len() - base >= MAX_EXPANDED {
                 break;
             }
             match p {
@@ -262,11 +272,12 @@ impl Template {
                 Piece::Var(v) => {
                     let start = out.len();
                     value(v, req, request_id, out);
-                    safe(out, start, cx);
+                    let component = matches!(v, Var::Header(_) | Var::QueryArg(_) | Var::Cookie(_));
+                    safe(out, start, cx, component);
                 }
             }
         }
-        out.truncate(MAX_EXPANDED);
+        out.truncate(base + MAX_EXPANDED);
     }
 
     /// The text for `req` (literal pieces as written).
@@ -277,41 +288,63 @@ impl Template {
     }
 }
 
-/// Percent-encodes, in `out[start..]`, what `cx` does not take.
-fn safe(out: &mut Vec<u8>, start: usize, cx: Context) {
+/// Encodes, in `out[start..]`, what `cx` does not take (`component`: a value a client
+/// wrote freely, which in a URL is one component).
+fn safe(out: &mut Vec<u8>, start: usize, cx: Context, component: bool) {
     let bad = |b: u8| match cx {
+        Context::Url if component => !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')),
         Context::Url => !b.is_ascii_graphic(),
         Context::Header => (b < 0x20 && b != b'\t') || b == 0x7f,
         Context::Body => false,
+        Context::Html => matches!(b, b'<' | b'>' | b'&' | b'"' | b'\''),
+        Context::Host => !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b':' | b'[' | b']')),
     };
     if !out[start..].iter().any(|&b| bad(b)) {
         return;
     }
     let tail = out.split_off(start);
     for b in tail {
-        if bad(b) {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        } else {
+        if !bad(b) {
             out.push(b);
+        } else if cx == Context::Html {
+            out.extend_from_slice(format!("&#{b};").as_bytes());
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
         }
     }
 }
 
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
-/// The host of `req`, lower case, without port or a trailing dot, in `buf`.
-pub fn host_of<'b>(req: &Request, buf: &'b mut [u8; 256]) -> &'b [u8] {
+/// The host of `req` as sent, without port or a trailing dot (any case).
+pub fn raw_host(req: &Request) -> &[u8] {
     let Some(auth) = req.authority_bytes() else { return &[] };
     let host = match auth.iter().rposition(|&b| b == b':') {
         Some(i) if !auth.ends_with(b"]") => &auth[..i],
         _ => auth,
     };
-    let host = host.strip_suffix(b".").unwrap_or(host);
-    let n = host.len().min(buf.len());
-    for (o, b) in buf.iter_mut().zip(&host[..n]) {
-        *o = b.to_ascii_lowercase();
+    host.strip_suffix(b".").unwrap_or(host)
+}
+
+/// The host of `req`, lower case, without port or a trailing dot (copied only when it
+/// has upper case).
+pub fn host_of(req: &Request) -> std::borrow::Cow<'_, [u8]> {
+    let host = raw_host(req);
+    if host.iter().any(u8::is_ascii_uppercase) {
+        std::borrow::Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(host)
     }
-    &buf[..n]
+}
+
+/// The path as matchers and routes read it: `;` parameters left out.
+pub fn plain_path(req: &Request) -> std::borrow::Cow<'_, [u8]> {
+    let path = req.path_bytes();
+    if path.contains(&b';') {
+        std::borrow::Cow::Owned(crate::routes::without_parameters(path))
+    } else {
+        std::borrow::Cow::Borrowed(path)
+    }
 }
 
 /// The first value of `name` in a `&`-separated query, `+` and `%XX` decoded.
@@ -360,7 +393,7 @@ fn put_ip(out: &mut Vec<u8>, ip: Option<IpAddr>) {
 
 fn value(v: &Var, req: &Request, request_id: Option<&str>, out: &mut Vec<u8>) {
     match v {
-        Var::Host => out.extend_from_slice(host_of(req, &mut [0; 256])),
+        Var::Host => out.extend_from_slice(&host_of(req)),
         Var::HostPort => out.extend_from_slice(req.authority_bytes().unwrap_or_default()),
         Var::Path => out.extend_from_slice(req.path_bytes()),
         Var::Query => out.extend_from_slice(req.query_bytes().unwrap_or_default()),
@@ -421,12 +454,11 @@ fn value(v: &Var, req: &Request, request_id: Option<&str>, out: &mut Vec<u8>) {
             Some(_) => b"tls",
         }),
         Var::Re { regex, subject, group } => {
-            let mut hb = [0u8; 256];
-            let hay: &[u8] = match subject {
-                Subject::Path => req.path_bytes(),
-                Subject::Host => host_of(req, &mut hb),
+            let hay = match subject {
+                Subject::Path => plain_path(req),
+                Subject::Host => host_of(req),
             };
-            if let Some(c) = regex.captures(hay) {
+            if let Some(c) = regex.captures(&hay) {
                 let m = match group {
                     Group::Index(n) => c.get(*n),
                     Group::Name(n) => c.name(n),
@@ -475,13 +507,13 @@ mod tests {
         )
         .unwrap();
         let r = req(
-            "/v2/a/b?b=1+2%21&z",
+            "/v2/a/b;p=1?b=1+2%21&z",
             &[("host", "Ex.com:80"), ("x-a", "1"), ("X-A", "2"), ("cookie", "a=1; c=\"cv\"")],
         );
         let s = t.render(&r, Context::Body, None);
-        assert_eq!(String::from_utf8(s).unwrap(), "GET /v2/a/b?b=1+2%21&z 1, 2 1 2! cv 2/a/b prod {x} {\"ok\":1}");
+        assert_eq!(String::from_utf8(s).unwrap(), "GET /v2/a/b;p=1?b=1+2%21&z 1, 2 1 2! cv 2/a/b prod {x} {\"ok\":1}");
         let h = Template::parse("{host}|{hostport}|{scheme}|{uri}", &NoCaptures).unwrap();
-        assert_eq!(h.render(&r, Context::Url, None), b"ex.com|Ex.com:80|http|/v2/a/b?b=1+2%21&z");
+        assert_eq!(h.render(&r, Context::Url, None), b"ex.com|Ex.com:80|http|/v2/a/b;p=1?b=1+2%21&z");
         assert_eq!(Template::parse("plain {", &NoCaptures).unwrap().literal(), Some("plain {"));
         for bad in ["{nope}", "{header.}", "{re.ver.3}", "{re.other.1}", "{re.ver.nom}", "{header.a b}x{foo.bar}"] {
             let e = Template::parse_with(bad, &re, &env).unwrap_err();
@@ -496,5 +528,19 @@ mod tests {
         assert_eq!(t.render(&r, Context::Header, None), b"a%0D%0Ab c\xff");
         assert_eq!(t.render(&r, Context::Url, None), b"a%0D%0Ab%20c%FF");
         assert_eq!(t.render(&r, Context::Body, None), b"a\r\nb c\xff");
+        // In a URL, a client's value is one component: no `/`, `?`, `#`, `@` of its own.
+        let r = req("/?q=..%2F..%2Fx%3Fy%23z%40w%25", &[]);
+        assert_eq!(t.render(&r, Context::Url, None), b"..%2F..%2Fx%3Fy%23z%40w%25");
+        let r = req("/?q=%3Cb%3E%26%22%27", &[]);
+        assert_eq!(t.render(&r, Context::Html, None), b"&#60;b&#62;&#38;&#34;&#39;");
+        // Each expansion is bounded on its own.
+        let big = "x".repeat(40_000);
+        let r = req(&format!("/?q={big}"), &[]);
+        let two = Template::parse("{query.q}{query.q}", &NoCaptures).unwrap();
+        let mut out = b"prefix".to_vec();
+        two.expand(&r, Context::Header, None, &mut out, &mut |s, o| o.extend_from_slice(s.as_bytes()));
+        assert_eq!(out.len(), 6 + MAX_EXPANDED);
+        two.expand(&r, Context::Header, None, &mut out, &mut |s, o| o.extend_from_slice(s.as_bytes()));
+        assert_eq!(out.len(), 6 + 2 * MAX_EXPANDED);
     }
 }

@@ -1,8 +1,11 @@
 //! `forward_auth`: each request is first asked about to an authentication service (nginx's
 //! `auth_request`, Caddy's `forward_auth`), as a `GET` to its URL carrying the client's
 //! fields (all of them but hop-by-hop ones, or those `headers` lists), `Host` as the client
-//! sent it, `X-Forwarded-Method`, `X-Forwarded-Uri`, `X-Forwarded-For`/`-Proto`/`-Host`,
-//! `Forwarded` and the request id. No body is sent.
+//! sent it, `X-Forwarded-Method`, `X-Forwarded-Uri` (the normalized path and query),
+//! `X-Original-Method`, `X-Original-URL` (scheme, authority, path and query),
+//! `X-Forwarded-For`/`-Proto`/`-Host`, `Forwarded` and the request id. A client's own
+//! `X-Original-*` and `X-Forwarded-*` fields never reach the service (the forwarding
+//! fields are this hop's, or a trusted proxy's: [`crate::client`]). No body is sent.
 //!
 //! - A 2xx answer lets the request through: the fields `copy_headers` names are copied from
 //!   the answer onto the request (a client's own fields of those names are always removed
@@ -14,8 +17,11 @@
 //! The service is reached through the reverse proxy's machinery ([`crate::upstream::proxy`]):
 //! a pool of keep-alive connections per worker, its timeouts, TLS for `https://`. Answers
 //! that let a request through may be cached (`cache`, off by default) for a time, keyed on
-//! the values of `cache_key` fields (`Cookie` and `Authorization` by default), at most
-//! `cache_max` entries; a denial is never cached.
+//! what the service decided on: the method, host, path and query, the client's address and
+//! the values of `cache_key` fields (`Cookie` and `Authorization` by default), hashed (128
+//! bits, keyed per process); at most `cache_max` entries, each holding at most
+//! [`MAX_CACHED`] bytes of copied fields (a larger answer is not cached); a denial is never
+//! cached.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -121,6 +127,10 @@ impl ForwardAuthConfig {
     }
 }
 
+/// The most bytes of copied fields a cached answer holds: a cache holds at most
+/// `cache_max` times this (40 MB at the default 10,000 entries).
+pub const MAX_CACHED: usize = 4096;
+
 /// A cached answer: the fields to copy, and until when.
 type Cached = (Instant, Vec<(HeaderName, Bytes)>);
 
@@ -129,7 +139,9 @@ type Cached = (Instant, Vec<(HeaderName, Bytes)>);
 pub struct ForwardAuth {
     cfg: ForwardAuthConfig,
     proxy: Proxy,
-    cache: Option<Mutex<HashMap<Vec<u8>, Cached>>>,
+    cache: Option<Mutex<HashMap<u128, Cached>>>,
+    /// The keys of the cache's hash (random per process).
+    hash: [std::collections::hash_map::RandomState; 2],
 }
 
 /// What the service said.
@@ -149,22 +161,35 @@ impl ForwardAuth {
     pub fn new(cfg: &ForwardAuthConfig, key: &str) -> std::io::Result<ForwardAuth> {
         let proxy = Proxy::new(&cfg.proxy, "/", &format!("{key} forward_auth"))?;
         let cache = (!cfg.cache.is_zero()).then(|| Mutex::new(HashMap::new()));
-        Ok(ForwardAuth { cfg: cfg.clone(), proxy, cache })
+        let hash = [Default::default(), Default::default()];
+        Ok(ForwardAuth { cfg: cfg.clone(), proxy, cache, hash })
     }
 
-    /// The cache key of `req`: the values of the `cache_key` fields, each ended by a NUL.
-    fn key(&self, req: &Request) -> Vec<u8> {
-        let mut k = Vec::new();
+    /// The cache key of `req`: what the service decides on (method, host, target, client
+    /// address, the `cache_key` fields), hashed.
+    fn key(&self, req: &Request) -> u128 {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let [a, b] = &self.hash;
+        let (mut ha, mut hb) = (a.build_hasher(), b.build_hasher());
+        let mut put = |bytes: &[u8]| {
+            bytes.hash(&mut ha);
+            bytes.hash(&mut hb);
+        };
+        put(req.method().as_str().as_bytes());
+        put(req.authority_bytes().unwrap_or_default());
+        put(req.path_bytes());
+        put(req.query_bytes().unwrap_or(b"\xff"));
+        let mut ip = [0u8; 64];
+        put(crate::client::client_ip(req).map_or(&b""[..], |a| crate::client::ip_text(&mut ip, a)));
         for name in &self.cfg.cache_key {
             for (n, v) in req.header_bytes() {
                 if n.eq_ignore_ascii_case(name.as_str().as_bytes()) {
-                    k.extend_from_slice(v);
-                    k.push(b'\n');
+                    put(v);
                 }
             }
-            k.push(0);
+            put(b"\0");
         }
-        k
+        u128::from(ha.finish()) << 64 | u128::from(hb.finish())
     }
 
     /// Asks the service about `req`; on a pass, `req` carries the copied fields.
@@ -188,7 +213,8 @@ impl ForwardAuth {
                 .filter(|(n, _)| self.cfg.copy.contains(n))
                 .map(|(n, v)| (n.clone(), Bytes::copy_from_slice(v.as_bytes())))
                 .collect();
-            if let (Some(c), Some(k)) = (&self.cache, key) {
+            let size: usize = fields.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
+            if let (Some(c), Some(k), true) = (&self.cache, key, size <= MAX_CACHED) {
                 let mut map = c.lock().unwrap_or_else(|p| p.into_inner());
                 if map.len() >= self.cfg.cache_max {
                     let now = Instant::now();
@@ -212,17 +238,30 @@ impl ForwardAuth {
         for (n, v) in req.header_bytes() {
             let Ok(name) = HeaderName::from_bytes(n) else { continue };
             let sent = match &self.cfg.headers {
-                None => name != "x-forwarded-method" && name != "x-forwarded-uri",
+                None => true,
                 Some(list) => list.contains(&name) || name == selvedge::http::header::HOST,
             };
-            if sent {
+            if sent && !claims_the_request(name.as_str()) {
                 b = b.header(name, v);
             }
         }
         if req.authority().is_some() && req.header("host").is_none() {
             b = b.header(selvedge::http::header::HOST, req.authority().unwrap_or_default());
         }
-        b = b.header("x-forwarded-method", req.method().as_str()).header("x-forwarded-uri", req.target());
+        // The request as this server reads it: the normalized path (what routes and
+        // matchers saw), not the client's spelling or an absolute-form target.
+        let mut uri = String::from_utf8_lossy(req.path_bytes()).into_owned();
+        if let Some(q) = req.query() {
+            uri.push('?');
+            uri.push_str(q);
+        }
+        let scheme = if req.is_secure() { "https" } else { "http" };
+        let url = format!("{scheme}://{}{uri}", req.authority().unwrap_or_default());
+        b = b
+            .header("x-forwarded-method", req.method().as_str())
+            .header("x-forwarded-uri", &uri)
+            .header("x-original-method", req.method().as_str())
+            .header("x-original-url", &url);
         let mut sub = match b.body(Bytes::new()) {
             Ok(r) => Request::from(r),
             Err(_) => Request::default(),
@@ -238,12 +277,26 @@ impl ForwardAuth {
         }
         let add: Vec<(&[u8], &[u8])> = fields.iter().map(|(n, v)| (n.as_str().as_bytes(), &v[..])).collect();
         let copy = &self.cfg.copy;
-        let removed = |n: &[u8]| copy.iter().any(|c| n.eq_ignore_ascii_case(c.as_str().as_bytes()));
+        // `Remote_User` too: an upstream that reads `_` as `-` (CGI's HTTP_REMOTE_USER) would
+        // take it for the copied field.
+        let same = |a: u8, b: u8| a.eq_ignore_ascii_case(&b) || (a == b'_' && b == b'-');
+        let removed = |n: &[u8]| {
+            copy.iter()
+                .any(|c| n.len() == c.as_str().len() && n.iter().zip(c.as_str().bytes()).all(|(&x, y)| same(x, y)))
+        };
         match req.rewrite_headers(removed, &add) {
             Ok(()) => Verdict::Pass,
             Err(_) => Verdict::Answer(failed("sent a field that cannot be copied")),
         }
     }
+}
+
+/// Whether a client's field named `name` (lower case) would tell the service about the
+/// request in place of this server: `X-Original-*` and `X-Forwarded-*`, but for the
+/// forwarding fields the proxy writes itself (and keeps only from a trusted proxy).
+fn claims_the_request(name: &str) -> bool {
+    (name.starts_with("x-original-") || name.starts_with("x-forwarded-"))
+        && !matches!(name, "x-forwarded-for" | "x-forwarded-proto" | "x-forwarded-host")
 }
 
 fn failed(why: &str) -> Response {

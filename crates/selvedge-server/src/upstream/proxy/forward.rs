@@ -184,15 +184,38 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     let id_text = request_id.as_ref().map(|id| id.as_str());
     let up = rw.up.as_deref();
     if let Some(t) = up.and_then(|u| u.path.as_ref()) {
-        dst.extend_from_slice(rw.base.as_bytes());
-        let at = dst.len();
-        t.expand(req, Context::Url, id_text, dst, &mut |s, o| o.extend_from_slice(s.as_bytes()));
-        if !dst[at..].starts_with(b"/") {
-            dst.insert(at, b'/');
+        // The path a template made is normalized as a request's is: its dot-segments cannot
+        // climb out of the base, and an encoded slash (which a lenient upstream would read
+        // as one) is refused.
+        let mut made = Vec::new();
+        t.expand(req, Context::Url, id_text, &mut made, &mut |s, o| o.extend_from_slice(s.as_bytes()));
+        if !made.starts_with(b"/") {
+            made.insert(0, b'/');
         }
-        if let (false, Some(q)) = (dst[at..].contains(&b'?'), req.query_bytes()) {
-            dst.push(b'?');
-            dst.extend_from_slice(q);
+        let (path, query) = match made.iter().position(|&b| b == b'?') {
+            Some(i) => (&made[..i], Some(&made[i + 1..])),
+            None => (&made[..], None),
+        };
+        let mut normal = Vec::new();
+        match selvedge::path::normalize(path, &mut normal) {
+            Ok(n) if !n.encoded_slash => {}
+            _ => {
+                dst.truncate(start);
+                return Err(ComposeError::Unrepresentable);
+            }
+        }
+        dst.extend_from_slice(rw.base.as_bytes());
+        dst.extend_from_slice(&normal);
+        match (query, req.query_bytes()) {
+            (Some(q), _) => {
+                dst.push(b'?');
+                dst.extend_from_slice(q);
+            }
+            (None, Some(q)) => {
+                dst.push(b'?');
+                dst.extend_from_slice(q);
+            }
+            (None, None) => {}
         }
     } else {
         let mut path = req.path_bytes();
@@ -224,9 +247,13 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     match (up.and_then(|u| u.ops.host()), &rw.host, client_host) {
         (Some(t), ..) => {
             let at = dst.len();
-            t.expand(req, Context::Url, id_text, dst, &mut |s, o| o.extend_from_slice(s.as_bytes()));
+            t.expand(req, Context::Host, id_text, dst, &mut |s, o| o.extend_from_slice(s.as_bytes()));
             if dst.len() == at {
                 dst.extend_from_slice(rw.upstream_host.as_bytes());
+            } else if !selvedge_proto::message::authority::valid(&dst[at..]) {
+                // `host[:port]` and nothing else, as a client's authority must be.
+                dst.truncate(start);
+                return Err(ComposeError::Unrepresentable);
             }
         }
         (None, HostMode::Preserve, Some(h)) => dst.extend_from_slice(h),
