@@ -3,7 +3,7 @@
 //! Each rule has a regular expression `from` (the `regex` crate: linear time whatever the
 //! input, so no pattern can be made to backtrack) matched against the normalized path
 //! (`crate::path::normalize`: one spelling, percent-encoded where a byte must be, without
-//! the query), or a `match` naming the virtual host's matchers ([`crate::lang::matcher`]),
+//! the query, and without segments' `;` parameters, as routes read it), or a `match` naming the virtual host's matchers ([`crate::lang::matcher`]),
 //! or both (both must hold); and a target `to` where `$1`, `${1}`, `${name}` stand for
 //! captures of `from` (`$$` for a dollar) and `{name}` for placeholders
 //! ([`crate::lang::template`], percent-encoded where a byte must be). The first rule that
@@ -149,15 +149,12 @@ impl Rule {
         Ok(Rule { from, starts, when, to, action })
     }
 
-    /// Whether the rule applies to `req` at `path` (its matchers read the path as routes
-    /// do: without `;` parameters).
+    /// Whether the rule applies to `req` at `path` (the path as routes read it: without
+    /// `;` parameters).
     fn matches(&self, m: &Matchers, req: &Request, path: &[u8]) -> bool {
         path.starts_with(&self.starts)
             && self.from.as_ref().is_none_or(|f| f.is_match(path))
-            && self.when.as_ref().is_none_or(|w| match path.contains(&b';') {
-                false => m.check(w, req, path),
-                true => m.check(w, req, &crate::routes::without_parameters(path)),
-            })
+            && self.when.as_ref().is_none_or(|w| m.check(w, req, path))
     }
 
     /// The target for `path` (`None`: no match), the query kept unless the target has one.
@@ -240,10 +237,12 @@ impl Redirects {
         loop {
             // A path no rule matches costs a prefix comparison or a match test per rule (no
             // captures, no query).
-            let Some(rule) = self.rules.iter().find(|r| r.matches(m, req, req.path_bytes())) else {
+            // The path as routes read it: `/;x/admin` is `/admin` to a rule as to a route.
+            let path = crate::lang::template::plain_path(req);
+            let Some(rule) = self.rules.iter().find(|r| r.matches(m, req, &path)) else {
                 return Outcome::Route;
             };
-            let Some(target) = rule.target(req, req.path_bytes(), req.query()) else { return Outcome::Route };
+            let Some(target) = rule.target(req, &path, req.query()) else { return Outcome::Route };
             if target.len() > MAX_TARGET {
                 tracing::warn!(
                     "a redirect rule made a target of {} bytes (over {MAX_TARGET}): answered 500",

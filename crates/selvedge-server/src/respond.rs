@@ -1,8 +1,9 @@
 //! `respond = { status, body, headers }`: a route answered by the server itself (health
 //! checks, maintenance pages, a fixed `robots.txt`), its body and header values templates
-//! ([`crate::lang::template`]). In a body whose `Content-Type` is HTML or XML, what
-//! placeholders bring is escaped (`<` is `&#60;`); in any other it goes as it is, so the
-//! default `text/plain` is the type for reflecting a request.
+//! ([`crate::lang::template`]). What placeholders bring goes into the body as it is when
+//! the body is plain text (no `Content-Type` set, or a literal `text/plain`, here or in the
+//! route's `headers`); with any other type it is HTML-escaped (`<` is `&#60;`), so no type
+//! turns a reflected value into markup. A body expands to at most [`MAX_BODY`] bytes.
 
 use std::collections::BTreeMap;
 
@@ -67,7 +68,9 @@ impl RespondConfig {
     /// # Errors
     /// A status outside 200..=599 (1xx are not final, and 101 is a protocol switch), a body
     /// over [`MAX_BODY`], a bad field or placeholder.
-    pub fn from_raw(raw: &RawRespond, re: &dyn Captures) -> Result<RespondConfig, String> {
+    /// `route_type`: the `Content-Type` the route's `headers` set, if they do (it is the
+    /// one that goes out).
+    pub fn from_raw(raw: &RawRespond, re: &dyn Captures, route_type: Option<&str>) -> Result<RespondConfig, String> {
         let (status, body, headers) = (raw.status, raw.body.as_deref(), raw.headers.as_ref());
         let status = status.unwrap_or(200);
         if !(200..=599).contains(&status) {
@@ -84,16 +87,17 @@ impl RespondConfig {
             return Err(format!("respond headers: {k:?}: fields are set here (\"Name\" = \"value\")"));
         }
         let headers = HeaderOps::from_raw(&ops, false, re).map_err(|e| format!("respond headers: {e}"))?;
-        let content_type = ops.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-type"));
-        let has_type = content_type.is_some();
-        let markup = content_type.is_some_and(|(_, v)| {
-            let v = match v {
-                RawHeaderOp::Value(v) => v.to_ascii_lowercase(),
-                RawHeaderOp::Replace { .. } => String::new(),
-            };
-            v.contains("html") || v.contains("xml")
+        // What placeholders bring is escaped unless the body goes out as plain text: the
+        // default type, or a `text/plain` written as such (a type from a placeholder could
+        // be anything).
+        let own_type = ops.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-type")).map(|(_, v)| match v {
+            RawHeaderOp::Value(v) if !v.contains('{') => v.to_ascii_lowercase(),
+            _ => String::new(),
         });
-        let cx = if markup { Context::Html } else { Context::Body };
+        let has_type = own_type.is_some();
+        let effective = route_type.map(str::to_ascii_lowercase).or(own_type);
+        let plain = effective.as_deref().is_none_or(|t| t.starts_with("text/plain"));
+        let cx = if plain { Context::Body } else { Context::Html };
         let fixed = body.literal().map(|b| Bytes::copy_from_slice(b.as_bytes()));
         let status = StatusCode::from_u16(status).expect("checked");
         Ok(RespondConfig { status, body, headers, fixed, has_type, cx })
@@ -103,7 +107,12 @@ impl RespondConfig {
     pub fn respond(&self, req: &Request) -> Response {
         let body = match &self.fixed {
             Some(b) => b.clone(),
-            None => Bytes::from(self.body.render(req, self.cx, None)),
+            None => {
+                let mut out = Vec::new();
+                let lit = &mut |s: &str, o: &mut Vec<u8>| o.extend_from_slice(s.as_bytes());
+                self.body.expand_up_to(req, self.cx, None, &mut out, lit, MAX_BODY);
+                Bytes::from(out)
+            }
         };
         let empty = body.is_empty();
         let mut res = Response::bytes(self.status, body);

@@ -208,6 +208,13 @@ impl Vhost {
         let target = std::str::from_utf8(&buf).map_err(|_| bad_request())?;
         req.set_target(target).map_err(|_| bad_request())?;
         crate::path::normalize(req).map_err(|_| bad_request())?;
+        // A new path, as if asked for: the redirect rules see it first (as nginx's server
+        // rewrites see an internal redirect).
+        if !self.redirects.is_empty() {
+            if let redirect::Outcome::Answer(res) = self.redirects.apply(req, &self.matchers) {
+                return Err(res);
+            }
+        }
         self.route(req).ok_or_else(not_found)
     }
 }
@@ -229,6 +236,9 @@ pub fn without_parameters(path: &[u8]) -> Vec<u8> {
     }
     out
 }
+
+/// What [`Site::respond_now`] makes of a request: an answer now, or a request that waits.
+type Now = Result<Response, Box<Waiting>>;
 
 /// A routed request that waits (CGI, proxy, or a bcrypt check): the site it was routed
 /// on, where it goes and what its checks found; [`Site::handle_waiting`] serves it.
@@ -428,43 +438,72 @@ impl Site {
                 return (unrouted, Ok(res));
             }
         }
-        let Some(mut ri) = vhost.route(req) else { return (unrouted, Ok(not_found())) };
-        let wait = |ri, admitted, verify, try_files| {
-            Err(Box::new(Waiting { site: self.clone(), vhost: vi, route: ri, admitted, verify, try_files }))
-        };
-        // A route's checks run before its `try_files`: what exists is told only to the
-        // requests they admit.
+        let Some(ri) = vhost.route(req) else { return (unrouted, Ok(not_found())) };
+        if vhost.routes[ri].try_files.is_empty() {
+            return self.respond_routed(vi, ri, req, None);
+        }
+        self.respond_trying(vi, ri, req)
+    }
+
+    /// [`Site::respond_now_at`] for a route with `try_files`. Its checks run first: what
+    /// exists is told only to the requests they admit.
+    fn respond_trying(self: &Arc<Site>, vi: usize, ri: usize, req: &mut Request) -> (RouteAt<'_>, Now) {
+        let vhost = &self.vhosts[vi];
+        let route = &vhost.routes[ri];
         let mut checked = None;
-        if !vhost.routes[ri].try_files.is_empty() {
-            let route = &vhost.routes[ri];
-            if let Some(p) = &route.policy {
-                match p.check(req) {
-                    Check::Answer(res) => return (vhost.at(ri), Ok(p.finish(res, None, false))),
-                    Check::Verify(a, v) => return (vhost.at(ri), wait(ri, Some(a), Some(v), true)),
-                    Check::Pass(a) => checked = Some(a),
-                }
-            }
-            if route.forward_auth.is_some() {
-                return (vhost.at(ri), wait(ri, checked, None, true));
-            }
-            match vhost.try_files(ri, req) {
-                Ok(next) if next == ri => {}
-                Ok(next) => (ri, checked) = (next, None),
-                Err(res) => {
-                    let res = match &route.policy {
-                        Some(p) => p.finish(res, checked.as_ref(), false),
-                        None => res,
-                    };
-                    return (vhost.at(ri), Ok(res));
-                }
+        if let Some(p) = &route.policy {
+            match p.check(req) {
+                Check::Answer(res) => return (vhost.at(ri), Ok(p.finish(res, None, false))),
+                Check::Verify(a, v) => return (vhost.at(ri), self.wait(vi, ri, Some(a), Some(v), true)),
+                Check::Pass(a) => checked = Some(a),
             }
         }
+        if route.forward_auth.is_some() {
+            return (vhost.at(ri), self.wait(vi, ri, checked, None, true));
+        }
+        match vhost.try_files(ri, req) {
+            Ok(next) if next == ri => self.respond_routed(vi, ri, req, checked),
+            Ok(next) => self.respond_routed(vi, next, req, None),
+            Err(res) => {
+                let res = match &route.policy {
+                    Some(p) => p.finish(res, checked.as_ref(), false),
+                    None => res,
+                };
+                (vhost.at(ri), Ok(res))
+            }
+        }
+    }
+
+    /// A request that waits for route `ri` ([`Site::handle_waiting`]).
+    fn wait(
+        self: &Arc<Site>,
+        vi: usize,
+        ri: usize,
+        admitted: Option<Admitted>,
+        verify: Option<Box<crate::policy::auth::Verify>>,
+        try_files: bool,
+    ) -> Now {
+        Err(Box::new(Waiting { site: self.clone(), vhost: vi, route: ri, admitted, verify, try_files }))
+    }
+
+    /// The rest of [`Site::respond_now_at`] once the route is `ri`: its checks (unless
+    /// `checked` says they passed), then its answer, or the request waits.
+    #[inline(always)]
+    fn respond_routed(
+        self: &Arc<Site>,
+        vi: usize,
+        ri: usize,
+        req: &mut Request,
+        checked: Option<Admitted>,
+    ) -> (RouteAt<'_>, Now) {
+        let vhost = &self.vhosts[vi];
         let route = &vhost.routes[ri];
         // A static route refuses an encoded slash itself (it is no file name's byte).
         if !matches!(route.app, RouteApp::Static(_))
             && !route.app.keeps_encoded_slashes()
             && has_encoded_slash(req.path_bytes())
         {
+            let unrouted = RouteAt { vhost: &vhost.label, route: "none", slot: vhost.none_slot, proxy: false };
             return (unrouted, Ok(bad_request()));
         }
         let at = vhost.at(ri);
@@ -473,7 +512,7 @@ impl Site {
             return match &route.app {
                 RouteApp::Static(s) if now => (at, Ok(s.respond(req))),
                 RouteApp::Respond(r) if now => (at, Ok(r.respond(req))),
-                _ => (at, wait(ri, None, None, false)),
+                _ => (at, self.wait(vi, ri, None, None, false)),
             };
         };
         let check = match checked {
@@ -485,9 +524,9 @@ impl Site {
             Check::Pass(admitted) => match &route.app {
                 RouteApp::Static(s) if now => Ok(policy.finish(s.respond(req), Some(&admitted), true)),
                 RouteApp::Respond(r) if now => Ok(policy.finish(r.respond(req), Some(&admitted), false)),
-                _ => wait(ri, Some(admitted), None, false),
+                _ => self.wait(vi, ri, Some(admitted), None, false),
             },
-            Check::Verify(admitted, v) => wait(ri, Some(admitted), Some(v), false),
+            Check::Verify(admitted, v) => self.wait(vi, ri, Some(admitted), Some(v), false),
         };
         (at, res)
     }

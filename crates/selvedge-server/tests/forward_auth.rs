@@ -134,7 +134,15 @@ fn the_service_sees_the_request() {
          X-Original-URL: https://public.example/\r\nX-Forwarded-Uri: /public\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(r.text(), "seen=/verify?app=1 DELETE /a/b?c=d shop.example DELETE http://shop.example/a/b?c=d");
-    for target in ["http://shop.example/x/../a//b?c=d", "/a/%62?c=d", "//a/./b?c=d"] {
+    // The host that chose the virtual host, not a `Host` an absolute-form target overrides;
+    // no field a client's `Connection` names is taken off the server's own.
+    let r = common::request(
+        s.addr,
+        "GET http://shop.example/a/b?c=d HTTP/1.1\r\nHost: public.example\r\nCookie: session=good\r\n\
+         Connection: close, x-forwarded-uri, x-original-url, host\r\n\r\n",
+    );
+    assert_eq!(r.text(), "seen=/verify?app=1 GET /a/b?c=d shop.example GET http://shop.example/a/b?c=d");
+    for target in ["http://shop.example/x/../a//b?c=d", "/a/%62?c=d", "//a/./b?c=d", "/a;x/b;y?c=d"] {
         let r = common::request(
             s.addr,
             &format!(
@@ -147,6 +155,40 @@ fn the_service_sees_the_request() {
             "{target}"
         );
     }
+    // A field the service could not be sent as it is (a control byte, which HTTP/2 lets
+    // through) is a 400, never a question about less than the request.
+    let out = Command::new("curl")
+        .args(["-sS", "--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Cookie: session=good"])
+        .args(["-H", "x-j: a\u{1}b", &format!("http://{}/a", s.addr)])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "400");
+}
+
+/// A client's `Connection` cannot take the copied identity off the request on its way
+/// upstream.
+#[test]
+fn copied_fields_survive_connection_tokens() {
+    let d = TempDir::new("fwd-auth-conn");
+    let svc = Service::start();
+    let backend_cfg = d.write(
+        "backend.toml",
+        "[server]\nworkers = 1\n[[listen]]\nport = 0\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\n\
+         respond = { body = \"user={header.remote-user}\" }\n",
+    );
+    let backend = Srv::start(&["--config", backend_cfg.to_str().unwrap()]);
+    let cfg = d.write(
+        "front.toml",
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\nport = 0\n[[vhost]]\n\
+             [[vhost.route]]\npath = \"/\"\nproxy = {{ upstream = \"http://{}\" }}\n\
+             forward_auth = {{ url = \"http://127.0.0.1:{}/verify\", copy_headers = [\"Remote-User\"] }}\n",
+            backend.addr, svc.port
+        ),
+    );
+    let s = Srv::start(&["--config", cfg.to_str().unwrap()]);
+    let r = s.get_h("/x", &[("Cookie", "session=good"), ("Connection", "remote-user")]);
+    assert_eq!(r.text(), "user=alice");
 }
 
 /// A cached answer is reused only for what the service decided on: the same method, host,

@@ -189,7 +189,7 @@ fn placeholders_read_the_request() {
              scheme={{scheme}}|ip={{remote_ip}}|client={{client_ip}}|h={{header.x-a}}|q={{query.q}}|\
              c={{cookie.sid}}|env={{env.LANG_TEST_STAGE}}|re={{re.ver.num}},{{re.ver.2}}|tls={{tls.version}}|\
              {{\"json\": true}}|{{{{x}}\"\"\", headers = {{ \"X-Id\" = \"{{request_id}}\", \"X-Unix\" = \"{{time.unix}}\", \
-             \"X-Time\" = \"{{time.rfc3339}}\", \"X-Port\" = \"{{remote_port}}\", \"Content-Type\" = \"text/x-test\" }} }}\n"
+             \"X-Time\" = \"{{time.rfc3339}}\", \"X-Port\" = \"{{remote_port}}\", \"Content-Type\" = \"text/plain; x=test\" }} }}\n"
         ),
     );
     let mut cmd = Command::new(common::bin());
@@ -203,7 +203,7 @@ fn placeholders_read_the_request() {
         &[("Host", "WWW.Example.com:8080"), ("X-A", "1"), ("x-a", "2"), ("Cookie", "a=1; sid=\"s1\"")],
     );
     assert_eq!(r.status, 203);
-    assert_eq!(r.header("content-type"), Some("text/x-test"));
+    assert_eq!(r.header("content-type"), Some("text/plain; x=test"));
     assert_eq!(
         r.text(),
         "host=www.example.com|hp=WWW.Example.com:8080|path=/p/v42/a%20b/c|query=q=%41+b&z|uri=/p/v42/a%20b/c?q=%41+b&z|\
@@ -263,10 +263,19 @@ fn redirect_matchers_ignore_parameters() {
          to = \"https://login.example.com/\"\n\
          [[vhost.route]]\npath = \"/\"\nrespond = { body = \"in\" }\n",
     );
-    for p in ["/admin/x", "/admin;x/x", "/admin;x", "/admin%3B/x", "//admin/x", "/%61dmin"] {
+    for p in ["/admin/x", "/admin;x/x", "/admin;x", "/admin%3B/x", "//admin/x", "/%61dmin", "/;x/admin/y"] {
         assert_eq!(send(&s, "GET", p, &[]).status, 302, "{p}");
     }
     assert_eq!(says(&s, "GET", "/administrator", &[]), "in");
+    // `from` reads the same path: a rule on `^/admin` holds for `/;x/admin`.
+    let s = start(
+        &d,
+        "[[vhost]]\n[[vhost.redirect]]\nfrom = \"^/admin\"\nto = \"/denied\"\nrewrite = true\n\
+         [[vhost.route]]\npath = \"/\"\nrespond = { body = \"{path}\" }\n",
+    );
+    for p in ["/admin/y", "/;x/admin/y", "/admin;x/y", "/%61dmin"] {
+        assert_eq!(says(&s, "GET", p, &[]), "/denied", "{p}");
+    }
 }
 
 /// `try_files` runs after the route's checks: a request they refuse learns nothing about
@@ -285,6 +294,38 @@ fn try_files_after_the_checks() {
     );
     assert_eq!(send(&s, "GET", "/index.html", &[]).status, 403);
     assert_eq!(send(&s, "GET", "/nope.html", &[]).status, 403);
+    // The path a fallback makes meets the redirect rules, as a path asked for does.
+    let s = start(
+        &d,
+        &format!(
+            "[[vhost]]\n[[vhost.redirect]]\nfrom = \"^/admin\"\nto = \"/denied\"\nrewrite = true\n\
+             [[vhost.route]]\npath = \"/\"\nroot = \"{}\"\ntry_files = [\"{{path}}\", \"/{{query.a}}/{{query.b}}\"]\n\
+             [[vhost.route]]\npath = \"/admin\"\nrespond = {{ body = \"ADMIN\" }}\n\
+             [[vhost.route]]\npath = \"/denied\"\nrespond = {{ body = \"denied\" }}\n",
+            d.path().join("www").display()
+        ),
+    );
+    assert_eq!(says(&s, "GET", "/nothing?a=admin&b=x", &[]), "denied");
+}
+
+/// A `respond` body escapes what placeholders bring unless it goes out as plain text,
+/// whichever table sets its type.
+#[test]
+fn respond_bodies_escape_unless_plain() {
+    let d = TempDir::new("lang-xss");
+    let s = start(
+        &d,
+        "[[vhost]]\n\
+         [[vhost.route]]\npath = \"/plain\"\nrespond = { body = \"Hello {query.n}\" }\n\
+         [[vhost.route]]\npath = \"/html\"\nrespond = { body = \"Hello {query.n}\" }\n\
+         headers = { \"Content-Type\" = \"text/html; charset=utf-8\" }\n\
+         [[vhost.route]]\npath = \"/typed\"\nrespond = { body = \"Hello {query.n}\", headers = { \"Content-Type\" = \"{query.t}\" } }\n",
+    );
+    let q = "?n=%3Cscript%3Ex%3C/script%3E&t=text/html";
+    assert_eq!(says(&s, "GET", &format!("/plain{q}"), &[]), "Hello <script>x</script>");
+    for p in ["/html", "/typed"] {
+        assert_eq!(says(&s, "GET", &format!("{p}{q}"), &[]), "Hello &#60;script&#62;x&#60;/script&#62;", "{p}");
+    }
 }
 
 /// `try_files`: a file, a directory, else the last entry (another route, or a status);

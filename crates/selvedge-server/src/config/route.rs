@@ -198,7 +198,15 @@ pub(super) fn route(
         }
         (None, None, None, None, Some(rs)) => {
             let raw = RawRespond::from_value(rs.get_ref()).map_err(|e| src.err(Some(rs.span()), e))?;
-            RouteKind::Respond(RespondConfig::from_raw(&raw, matchers).map_err(|e| src.err(Some(rs.span()), e))?)
+            let route_type = policy
+                .headers
+                .set
+                .iter()
+                .find(|(n, _)| n == selvedge::http::header::CONTENT_TYPE)
+                .map(|(_, v)| v.to_str().unwrap_or("application/octet-stream"));
+            RouteKind::Respond(
+                RespondConfig::from_raw(&raw, matchers, route_type).map_err(|e| src.err(Some(rs.span()), e))?,
+            )
         }
         _ => {
             return Err(src.err(

@@ -573,6 +573,7 @@ impl StaticFiles {
 
 /// [`StaticFiles::resolve`] for a root, a number of the route's segments to skip and the
 /// `dotfiles` setting.
+#[inline(always)]
 fn resolve_into(root: &[u8], req: &Request, skip: usize, dotfiles: bool, path: &mut Vec<u8>) -> Result<(), Refused> {
     // Bytes appended by hand: `PathBuf::push` re-examines separators on every call.
     path.extend_from_slice(root);

@@ -324,16 +324,32 @@ fn fields<'r>(req: &'r Request, name: &'r [u8]) -> impl Iterator<Item = &'r [u8]
 }
 
 impl Test {
+    /// Whether the condition holds. The cheap tests are inline; the others (decoding,
+    /// expressions, the client's address behind proxies) are calls of their own, so a
+    /// matcher of cheap tests stays a small loop.
+    #[inline]
     fn holds(&self, req: &Request, path: &[u8]) -> bool {
         match self {
             // Case-insensitive: many applications upper-case the method they are sent.
             Test::Methods(m) => {
                 let got = req.method();
-                m.iter().any(|m| m == got || m.as_str().eq_ignore_ascii_case(got.as_str()))
+                m.iter().any(|m| m == got) || m.iter().any(|m| m.as_str().eq_ignore_ascii_case(got.as_str()))
             }
             Test::Protocols(p) => p.iter().any(|p| protocol_is(*p, req)),
             Test::Paths(g) => g.iter().any(|g| g.matches(path)),
             Test::Prefixes(p) => p.iter().any(|p| crate::routes::prefix_matches(p, path)),
+            Test::Hosts(h) => {
+                let host = template::raw_host(req);
+                h.iter().any(|p| host_matches(p, host))
+            }
+            Test::Header(name, want) => fields(req, name).any(|v| want.iter().any(|g| g.matches(v))),
+            _ => self.holds_slow(req, path),
+        }
+    }
+
+    #[inline(never)]
+    fn holds_slow(&self, req: &Request, path: &[u8]) -> bool {
+        match self {
             Test::RemoteIp(nets) => match req.peer() {
                 PeerAddr::Tcp(a) => {
                     let ip = a.ip().to_canonical();
@@ -342,11 +358,6 @@ impl Test {
                 PeerAddr::Unix => false,
             },
             Test::ClientIp(nets) => crate::client::client_ip(req).is_some_and(|ip| nets.iter().any(|n| n.contains(ip))),
-            Test::Hosts(h) => {
-                let host = template::raw_host(req);
-                h.iter().any(|p| host_matches(p, host))
-            }
-            Test::Header(name, want) => fields(req, name).any(|v| want.iter().any(|g| g.matches(v))),
             Test::Query(key, want) => {
                 let v = req.query_bytes().and_then(|q| template::query_arg(q, key));
                 v.is_some_and(|v| want.iter().any(|g| g.matches(&v)))
@@ -356,6 +367,7 @@ impl Test {
             Test::PathRegex(re) => re.is_match(path),
             Test::HostRegex(re) => re.is_match(&template::host_of(req)),
             Test::Not(c) => !c.matches(req, path),
+            _ => self.holds(req, path),
         }
     }
 }

@@ -262,9 +262,22 @@ impl Template {
         out: &mut Vec<u8>,
         literal: &mut dyn FnMut(&str, &mut Vec<u8>),
     ) {
+        self.expand_up_to(req, cx, request_id, out, literal, MAX_EXPANDED);
+    }
+
+    /// [`Template::expand`] appending at most `max` bytes.
+    pub fn expand_up_to(
+        &self,
+        req: &Request,
+        cx: Context,
+        request_id: Option<&str>,
+        out: &mut Vec<u8>,
+        literal: &mut dyn FnMut(&str, &mut Vec<u8>),
+        max: usize,
+    ) {
         let base = out.len();
         for p in self.pieces.iter() {
-            if out.len() - base >= MAX_EXPANDED {
+            if out.len() - base >= max {
                 break;
             }
             match p {
@@ -277,7 +290,7 @@ impl Template {
                 }
             }
         }
-        out.truncate(base + MAX_EXPANDED);
+        out.truncate(base + max);
     }
 
     /// The text for `req` (literal pieces as written).

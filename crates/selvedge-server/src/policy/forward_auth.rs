@@ -134,12 +134,19 @@ pub const MAX_CACHED: usize = 4096;
 /// A cached answer: the fields to copy, and until when.
 type Cached = (Instant, Vec<(HeaderName, Bytes)>);
 
+/// Cached answers, and when expired ones were last swept out.
+#[derive(Debug)]
+struct Cache {
+    map: HashMap<u128, Cached>,
+    swept: Instant,
+}
+
 /// The running check of a route.
 #[derive(Debug)]
 pub struct ForwardAuth {
     cfg: ForwardAuthConfig,
     proxy: Proxy,
-    cache: Option<Mutex<HashMap<u128, Cached>>>,
+    cache: Option<Mutex<Cache>>,
     /// The keys of the cache's hash (random per process).
     hash: [std::collections::hash_map::RandomState; 2],
 }
@@ -160,7 +167,7 @@ impl ForwardAuth {
     /// Never: the configuration was checked when loaded.
     pub fn new(cfg: &ForwardAuthConfig, key: &str) -> std::io::Result<ForwardAuth> {
         let proxy = Proxy::new(&cfg.proxy, "/", &format!("{key} forward_auth"))?;
-        let cache = (!cfg.cache.is_zero()).then(|| Mutex::new(HashMap::new()));
+        let cache = (!cfg.cache.is_zero()).then(|| Mutex::new(Cache { map: HashMap::new(), swept: Instant::now() }));
         let hash = [Default::default(), Default::default()];
         Ok(ForwardAuth { cfg: cfg.clone(), proxy, cache, hash })
     }
@@ -196,12 +203,14 @@ impl ForwardAuth {
     pub async fn check(&self, req: &mut Request) -> Verdict {
         let key = self.cache.as_ref().map(|_| self.key(req));
         if let (Some(c), Some(k)) = (&self.cache, &key) {
-            let hit = c.lock().unwrap_or_else(|p| p.into_inner()).get(k).filter(|e| e.0 > Instant::now()).cloned();
+            let hit = c.lock().unwrap_or_else(|p| p.into_inner()).map.get(k).filter(|e| e.0 > Instant::now()).cloned();
             if let Some((_, fields)) = hit {
                 return self.admit(req, &fields);
             }
         }
-        let sub = self.subrequest(req);
+        let Some(sub) = self.subrequest(req) else {
+            return Verdict::Answer(crate::policy::plain(StatusCode::BAD_REQUEST));
+        };
         let res = match tokio::time::timeout(self.cfg.timeout, self.proxy.handle(sub)).await {
             Ok(res) => res,
             Err(_) => return Verdict::Answer(failed("timed out")),
@@ -215,14 +224,22 @@ impl ForwardAuth {
                 .collect();
             let size: usize = fields.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
             if let (Some(c), Some(k), true) = (&self.cache, key, size <= MAX_CACHED) {
-                let mut map = c.lock().unwrap_or_else(|p| p.into_inner());
-                if map.len() >= self.cfg.cache_max {
-                    let now = Instant::now();
-                    map.retain(|_, e| e.0 > now);
+                let mut cache = c.lock().unwrap_or_else(|p| p.into_inner());
+                let now = Instant::now();
+                if cache.map.len() >= self.cfg.cache_max {
+                    // Expired answers go at most once a second; when none has, one answer
+                    // makes room (the map's first: no order is kept, none is needed).
+                    if now.duration_since(cache.swept) >= Duration::from_secs(1) {
+                        cache.map.retain(|_, e| e.0 > now);
+                        cache.swept = now;
+                    }
+                    if cache.map.len() >= self.cfg.cache_max {
+                        if let Some(&first) = cache.map.keys().next() {
+                            cache.map.remove(&first);
+                        }
+                    }
                 }
-                if map.len() < self.cfg.cache_max {
-                    map.insert(k, (Instant::now() + self.cfg.cache, fields.clone()));
-                }
+                cache.map.insert(k, (now + self.cfg.cache, fields.clone()));
             }
             return self.admit(req, &fields);
         }
@@ -232,42 +249,73 @@ impl ForwardAuth {
         Verdict::Answer(failed(&format!("answered {}", status.as_u16())))
     }
 
-    /// The request to the service for `req`.
-    fn subrequest(&self, req: &Request) -> Request {
+    /// The request to the service for `req`, or `None` when a field cannot be passed on
+    /// as it is (a control byte an HTTP/2 or HTTP/3 client sent): the service is never
+    /// asked about less than the request.
+    fn subrequest(&self, req: &Request) -> Option<Request> {
         let mut b = selvedge::http::Request::builder().method("GET").uri(&self.cfg.target);
+        // Hop-by-hop fields, and those a client's `Connection` names, are this hop's: they
+        // are neither sent nor allowed to take the server's own fields off the request.
+        let tokens: Vec<Vec<u8>> = req
+            .header_bytes()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
+            .flat_map(|(_, v)| v.split(|&c| c == b',').map(|t| t.trim_ascii().to_ascii_lowercase()))
+            .collect();
+        let mut cookies: Vec<&[u8]> = Vec::new();
         for (n, v) in req.header_bytes() {
-            let Ok(name) = HeaderName::from_bytes(n) else { continue };
+            let Ok(name) = HeaderName::from_bytes(n) else { return None };
             let sent = match &self.cfg.headers {
                 None => true,
-                Some(list) => list.contains(&name) || name == selvedge::http::header::HOST,
+                Some(list) => list.contains(&name),
             };
-            if sent && !claims_the_request(name.as_str()) {
-                b = b.header(name, v);
+            if !sent || claims_the_request(name.as_str()) || hop_by_hop(name.as_str()) {
+                continue;
+            }
+            if tokens.iter().any(|t| t.as_slice() == name.as_str().as_bytes()) {
+                continue;
+            }
+            // HTTP/2 and HTTP/3 split cookies into fields; the service gets one, as an
+            // HTTP/1.1 upstream does.
+            if name == selvedge::http::header::COOKIE {
+                cookies.push(v);
+                continue;
+            }
+            b = b.header(name, selvedge::http::HeaderValue::from_bytes(v).ok()?);
+        }
+        if !cookies.is_empty() {
+            b = b.header(
+                selvedge::http::header::COOKIE,
+                selvedge::http::HeaderValue::from_bytes(&cookies.join(&b"; "[..])).ok()?,
+            );
+        }
+        // The host that chose the virtual host (an absolute-form target's wins over `Host`).
+        let host = req.authority_bytes().unwrap_or_default();
+        b = b.header(selvedge::http::header::HOST, selvedge::http::HeaderValue::from_bytes(host).ok()?);
+        // The request as this server reads it: the normalized path without `;` parameters
+        // (what routes and matchers saw), not the client's spelling or an absolute-form
+        // target; the query with what a URL cannot carry as is percent-encoded.
+        let mut uri = crate::lang::template::plain_path(req).into_owned();
+        if let Some(q) = req.query_bytes() {
+            uri.push(b'?');
+            for &c in q {
+                if c.is_ascii_graphic() && c != b'#' {
+                    uri.push(c);
+                } else {
+                    uri.extend_from_slice(format!("%{c:02X}").as_bytes());
+                }
             }
         }
-        if req.authority().is_some() && req.header("host").is_none() {
-            b = b.header(selvedge::http::header::HOST, req.authority().unwrap_or_default());
-        }
-        // The request as this server reads it: the normalized path (what routes and
-        // matchers saw), not the client's spelling or an absolute-form target.
-        let mut uri = String::from_utf8_lossy(req.path_bytes()).into_owned();
-        if let Some(q) = req.query() {
-            uri.push('?');
-            uri.push_str(q);
-        }
+        let uri = String::from_utf8(uri).ok()?;
         let scheme = if req.is_secure() { "https" } else { "http" };
-        let url = format!("{scheme}://{}{uri}", req.authority().unwrap_or_default());
+        let url = format!("{scheme}://{}{uri}", String::from_utf8_lossy(host));
         b = b
             .header("x-forwarded-method", req.method().as_str())
             .header("x-forwarded-uri", &uri)
             .header("x-original-method", req.method().as_str())
             .header("x-original-url", &url);
-        let mut sub = match b.body(Bytes::new()) {
-            Ok(r) => Request::from(r),
-            Err(_) => Request::default(),
-        };
+        let mut sub = Request::from(b.body(Bytes::new()).ok()?);
         sub.set_origin(req.peer().clone(), req.is_secure());
-        sub
+        Some(sub)
     }
 
     /// Puts the copied fields on `req` (and removes the client's of those names).
@@ -284,11 +332,54 @@ impl ForwardAuth {
             copy.iter()
                 .any(|c| n.len() == c.as_str().len() && n.iter().zip(c.as_str().bytes()).all(|(&x, y)| same(x, y)))
         };
-        match req.rewrite_headers(removed, &add) {
+        // A client's `Connection` naming a copied field would take it off the request on the
+        // way upstream: such a `Connection` goes, its other tokens stay.
+        let names_copied = req.header_bytes().any(|(n, v)| {
+            n.eq_ignore_ascii_case(b"connection") && v.split(|&c| c == b',').any(|t| removed(t.trim_ascii()))
+        });
+        let mut keep = Vec::new();
+        if names_copied {
+            for (n, v) in req.header_bytes() {
+                if n.eq_ignore_ascii_case(b"connection") {
+                    for t in v.split(|&c| c == b',').map(<[u8]>::trim_ascii) {
+                        if !t.is_empty() && !removed(t) {
+                            if !keep.is_empty() {
+                                keep.extend_from_slice(b", ");
+                            }
+                            keep.extend_from_slice(t);
+                        }
+                    }
+                }
+            }
+        }
+        let mut add = add;
+        if names_copied && !keep.is_empty() {
+            add.push((b"connection", &keep));
+        }
+        let drop_field = |n: &[u8]| removed(n) || (names_copied && n.eq_ignore_ascii_case(b"connection"));
+        match req.rewrite_headers(drop_field, &add) {
             Ok(()) => Verdict::Pass,
             Err(_) => Verdict::Answer(failed("sent a field that cannot be copied")),
         }
     }
+}
+
+/// Whether `name` (lower case) is a hop-by-hop field (RFC 9110 §7.6.1), or one the
+/// subrequest sets itself (`Host`, framing).
+fn hop_by_hop(name: &str) -> bool {
+    matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "host"
+            | "content-length"
+            | "expect"
+    ) || name.starts_with("proxy-")
 }
 
 /// Whether a client's field named `name` (lower case) would tell the service about the

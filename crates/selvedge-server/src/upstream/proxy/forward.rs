@@ -196,6 +196,13 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
             Some(i) => (&made[..i], Some(&made[i + 1..])),
             None => (&made[..], None),
         };
+        // A dot-segment, written or brought by a value (`{query.v}` of `..`), is refused:
+        // the path is the template's, one segment per placeholder.
+        let dot = |seg: &[u8]| matches!(&*selvedge::percent_decode(seg), b"." | b"..");
+        if path.split(|&b| b == b'/').any(dot) {
+            dst.truncate(start);
+            return Err(ComposeError::Unrepresentable);
+        }
         let mut normal = Vec::new();
         match selvedge::path::normalize(path, &mut normal) {
             Ok(n) if !n.encoded_slash => {}
