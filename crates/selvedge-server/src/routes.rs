@@ -588,11 +588,17 @@ impl Site {
                 _ => Default::default(),
             };
             let res = match &route.app {
-                RouteApp::Static(_) | RouteApp::Respond(_) => {
-                    let res = route.app.handle(req).await;
-                    let fixed_done = matches!(route.app, RouteApp::Static(_));
+                RouteApp::Static(s) => {
+                    let res = s.respond(&req);
                     return match policy {
-                        Some(p) => p.finish(res, admitted.as_ref(), fixed_done),
+                        Some(p) => p.finish(res, admitted.as_ref(), true),
+                        None => res,
+                    };
+                }
+                RouteApp::Respond(r) => {
+                    let res = r.respond(&req);
+                    return match policy {
+                        Some(p) => p.finish(res, admitted.as_ref(), false),
                         None => res,
                     };
                 }
@@ -619,17 +625,21 @@ impl Site {
                         continue;
                     }
                 },
-                RouteApp::Proxy(p) => match p.header_down() {
-                    None => route.app.handle(req).await,
-                    Some(ops) => {
-                        let id = crate::observe::request_id();
-                        let values = ops.values(&req, id.as_ref().map(RequestId::as_str));
-                        let mut res = route.app.handle(req).await;
+                RouteApp::Proxy(_) | RouteApp::Fastcgi(_) => {
+                    // `header_down`'s values are read from the request before it goes.
+                    let down = match &route.app {
+                        RouteApp::Proxy(p) => p.header_down().map(|ops| {
+                            let id = crate::observe::request_id();
+                            (ops, ops.values(&req, id.as_ref().map(RequestId::as_str)))
+                        }),
+                        _ => None,
+                    };
+                    let mut res = route.app.handle(req).await;
+                    if let Some((ops, values)) = down {
                         ops.apply(res.headers_mut(), values);
-                        res
                     }
-                },
-                RouteApp::Fastcgi(_) => route.app.handle(req).await,
+                    res
+                }
             };
             let res = match &route.compress {
                 Some(c) => c.stream(res, coding),

@@ -181,8 +181,9 @@ pub(crate) fn compose(dst: &mut Vec<u8>, req: &Request, rw: &Rewrite, framing: F
     // over each per request): HTTP/1.1's parser admitted only visible ASCII here, and for
     // HTTP/2 and HTTP/3 the target is checked below.
     let request_id = crate::observe::request_id();
-    let id_text = request_id.as_ref().map(|id| id.as_str());
     let up = rw.up.as_deref();
+    // The id as text only for templates (reading it checks its bytes).
+    let id_text = up.and(request_id.as_ref()).map(|id| id.as_str());
     if let Some(t) = up.and_then(|u| u.path.as_ref()) {
         // The path a template made is normalized as a request's is: its dot-segments cannot
         // climb out of the base, and an encoded slash (which a lenient upstream would read
