@@ -408,3 +408,24 @@ fn mistakes_are_refused_at_load() {
         assert!(err.contains("bad.toml:"), "a position: {err}");
     }
 }
+
+/// Placeholders in the access log's template, escaped as the log escapes.
+#[test]
+fn log_formats_take_placeholders() {
+    let d = TempDir::new("lang-log");
+    let log = d.path().join("access.log");
+    let cfg = d.write(
+        "c.toml",
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\nport = 0\n[log]\naccess = \"{}\"\n\
+             format = \"$status tenant={{header.x-tenant}} q={{query.q}} c={{cookie.s}} $request_method\"\n\
+             [[vhost]]\n[[vhost.route]]\npath = \"/\"\nrespond = 204\n",
+            log.display()
+        ),
+    );
+    let s = Srv::start(&["--config", cfg.to_str().unwrap()]);
+    send(&s, "GET", "/x?q=a%22b%0A", &[("X-Tenant", "acme"), ("Cookie", "s=42")]);
+    common::eventually(5, "the log line", || std::fs::read_to_string(&log).is_ok_and(|l| l.contains("tenant=")));
+    let line = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(line, "204 tenant=acme q=a\\\"b%0A c=42 GET\n", "a quote escaped, a newline encoded: {line:?}");
+}

@@ -30,7 +30,7 @@ impl Format {
         match s {
             "combined" => Ok(Format::Combined),
             "json" => Ok(Format::Json),
-            t if t.contains('$') => Template::parse(t).map(Format::Template),
+            t if t.contains('$') || t.contains('{') => Template::parse(t).map(Format::Template),
             other => Err(format!(
                 "format {other:?}: \"combined\", \"json\" or a template with $fields (\"$remote_addr $request $status\")"
             )),
@@ -68,6 +68,9 @@ enum Piece {
     Var(Var),
     /// `$http_NAME`: a request header (`_` for `-`), lower case.
     Header(String),
+    /// Literal text with placeholders (`{header.x-tenant}`, `{cookie.session}`...),
+    /// rendered with the request half ([`crate::lang::template`]).
+    Placeholders(crate::lang::template::Template),
 }
 
 macro_rules! vars {
@@ -154,7 +157,7 @@ impl Template {
                 return Err(format!("format: a $ without a field name in {s:?} (write $$ for a dollar sign)"));
             }
             if !lit.is_empty() {
-                pieces.push(Piece::Lit(std::mem::take(&mut lit)));
+                pieces.push(literal(std::mem::take(&mut lit))?);
             }
             pieces.push(match (Var::by_name(name), name.strip_prefix("http_")) {
                 (Some(v), _) => Piece::Var(v),
@@ -165,10 +168,23 @@ impl Template {
         }
         lit.push_str(rest);
         if !lit.is_empty() {
-            pieces.push(Piece::Lit(lit));
+            pieces.push(literal(lit)?);
         }
         Ok(Template { pieces })
     }
+}
+
+/// A template's text between fields: itself, or with placeholders.
+fn literal(text: String) -> Result<Piece, String> {
+    let t = crate::lang::template::Template::parse(&text, &crate::lang::template::NoCaptures)
+        .map_err(|e| format!("format: {e}"))?;
+    if t.literal().is_some() {
+        return Ok(Piece::Lit(t.literal().unwrap_or_default().to_owned()));
+    }
+    if t.uses_request_id() {
+        return Err("format: the log's request id is $request_id (the one sent upstream)".into());
+    }
+    Ok(Piece::Placeholders(t))
 }
 
 /// The response half of a line.
@@ -264,6 +280,9 @@ pub fn begin(format: &Format, req: &Request, cx: &Context<'_>) -> Half {
                 match p {
                     Piece::Lit(s) => line.push_str(s),
                     Piece::Header(h) => text(&mut line, req.header(h)),
+                    Piece::Placeholders(t) => {
+                        escape(&mut line, &t.render(req, crate::lang::template::Context::Header, None));
+                    }
                     Piece::Var(v) if v.late() => cuts.push((line.len(), *v)),
                     Piece::Var(v) => early(&mut line, *v, req, cx),
                 }
@@ -574,6 +593,10 @@ mod tests {
         assert!(Template::parse("a $ b").is_err());
         assert!(Template::parse("${status").is_err());
         assert!(Format::parse("xml").is_err());
+        assert!(Format::parse("$status {header.x-tenant} {cookie.s} {\"k\": 1}").is_ok());
+        assert!(Format::parse("{header.x-tenant}").is_ok());
+        assert!(Format::parse("$status {nope}").unwrap_err().contains("placeholder {nope}"));
+        assert!(Format::parse("$status {request_id}").unwrap_err().contains("$request_id"));
         assert!(Format::parse("$request_time").unwrap().needs_timing());
         assert!(!Format::parse("$status").unwrap().needs_timing());
     }

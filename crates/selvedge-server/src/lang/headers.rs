@@ -147,7 +147,8 @@ impl HeaderOps {
         self.host.as_ref()
     }
 
-    /// Whether an operation takes over selvedge's own `field` (one of [`HOP_FIELDS`]).
+    /// Whether an operation takes over selvedge's own `field` (`x-forwarded-for`, `-proto`,
+    /// `-host`, `forwarded`, `x-real-ip`, `x-request-id`).
     pub fn owns(&self, field: &str) -> bool {
         HOP_FIELDS.iter().position(|f| *f == field).is_some_and(|i| self.hop & (1 << i) != 0)
     }

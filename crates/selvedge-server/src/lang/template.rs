@@ -96,6 +96,14 @@ pub struct Template {
     text: Box<str>,
 }
 
+impl PartialEq for Template {
+    fn eq(&self, other: &Template) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Template {}
+
 /// The regular expressions `{re.NAME.N}` may name: a vhost's matchers with a `path_regex`
 /// or `host_regex` ([`super::matcher::Matchers::regex`]).
 pub trait Captures {
