@@ -67,7 +67,63 @@ pub struct Rule {
     starts: Box<[u8]>,
     when: Option<Match>,
     to: Template,
+    /// Where a redirect may send a client, whatever the captures and placeholders bring.
+    reach: Reach,
     action: Action,
+}
+
+/// Where a rule's redirect may go, read from its `to` as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Reach {
+    /// A path on this host (`to` starts with `/`, a capture or a placeholder).
+    Path,
+    /// This scheme and the start of the authority, as written (`https://docs.example.com`,
+    /// `//cdn.example`): the authority is exactly that, what follows starts a path, query
+    /// or fragment.
+    Fixed(String),
+    /// An absolute URL whose authority a capture or a placeholder begins
+    /// (`https://{query.h}.example.com/`): it must be `host[:port]` (no `@`) and end with
+    /// the text written after the capture (`.example.com`). The text before the authority,
+    /// and that ending.
+    Made(usize, String),
+}
+
+impl Reach {
+    fn of(to: &str) -> Reach {
+        let scheme = ["https://", "http://", "//"].into_iter().find(|p| to.starts_with(p));
+        let Some(scheme) = scheme else { return Reach::Path };
+        let rest = &to[scheme.len()..];
+        let end = rest.find(['/', '?', '#', '$', '{']).unwrap_or(rest.len());
+        if end > 0 || !matches!(rest.as_bytes().first(), Some(b'$' | b'{')) {
+            return Reach::Fixed(to[..scheme.len() + end].to_string());
+        }
+        // The capture or placeholder, then the literal rest of the authority.
+        let var_end = match rest.as_bytes() {
+            [b'{', ..] | [b'$', b'{', ..] => rest.find('}').map_or(rest.len(), |i| i + 1),
+            _ => 1 + rest[1..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len() - 1),
+        };
+        let after = &rest[var_end..];
+        let suffix = &after[..after.find(['/', '?', '#', '$', '{']).unwrap_or(after.len())];
+        Reach::Made(scheme.len(), suffix.to_string())
+    }
+
+    /// Whether `target` stays where the rule said it goes.
+    fn admits(&self, target: &str) -> bool {
+        match self {
+            Reach::Path => target.starts_with('/'),
+            Reach::Fixed(prefix) => {
+                target.starts_with(prefix.as_str())
+                    && matches!(target.as_bytes().get(prefix.len()), None | Some(b'/' | b'?' | b'#'))
+            }
+            Reach::Made(at, suffix) => {
+                let rest = &target[*at..];
+                let auth = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+                auth.len() > suffix.len()
+                    && auth.ends_with(suffix.as_str())
+                    && selvedge_proto::message::authority::valid(auth.as_bytes())
+            }
+        }
+    }
 }
 
 /// The literal text every match of `pattern` starts with, when the pattern is anchored at
@@ -146,7 +202,7 @@ impl Rule {
         };
         let starts = r.from.as_ref().map(|f| anchored_prefix(f.get_ref())).unwrap_or_default().into_boxed_slice();
         let to = Template::parse(&r.to, m).map_err(|e| format!("redirect to: {e}"))?;
-        Ok(Rule { from, starts, when, to, action })
+        Ok(Rule { from, starts, when, reach: Reach::of(&r.to), to, action })
     }
 
     /// Whether the rule applies to `req` at `path` (the path as routes read it: without
@@ -272,6 +328,13 @@ impl Redirects {
                     }
                 }
                 Action::Redirect(status) => {
+                    // A capture or a placeholder cannot take the client elsewhere than the
+                    // rule says: `https://docs.example.com{re.d.1}` with `@evil.com`, or
+                    // `{re.go.1}` with `https:/evil.com`, is refused.
+                    if !rule.reach.admits(&target) {
+                        tracing::warn!("a redirect rule made {target:?}, off where its `to` goes: answered 500");
+                        return Outcome::Answer(crate::policy::plain(StatusCode::INTERNAL_SERVER_ERROR));
+                    }
                     if let Some(chain) = self.redirect_loop(m, req, &target) {
                         return Outcome::Answer(looped("redirect", &chain));
                     }
@@ -456,6 +519,33 @@ mod tests {
         let mut q = req("/other");
         assert!(matches!(r.apply(&mut q, &Matchers::default()), Outcome::Route));
         assert_eq!(q.target(), "/other");
+    }
+
+    #[test]
+    fn captures_cannot_change_the_host() {
+        let r = rules(&[
+            ("^/docs(.*)$", "https://docs.example.com$1", Some(301), false),
+            ("^/go/(.*)$", "$1", Some(302), false),
+            ("^/cdn/(.*)$", "//cdn.example/$1", Some(302), false),
+        ]);
+        assert_eq!(
+            location(r.apply(&mut req("/docs/a"), &Matchers::default())).1.as_deref(),
+            Some("https://docs.example.com/a")
+        );
+        for bad in ["/docs@evil.com", "/docs.evil.com/", "/docs:1@evil.com/x", "/go/https:/evil.com", "/go/evil.com"] {
+            assert_eq!(location(r.apply(&mut req(bad), &Matchers::default())).0, 500, "{bad}");
+        }
+        assert_eq!(location(r.apply(&mut req("/go//x"), &Matchers::default())).1.as_deref(), Some("/x"));
+        assert_eq!(
+            location(r.apply(&mut req("/cdn/a.js"), &Matchers::default())).1.as_deref(),
+            Some("//cdn.example/a.js")
+        );
+        let made = Reach::of("https://{query.h}.example.com/");
+        assert_eq!(made, Reach::Made(8, ".example.com".into()));
+        assert!(!made.admits("https://a@b.example.com/"));
+        assert!(!made.admits("https://evil.com/.example.com/"));
+        assert!(made.admits("https://a.example.com/x"));
+        assert_eq!(Reach::of("https://$1/x"), Reach::Made(8, String::new()));
     }
 
     #[test]

@@ -77,6 +77,9 @@ impl RespondConfig {
             return Err(format!("respond status {status}: 200 to 599"));
         }
         let body = body.unwrap_or("");
+        if matches!(status, 204 | 304) && !body.is_empty() {
+            return Err(format!("respond status {status} has no body"));
+        }
         if body.len() > MAX_BODY {
             return Err(format!("respond body: at most {MAX_BODY} bytes"));
         }

@@ -389,6 +389,13 @@ impl Site {
                     if let Some(&i) = self.by_host.get(lower).or_else(|| self.wildcard(lower)) {
                         return Some(i);
                     }
+                } else {
+                    // A longer name (no DNS name is) is looked up the same way, not sent to
+                    // the default host past a wildcard host's checks.
+                    let lower = host.to_ascii_lowercase();
+                    if let Some(&i) = self.by_host.get(&lower).or_else(|| self.wildcard(&lower)) {
+                        return Some(i);
+                    }
                 }
             }
         }
@@ -402,8 +409,11 @@ impl Site {
             return None;
         }
         let dot = host.find('.')?;
-        let mut key = [0u8; 257];
         let rest = &host.as_bytes()[dot..];
+        if rest.len() >= 257 {
+            return self.by_host.get(&format!("*{}", &host[dot..]));
+        }
+        let mut key = [0u8; 257];
         key[0] = b'*';
         key[1..=rest.len()].copy_from_slice(rest);
         self.by_host.get(std::str::from_utf8(&key[..=rest.len()]).ok()?)
@@ -555,7 +565,11 @@ impl Site {
                 }
             }
             if std::mem::take(&mut try_files) {
+                let before = route.forward_auth.is_some().then(|| req.target_bytes().to_vec());
                 match vhost.try_files(ri, &mut req) {
+                    // Another path on the same route: the service is asked about it too
+                    // (the route's other checks do not read the path).
+                    Ok(next) if next == ri && before.as_deref().is_some_and(|b| b != req.target_bytes()) => continue,
                     Ok(next) if next == ri => {}
                     Ok(next) => {
                         ri = next;

@@ -9,6 +9,8 @@ Prints its port on the first line of stdout, then answers every GET (HTTP/1.1, k
                        X-Forwarded-Method, -Uri, Host, X-Original-Method, -URL
   Cookie session=forbidden
                        403 "forbidden"
+  X-Forwarded-Uri under /private, without Cookie session=admin
+                       403 "private"
   X-Want: redirect     302 to https://login.example/?rd=<X-Forwarded-Uri>
   X-Want: boom         500
   X-Want: slow         200 after 3 s
@@ -55,6 +57,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.headers.get("X-Original-Method"),
             self.headers.get("X-Original-URL"),
         )
+        if self.headers.get("X-Forwarded-Uri", "").startswith("/private") and "session=admin" not in cookie:
+            return self.answer(403, b"private")
         if want == "slow":
             time.sleep(3)
             return self.answer(200, b"late")

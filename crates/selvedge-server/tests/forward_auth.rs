@@ -225,3 +225,39 @@ fn cached_answers_are_keyed_on_the_request() {
     let r = s.get_h("/u", &[("Cookie", "session=good"), ("Remote_User", "mallory"), ("REMOTE-USER", "eve")]);
     assert_eq!(r.text(), "user=alice");
 }
+
+/// The method goes to the service in upper case (as applications read it); a path that
+/// `try_files` makes on the same route is asked about too.
+#[test]
+fn method_case_and_try_files_paths() {
+    let d = TempDir::new("fwd-auth-try");
+    d.write("www/public/index.html", "public");
+    d.write("www/private/data.html", "SECRET");
+    let svc = Service::start();
+    let cfg = d.write(
+        "front.toml",
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\nport = 0\n[[vhost]]\n\
+             [[vhost.route]]\npath = \"/\"\nroot = \"{}\"\n\
+             try_files = [\"{{path}}\", \"{{path}}.html\", \"/private/{{query.page}}.html\"]\n\
+             forward_auth = {{ url = \"http://127.0.0.1:{}/verify\", copy_headers = [\"X-Seen\"] }}\n\
+             [[vhost.route]]\npath = \"/echo\"\nrespond = {{ body = \"{{header.x-seen}}\" }}\n\
+             forward_auth = {{ url = \"http://127.0.0.1:{}/verify\", copy_headers = [\"X-Seen\"] }}\n",
+            d.path().join("www").display(),
+            svc.port,
+            svc.port
+        ),
+    );
+    let s = Srv::start(&["--config", cfg.to_str().unwrap()]);
+    let good = [("Cookie", "session=good")];
+    assert_eq!(s.get_h("/public/index.html", &good).text(), "public");
+    assert_eq!(s.get_h("/private/data.html", &good).status, 403);
+    assert_eq!(s.get_h("/private/data", &good).status, 403);
+    let r = s.get_h("/public/nothing?page=data", &good);
+    assert_eq!((r.status, r.text()), (403, "private".into()), "the fallback's path is asked about");
+    let r = common::request(
+        s.addr,
+        "delete /echo HTTP/1.1\r\nHost: t\r\nCookie: session=good\r\nConnection: close\r\n\r\n",
+    );
+    assert!(r.text().contains(" DELETE /echo t DELETE "), "{}", r.text());
+}

@@ -124,6 +124,13 @@ fn every_condition_holds_for_what_it_names_only() {
     assert_eq!(get("/t/query?debug=2&lang=x", &[]), "no");
     assert_eq!(get("/t/cookie", &[("Cookie", "x=1; ab=b")]), "yes");
     assert_eq!(get("/t/cookie", &[("Cookie", "ab=a"), ("Cookie", "zz=b")]), "no");
+    // Any cookie of the name, read as leniently as applications read cookies.
+    for c in ["ab =b", "ab= b", "ab=a; ab=b", "x=1, ab=b", "ab=%62", "ab=\"b\""] {
+        assert_eq!(get("/t/cookie", &[("Cookie", c)]), "yes", "{c}");
+    }
+    // Any value of a query key (applications differ on which one they read).
+    assert_eq!(get("/t/query?debug=2&debug=1&lang=x", &[]), "yes");
+    assert_eq!(get("/t/query?+debug=1&lang=x", &[]), "yes");
     assert_eq!(get("/t/remote", &[]), "yes");
     assert_eq!(get("/t/far", &[]), "no");
     assert_eq!(get("/t/far", &[("X-Forwarded-For", "10.0.0.1")]), "no", "remote_ip is the peer");
@@ -394,6 +401,7 @@ fn mistakes_are_refused_at_load() {
         ("[[vhost.route]]\npath = \"/\"\nrespond = \"ok\"\n", "respond: a status"),
         ("[vhost.matchers.m]\nhost_regex = \"^a\"\n[[vhost.route]]\npath = \"/\"\nrespond = { body = \"{re.m.1}\" }\n", "no group 1"),
         ("[[vhost.route]]\npath = \"/\"\nrespond = 101\n", "200 to 599"),
+        ("[[vhost.route]]\npath = \"/\"\nrespond = { status = 204, body = \"x\" }\n", "no body"),
         ("[[vhost.redirect]]\nto = \"/x\"\n[[vhost.route]]\npath = \"/\"\nrespond = 200\n", "`from`"),
         ("[[vhost.route]]\npath = \"/\"\nproxy = { upstream = \"http://127.0.0.1:9\", header_up = { \"Content-Length\" = \"1\" } }\n", "frames the message"),
         ("[[vhost.route]]\npath = \"/\"\nproxy = { upstream = \"http://127.0.0.1:9\", header_up = { \"X-A\" = \"{tls.nope}\" } }\n", "placeholder {tls.nope}"),
@@ -418,14 +426,33 @@ fn log_formats_take_placeholders() {
         "c.toml",
         format!(
             "[server]\nworkers = 1\n[[listen]]\nport = 0\n[log]\naccess = \"{}\"\n\
-             format = \"$status tenant={{header.x-tenant}} q={{query.q}} c={{cookie.s}} $request_method\"\n\
+             format = \"$status tenant=\\\"{{header.x-tenant}}\\\" q={{query.q}} c={{cookie.s}} $request_method\"\n\
              [[vhost]]\n[[vhost.route]]\npath = \"/\"\nrespond = 204\n",
             log.display()
         ),
     );
     let s = Srv::start(&["--config", cfg.to_str().unwrap()]);
-    send(&s, "GET", "/x?q=a%22b%0A", &[("X-Tenant", "acme"), ("Cookie", "s=42")]);
+    send(&s, "GET", "/x?q=a%22b%0A", &[("X-Tenant", "ac\"me"), ("Cookie", "s=42")]);
     common::eventually(5, "the log line", || std::fs::read_to_string(&log).is_ok_and(|l| l.contains("tenant=")));
     let line = std::fs::read_to_string(&log).unwrap();
-    assert_eq!(line, "204 tenant=acme q=a\\\"b%0A c=42 GET\n", "a quote escaped, a newline encoded: {line:?}");
+    assert_eq!(
+        line, "204 tenant=\"ac\\\"me\" q=a\\\"b%0A c=42 GET\n",
+        "the template's quotes as written, a request's escaped, a newline encoded: {line:?}"
+    );
+}
+
+/// A host name longer than any DNS name still finds its wildcard host (not the default
+/// one, past the wildcard host's checks).
+#[test]
+fn long_hosts_find_their_wildcard() {
+    let d = TempDir::new("lang-long-host");
+    let s = start(
+        &d,
+        "[[vhost]]\nhosts = [\"*.admin.test\"]\n[[vhost.route]]\npath = \"/\"\nrespond = { body = \"admin\" }\n\
+         [[vhost]]\n[[vhost.route]]\npath = \"/\"\nrespond = { body = \"default\" }\n",
+    );
+    for n in [10, 245, 246, 300] {
+        let host = format!("{}.admin.test", "a".repeat(n));
+        assert_eq!(says(&s, "GET", "/", &[("Host", &host)]), "admin", "{n}");
+    }
 }

@@ -227,6 +227,11 @@ pub(crate) fn request(fields: impl Fields, extended_connect: bool, arena: &mut B
         if pb.is_empty() || !(pb[0] == b'/' || (pb == b"*" && method == Method::OPTIONS)) {
             return Err(HeaderError::Malformed);
         }
+        // A fragment is no part of a request's target (RFC 9113 §8.3.1, RFC 9114 §4.3.1), as
+        // HTTP/1.1's parser holds: an upstream would cut the query there, where checks did not.
+        if swar::find(pb, b'#').is_some() {
+            return Err(HeaderError::Malformed);
+        }
         match swar::find(pb, b'?') {
             Some(i) => (
                 p,
@@ -314,6 +319,8 @@ mod tests {
             &[(":method", "GET"), (":path", "/")],
             &[(":scheme", "http"), (":path", "/")],
             &[(":method", "GET"), (":scheme", "http"), (":path", "")],
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/a?action=delete#")],
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/a#b")],
             &[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":path", "/")],
             &[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":status", "200")],
             &[(":method", "GET"), (":scheme", "http"), ("x", "y"), (":path", "/")],

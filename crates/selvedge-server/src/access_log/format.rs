@@ -280,8 +280,16 @@ pub fn begin(format: &Format, req: &Request, cx: &Context<'_>) -> Half {
                 match p {
                     Piece::Lit(s) => line.push_str(s),
                     Piece::Header(h) => text(&mut line, req.header(h)),
+                    // The template's own text as written, what a request brings escaped.
                     Piece::Placeholders(t) => {
-                        escape(&mut line, &t.render(req, crate::lang::template::Context::Header, None));
+                        let cell = std::cell::RefCell::new(&mut line);
+                        t.each(
+                            req,
+                            crate::lang::template::Context::Header,
+                            None,
+                            &mut |s| cell.borrow_mut().push_str(s),
+                            &mut |v| escape(&mut cell.borrow_mut(), v),
+                        );
                     }
                     Piece::Var(v) if v.late() => cuts.push((line.len(), *v)),
                     Piece::Var(v) => early(&mut line, *v, req, cx),

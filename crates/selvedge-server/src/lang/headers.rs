@@ -114,7 +114,16 @@ impl HeaderOps {
             };
             match (sign, op) {
                 (Some('-'), RawHeaderOp::Value(v)) if v.is_empty() => match prefix {
-                    true => out.ops.push(Op::DeletePrefix(bare.to_ascii_lowercase())),
+                    true => {
+                        let p = bare.to_ascii_lowercase();
+                        // `-X-Forwarded-*` takes selvedge's own forwarding fields too.
+                        for (i, f) in HOP_FIELDS.iter().enumerate() {
+                            if f.starts_with(&p) {
+                                out.hop |= 1 << i;
+                            }
+                        }
+                        out.ops.push(Op::DeletePrefix(p))
+                    }
                     false => out.ops.push(Op::Delete(hn)),
                 },
                 (Some('-'), _) => return Err(format!("{key}: deletes the field; its value must be \"\"")),

@@ -17,8 +17,10 @@
 //!   `path_regex`: an expression, whose captures placeholders read (`{re.NAME.1}`);
 //! - `host`: names, or `*.example.com` (one label); `host_regex`;
 //! - `header`: `{ "Name" = "value" }` (a glob; `"*"`: present); `header_regex`;
-//! - `query`: `{ "key" = "value" }` (a glob on the decoded value; `"*"`: present);
-//! - `cookie`: `{ "name" = "value" }` (a glob; `"*"`: present);
+//! - `query`: `{ "key" = "value" }` (a glob on a decoded value; `"*"`: present): any value
+//!   of the key matches (`?a=1&a=2`: applications differ on which they read);
+//! - `cookie`: `{ "name" = "value" }` (a glob; `"*"`: present): any cookie of the name,
+//!   read leniently (`;` or `,` between pairs, spaces, quotes, `%XX`), as applications do;
 //! - `remote_ip` (the connection's peer), `client_ip` (after `trusted_proxies`): networks;
 //! - `protocol`: `http`, `https`, `http/1.0`, `http/1.1`, `h2`, `h3`.
 
@@ -358,11 +360,12 @@ impl Test {
                 PeerAddr::Unix => false,
             },
             Test::ClientIp(nets) => crate::client::client_ip(req).is_some_and(|ip| nets.iter().any(|n| n.contains(ip))),
-            Test::Query(key, want) => {
-                let v = req.query_bytes().and_then(|q| template::query_arg(q, key));
-                v.is_some_and(|v| want.iter().any(|g| g.matches(&v)))
-            }
-            Test::Cookie(key, want) => template::cookie(req, key).is_some_and(|v| want.iter().any(|g| g.matches(v))),
+            // Any value of the key (`?a=view&a=delete`: PHP and Django read the last).
+            Test::Query(key, want) => req
+                .query_bytes()
+                .is_some_and(|q| template::query_args(q, key).any(|v| want.iter().any(|g| g.matches(&v)))),
+            // Any cookie of the name, in any of the ways applications read cookies.
+            Test::Cookie(key, want) => template::cookies(req, key).any(|v| want.iter().any(|g| g.matches(&v))),
             Test::HeaderRegex(name, re) => fields(req, name).any(|v| re.is_match(v)),
             Test::PathRegex(re) => re.is_match(path),
             Test::HostRegex(re) => re.is_match(&template::host_of(req)),

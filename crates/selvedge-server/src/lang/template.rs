@@ -301,6 +301,33 @@ impl Template {
         out.truncate(base + max);
     }
 
+    /// The pieces for `req` in order: literal text to `lit`, each placeholder's value (made
+    /// safe for `cx`) to `val`, for a caller that writes them differently (the access log
+    /// escapes values only).
+    pub fn each(
+        &self,
+        req: &Request,
+        cx: Context,
+        request_id: Option<&str>,
+        lit: &mut dyn FnMut(&str),
+        val: &mut dyn FnMut(&[u8]),
+    ) {
+        let mut buf = Vec::new();
+        for p in self.pieces.iter() {
+            match p {
+                Piece::Lit(s) => lit(s),
+                Piece::Var(v) => {
+                    buf.clear();
+                    value(v, req, request_id, &mut buf);
+                    let component = matches!(v, Var::Header(_) | Var::QueryArg(_) | Var::Cookie(_));
+                    safe(&mut buf, 0, cx, component);
+                    buf.truncate(MAX_EXPANDED);
+                    val(&buf);
+                }
+            }
+        }
+    }
+
     /// The text for `req` (literal pieces as written).
     pub fn render(&self, req: &Request, cx: Context, request_id: Option<&str>) -> Vec<u8> {
         let mut out = Vec::new();
@@ -377,6 +404,42 @@ pub fn query_arg<'q>(query: &'q [u8], name: &str) -> Option<std::borrow::Cow<'q,
         };
         (decode_form(k).as_ref() == name.as_bytes()).then(|| decode_form(v))
     })
+}
+
+/// Every value of `name` in a `&`-separated query, `+` and `%XX` decoded; a key is
+/// compared without leading spaces (PHP drops them: `?+action=x` is `action` to it).
+pub fn query_args<'q>(query: &'q [u8], name: &'q str) -> impl Iterator<Item = std::borrow::Cow<'q, [u8]>> + 'q {
+    query.split(|&b| b == b'&').filter_map(move |pair| {
+        let (k, v) = match pair.iter().position(|&b| b == b'=') {
+            Some(i) => (&pair[..i], &pair[i + 1..]),
+            None => (pair, &b""[..]),
+        };
+        let key = decode_form(k);
+        let start = key.iter().position(|&b| b != b' ').unwrap_or(key.len());
+        (key[start..] == *name.as_bytes()).then(|| decode_form(v))
+    })
+}
+
+/// Every value of cookie `name`, read as leniently as the applications that read cookies
+/// do: pairs split at `;` and `,`, spaces around names and values dropped, quotes around a
+/// value dropped, and each value also `%XX` decoded (both forms are given).
+pub fn cookies<'r>(req: &'r Request, name: &'r str) -> impl Iterator<Item = std::borrow::Cow<'r, [u8]>> + 'r {
+    req.header_bytes()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(b"cookie"))
+        .flat_map(|(_, v)| v.split(|&b| b == b';' || b == b','))
+        .filter_map(move |pair| {
+            let i = pair.iter().position(|&b| b == b'=')?;
+            if pair[..i].trim_ascii() != name.as_bytes() {
+                return None;
+            }
+            let v = pair[i + 1..].trim_ascii();
+            Some(v.strip_prefix(b"\"").and_then(|v| v.strip_suffix(b"\"")).unwrap_or(v))
+        })
+        .flat_map(|v| {
+            let decoded = selvedge::percent_decode(v);
+            let again = matches!(decoded, std::borrow::Cow::Owned(_)).then_some(decoded);
+            std::iter::once(std::borrow::Cow::Borrowed(v)).chain(again)
+        })
 }
 
 /// `%XX` and `+` (a space) decoded.

@@ -182,7 +182,8 @@ impl ForwardAuth {
             bytes.hash(&mut ha);
             bytes.hash(&mut hb);
         };
-        put(req.method().as_str().as_bytes());
+        put(req.method().as_str().to_ascii_uppercase().as_bytes());
+        put(if req.is_secure() { b"https" } else { b"http" });
         put(req.authority_bytes().unwrap_or_default());
         put(req.path_bytes());
         put(req.query_bytes().unwrap_or(b"\xff"));
@@ -268,7 +269,9 @@ impl ForwardAuth {
                 None => true,
                 Some(list) => list.contains(&name),
             };
-            if !sent || claims_the_request(name.as_str()) || hop_by_hop(name.as_str()) {
+            // The fields the service's answer sets are its to say, never the client's.
+            let copied = self.cfg.copy.iter().any(|c| same_name(c.as_str().as_bytes(), n));
+            if !sent || copied || claims_the_request(name.as_str()) || hop_by_hop(name.as_str()) {
                 continue;
             }
             if tokens.iter().any(|t| t.as_slice() == name.as_str().as_bytes()) {
@@ -308,10 +311,13 @@ impl ForwardAuth {
         let uri = String::from_utf8(uri).ok()?;
         let scheme = if req.is_secure() { "https" } else { "http" };
         let url = format!("{scheme}://{}{uri}", String::from_utf8_lossy(host));
+        // The method in upper case, as the applications that upper-case what they receive
+        // read it (`delete` is DELETE to them, and must be to the service's rules).
+        let method = req.method().as_str().to_ascii_uppercase();
         b = b
-            .header("x-forwarded-method", req.method().as_str())
+            .header("x-forwarded-method", &method)
             .header("x-forwarded-uri", &uri)
-            .header("x-original-method", req.method().as_str())
+            .header("x-original-method", &method)
             .header("x-original-url", &url);
         let mut sub = Request::from(b.body(Bytes::new()).ok()?);
         sub.set_origin(req.peer().clone(), req.is_secure());
@@ -325,13 +331,7 @@ impl ForwardAuth {
         }
         let add: Vec<(&[u8], &[u8])> = fields.iter().map(|(n, v)| (n.as_str().as_bytes(), &v[..])).collect();
         let copy = &self.cfg.copy;
-        // `Remote_User` too: an upstream that reads `_` as `-` (CGI's HTTP_REMOTE_USER) would
-        // take it for the copied field.
-        let same = |a: u8, b: u8| a.eq_ignore_ascii_case(&b) || (a == b'_' && b == b'-');
-        let removed = |n: &[u8]| {
-            copy.iter()
-                .any(|c| n.len() == c.as_str().len() && n.iter().zip(c.as_str().bytes()).all(|(&x, y)| same(x, y)))
-        };
+        let removed = |n: &[u8]| copy.iter().any(|c| same_name(c.as_str().as_bytes(), n));
         // A client's `Connection` naming a copied field would take it off the request on the
         // way upstream: such a `Connection` goes, its other tokens stay.
         let names_copied = req.header_bytes().any(|(n, v)| {
@@ -362,6 +362,14 @@ impl ForwardAuth {
             Err(_) => Verdict::Answer(failed("sent a field that cannot be copied")),
         }
     }
+}
+
+/// Whether a client's field `name` is the field `copied` (lower case), in any case and
+/// with `_` for `-` (`Remote_User`: an upstream that reads `_` as `-`, as CGI's
+/// `HTTP_REMOTE_USER` does, would take it for the copied field).
+fn same_name(copied: &[u8], name: &[u8]) -> bool {
+    name.len() == copied.len()
+        && name.iter().zip(copied).all(|(&x, &y)| x.eq_ignore_ascii_case(&y) || (x == b'_' && y == b'-'))
 }
 
 /// Whether `name` (lower case) is a hop-by-hop field (RFC 9110 §7.6.1), or one the
