@@ -229,10 +229,13 @@ pub(crate) fn request(fields: impl Fields, extended_connect: bool, arena: &mut B
         }
         // A fragment is no part of a request's target (RFC 9113 §8.3.1, RFC 9114 §4.3.1), as
         // HTTP/1.1's parser holds: an upstream would cut the query there, where checks did not.
-        if swar::find(pb, b'#').is_some() {
-            return Err(HeaderError::Malformed);
-        }
-        match swar::find(pb, b'?') {
+        // One pass to the query or a fragment; then the query alone for a fragment.
+        let query_at = match swar::find_either(pb, b'?', b'#') {
+            Some(i) if pb[i] == b'#' => return Err(HeaderError::Malformed),
+            Some(i) if swar::find(&pb[i + 1..], b'#').is_some() => return Err(HeaderError::Malformed),
+            found => found,
+        };
+        match query_at {
             Some(i) => (
                 p,
                 Span { start: p.start, len: i as u32 },

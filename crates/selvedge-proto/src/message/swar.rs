@@ -52,6 +52,22 @@ pub fn find(s: &[u8], b: u8) -> Option<usize> {
     words.remainder().iter().position(|&x| x == b).map(|k| at + k)
 }
 
+/// The position of the first `a` or `b` in `s`, eight bytes at a time.
+#[inline]
+pub fn find_either(s: &[u8], a: u8, b: u8) -> Option<usize> {
+    let mut words = s.chunks_exact(8);
+    let mut at = 0;
+    for w in &mut words {
+        let x = word(w);
+        let hit = eq(x, a) | eq(x, b);
+        if hit != 0 {
+            return Some(at + first(hit));
+        }
+        at += 8;
+    }
+    words.remainder().iter().position(|&x| x == a || x == b).map(|k| at + k)
+}
+
 /// Whether `s` has a NUL, CR or LF (the bytes no field value may carry in any version).
 #[inline]
 pub fn has_nul_cr_lf(s: &[u8]) -> bool {
@@ -69,7 +85,7 @@ pub fn has_nul_cr_lf(s: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    /// Both searches agree with a byte-at-a-time scan for every byte value at every offset
+    /// The searches agree with a byte-at-a-time scan for every byte value at every offset
     /// of the first two words, after filler that has none of the sought bytes.
     #[test]
     fn word_searches_match_bytewise() {
@@ -79,6 +95,8 @@ mod tests {
                     let mut v = vec![b'a'; len];
                     v[at] = b;
                     assert_eq!(find(&v, b), v.iter().position(|&x| x == b), "{v:?}");
+                    let either = v.iter().position(|&x| x == b'?' || x == b'#');
+                    assert_eq!(find_either(&v, b'?', b'#'), either, "{v:?}");
                     let bytewise = v.iter().any(|&x| x == 0 || x == b'\r' || x == b'\n');
                     assert_eq!(has_nul_cr_lf(&v), bytewise, "{v:?}");
                 }
