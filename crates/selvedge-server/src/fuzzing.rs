@@ -22,7 +22,8 @@ use std::sync::{Arc, OnceLock};
 use selvedge::Request;
 
 use crate::config::Config;
-use crate::routes::{without_parameters, Site};
+use crate::path::without_parameters;
+use crate::routes::Site;
 
 /// The pieces an input's bytes pick from, one byte each.
 pub const PIECES: &[&str] = &[

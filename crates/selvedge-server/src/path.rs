@@ -1,5 +1,6 @@
 //! The request's path, normalized once ([`selvedge::path`]) before redirect rules and
-//! routing, so every later step sees one spelling of it.
+//! routing, so every later step sees one spelling of it; and how routes and matchers read
+//! it (whole-segment prefixes, `;` parameters left out).
 
 use selvedge::path::{self, PathError};
 use selvedge::Request;
@@ -38,4 +39,32 @@ fn normalize_slow(req: &mut Request) -> Result<(), PathError> {
         }
         Ok(())
     })
+}
+
+/// `prefix` matches `path` on a segment boundary (`/a` matches `/a`, `/a/b`, not `/ab`).
+#[inline]
+pub fn prefix_matches(prefix: &str, path: &[u8]) -> bool {
+    let prefix = prefix.as_bytes();
+    if let [b'/'] = prefix {
+        return path.first() == Some(&b'/');
+    }
+    path.starts_with(prefix) && (prefix.ends_with(b"/") || path.len() == prefix.len() || path[prefix.len()] == b'/')
+}
+
+/// `path` with each segment's `;` parameters left out, and a segment that held nothing
+/// else left out with them (`/app/;x/internal` is `/app/internal`, as a servlet container
+/// that drops parameters and merges slashes reads it); a last one stays a trailing slash.
+pub fn without_parameters(path: &[u8]) -> Vec<u8> {
+    let Some(rest) = path.strip_prefix(b"/") else { return path.to_vec() };
+    let mut out = Vec::with_capacity(path.len());
+    let mut segs = rest.split(|&b| b == b'/').peekable();
+    while let Some(seg) = segs.next() {
+        let name = seg.split(|&b| b == b';').next().unwrap_or(seg);
+        if name.is_empty() && segs.peek().is_some() {
+            continue;
+        }
+        out.push(b'/');
+        out.extend_from_slice(name);
+    }
+    out
 }

@@ -26,6 +26,7 @@ use crate::files::StaticFiles;
 use crate::lang::matcher::{Match, Matchers};
 use crate::lang::template::{Context, Template};
 use crate::observe::{Exchange, RequestId};
+use crate::path::{prefix_matches, without_parameters};
 use crate::policy::forward_auth::{self, ForwardAuth};
 use crate::policy::{Admitted, Check, Policy};
 use crate::redirect::{self, Redirects};
@@ -219,24 +220,6 @@ impl Vhost {
     }
 }
 
-/// `path` with each segment's `;` parameters left out, and a segment that held nothing
-/// else left out with them (`/app/;x/internal` is `/app/internal`, as a servlet container
-/// that drops parameters and merges slashes reads it); a last one stays a trailing slash.
-pub fn without_parameters(path: &[u8]) -> Vec<u8> {
-    let Some(rest) = path.strip_prefix(b"/") else { return path.to_vec() };
-    let mut out = Vec::with_capacity(path.len());
-    let mut segs = rest.split(|&b| b == b'/').peekable();
-    while let Some(seg) = segs.next() {
-        let name = seg.split(|&b| b == b';').next().unwrap_or(seg);
-        if name.is_empty() && segs.peek().is_some() {
-            continue;
-        }
-        out.push(b'/');
-        out.extend_from_slice(name);
-    }
-    out
-}
-
 /// What [`Site::respond_now`] makes of a request: an answer now, or a request that waits.
 type Now = Result<Response, Box<Waiting>>;
 
@@ -251,16 +234,6 @@ pub struct Waiting {
     verify: Option<Box<crate::policy::auth::Verify>>,
     /// The route's `try_files` is still to run (after its checks).
     try_files: bool,
-}
-
-/// `prefix` matches `path` on a segment boundary (`/a` matches `/a`, `/a/b`, not `/ab`).
-#[inline]
-pub fn prefix_matches(prefix: &str, path: &[u8]) -> bool {
-    let prefix = prefix.as_bytes();
-    if let [b'/'] = prefix {
-        return path.first() == Some(&b'/');
-    }
-    path.starts_with(prefix) && (prefix.ends_with(b"/") || path.len() == prefix.len() || path[prefix.len()] == b'/')
 }
 
 /// Everything a configuration serves.

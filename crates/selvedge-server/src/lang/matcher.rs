@@ -339,7 +339,7 @@ impl Test {
             }
             Test::Protocols(p) => p.iter().any(|p| protocol_is(*p, req)),
             Test::Paths(g) => g.iter().any(|g| g.matches(path)),
-            Test::Prefixes(p) => p.iter().any(|p| crate::routes::prefix_matches(p, path)),
+            Test::Prefixes(p) => p.iter().any(|p| crate::path::prefix_matches(p, path)),
             Test::Hosts(h) => {
                 let host = template::raw_host(req);
                 h.iter().any(|p| host_matches(p, host))

@@ -389,7 +389,7 @@ pub fn host_of(req: &Request) -> std::borrow::Cow<'_, [u8]> {
 pub fn plain_path(req: &Request) -> std::borrow::Cow<'_, [u8]> {
     let path = req.path_bytes();
     if path.contains(&b';') {
-        std::borrow::Cow::Owned(crate::routes::without_parameters(path))
+        std::borrow::Cow::Owned(crate::path::without_parameters(path))
     } else {
         std::borrow::Cow::Borrowed(path)
     }
