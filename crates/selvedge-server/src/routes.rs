@@ -531,10 +531,7 @@ impl Site {
             }
             if let Some(fa) = &route.forward_auth {
                 if let forward_auth::Verdict::Answer(res) = Box::pin(fa.check(&mut req)).await {
-                    return match policy {
-                        Some(p) => p.finish(res, None, false),
-                        None => res,
-                    };
+                    return with_fields(policy, res, None, false);
                 }
             }
             if std::mem::take(&mut try_files) {
@@ -563,10 +560,7 @@ impl Site {
                         continue;
                     }
                     Err(res) => {
-                        return match policy {
-                            Some(p) => p.finish(res, admitted.as_ref(), false),
-                            None => res,
-                        };
+                        return with_fields(policy, res, admitted.as_ref(), false);
                     }
                 }
             }
@@ -577,17 +571,11 @@ impl Site {
             let res = match &route.app {
                 RouteApp::Static(s) => {
                     let res = s.respond(&req);
-                    return match policy {
-                        Some(p) => p.finish(res, admitted.as_ref(), true),
-                        None => res,
-                    };
+                    return with_fields(policy, res, admitted.as_ref(), true);
                 }
                 RouteApp::Respond(r) => {
                     let res = r.respond(&req);
-                    return match policy {
-                        Some(p) => p.finish(res, admitted.as_ref(), false),
-                        None => res,
-                    };
+                    return with_fields(policy, res, admitted.as_ref(), false);
                 }
                 RouteApp::Cgi(c) => match Box::pin(c.run(req, redirects)).await {
                     crate::upstream::cgi::Outcome::Response(res) => res,
@@ -632,10 +620,7 @@ impl Site {
                 Some(c) => c.stream(res, coding),
                 None => res,
             };
-            return match policy {
-                Some(p) => p.finish(res, admitted.as_ref(), false),
-                None => res,
-            };
+            return with_fields(policy, res, admitted.as_ref(), false);
         }
     }
 
@@ -672,6 +657,14 @@ impl Site {
             out.push_str(&format!(" and {more} more"));
         }
         out
+    }
+}
+
+/// `res` with the route's fields ([`Policy::finish`]), if it has any.
+fn with_fields(policy: Option<&Policy>, res: Response, admitted: Option<&Admitted>, fixed_done: bool) -> Response {
+    match policy {
+        Some(p) => p.finish(res, admitted, fixed_done),
+        None => res,
     }
 }
 

@@ -395,15 +395,9 @@ pub fn plain_path(req: &Request) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
-/// The first value of `name` in a `&`-separated query, `+` and `%XX` decoded.
-pub fn query_arg<'q>(query: &'q [u8], name: &str) -> Option<std::borrow::Cow<'q, [u8]>> {
-    query.split(|&b| b == b'&').find_map(|pair| {
-        let (k, v) = match pair.iter().position(|&b| b == b'=') {
-            Some(i) => (&pair[..i], &pair[i + 1..]),
-            None => (pair, &b""[..]),
-        };
-        (decode_form(k).as_ref() == name.as_bytes()).then(|| decode_form(v))
-    })
+/// The first value of `name` in a `&`-separated query ([`query_args`]).
+pub fn query_arg<'q>(query: &'q [u8], name: &'q str) -> Option<std::borrow::Cow<'q, [u8]>> {
+    query_args(query, name).next()
 }
 
 /// Every value of `name` in a `&`-separated query, `+` and `%XX` decoded; a key is
