@@ -456,3 +456,38 @@ fn long_hosts_find_their_wildcard() {
         assert_eq!(says(&s, "GET", "/", &[("Host", &host)]), "admin", "{n}");
     }
 }
+
+/// `{tls.sni}` and `{tls.version}` on a TLS listener, over HTTP/1.1 and HTTP/2 (curl,
+/// naming the server as `--resolve` says).
+#[test]
+fn tls_placeholders() {
+    let d = TempDir::new("lang-tls");
+    let (pki, issuer) = common::pki::Pki::ca(&d, "lang");
+    let leaf = common::pki::leaf(&d, &issuer, "site", &["a.test", "b.test"], false);
+    let cfg = d.write(
+        "c.toml",
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\nport = 0\ntls = {{ cert = \"{}\", key = \"{}\" }}\n[[vhost]]\n\
+             [[vhost.route]]\npath = \"/\"\nrespond = {{ body = \"{{tls.sni}} {{tls.version}} {{scheme}}\" }}\n",
+            leaf.cert, leaf.key
+        ),
+    );
+    let s = Srv::start(&["--config", cfg.to_str().unwrap()]);
+    let port = s.addr.port();
+    for (name, proto) in [("a.test", "--http1.1"), ("b.test", "--http2")] {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "10", proto, "--cacert", pki.ca.to_str().unwrap()])
+            .args(["--resolve", &format!("{name}:{port}:127.0.0.1"), &format!("https://{name}:{port}/")])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("{name} tls1.3 https"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // No SNI (a client naming an address sends none): empty.
+    assert!(curl(&["--cacert", pki.ca.to_str().unwrap(), &format!("https://127.0.0.1:{port}/"), "-k"])
+        .starts_with(" tls1.3 https"));
+}

@@ -80,6 +80,7 @@ enum Var {
     TimeRfc3339,
     RequestId,
     TlsVersion,
+    TlsSni,
     Re { regex: Regex, subject: Subject, group: Group },
 }
 
@@ -124,7 +125,7 @@ impl Captures for NoCaptures {
 /// The names a template may use, for error messages.
 pub const NAMES: &str = "host, hostport, path, query, uri, method, scheme, remote_ip, remote_port, client_ip, \
                          header.NAME, query.NAME, cookie.NAME, env.NAME, time.unix, time.rfc3339, request_id, \
-                         tls.version, re.MATCHER.N or re.MATCHER.GROUP";
+                         tls.version, tls.sni, re.MATCHER.N or re.MATCHER.GROUP";
 
 fn name_start(b: u8) -> bool {
     b.is_ascii_lowercase()
@@ -207,6 +208,7 @@ impl Template {
             "time.rfc3339" => Var::TimeRfc3339,
             "request_id" => Var::RequestId,
             "tls.version" => Var::TlsVersion,
+            "tls.sni" => Var::TlsSni,
             _ => {
                 let (kind, rest) = name.split_once('.').ok_or_else(|| format!("unknown; the names are {NAMES}"))?;
                 if rest.is_empty() {
@@ -531,6 +533,7 @@ fn value(v: &Var, req: &Request, request_id: Option<&str>, out: &mut Vec<u8>) {
             Some(selvedge::TlsVersion::Tls12) => b"tls1.2",
             Some(_) => b"tls",
         }),
+        Var::TlsSni => out.extend_from_slice(req.tls_server_name().unwrap_or_default().as_bytes()),
         Var::Re { regex, subject, group } => {
             let hay = match subject {
                 Subject::Path => plain_path(req),

@@ -4,6 +4,7 @@
 pub use crate::message::TlsVersion;
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Version};
@@ -28,6 +29,20 @@ pub(crate) struct RequestHead {
     pub(crate) upgrade: Option<Span>,
 }
 
+/// What a connection's TLS agreed, as each of its requests carries it: the version, and
+/// the server name the client asked for (SNI), shared by the connection's requests.
+#[derive(Debug, Clone)]
+pub(crate) struct Tls {
+    pub(crate) version: TlsVersion,
+    pub(crate) name: Option<Arc<str>>,
+}
+
+impl Tls {
+    pub(crate) fn new(version: TlsVersion, name: Option<&str>) -> Tls {
+        Tls { version, name: name.map(Arc::from) }
+    }
+}
+
 /// An HTTP request. Cheap to move: the head's bytes are shared, never copied.
 pub struct Request {
     pub(crate) buf: Bytes,
@@ -40,8 +55,8 @@ pub struct Request {
     pub(crate) version: Version,
     pub(crate) peer: PeerAddr,
     pub(crate) body: Body,
-    /// The TLS version the request came over (`None`: cleartext).
-    pub(crate) secure: Option<TlsVersion>,
+    /// The TLS the request came over (`None`: cleartext).
+    pub(crate) secure: Option<Tls>,
     /// The protocol an upgradable request asks for: HTTP/1.1 `Upgrade` (with `Connection:
     /// upgrade` and no body), or HTTP/2 extended CONNECT's `:protocol` (RFC 8441).
     pub(crate) upgrade: Option<Span>,
@@ -93,13 +108,7 @@ fn ascii(b: &[u8]) -> &str {
 impl Request {
     /// The request of `head`, as it came from `peer`.
     #[inline]
-    pub(crate) fn new(
-        head: RequestHead,
-        version: Version,
-        peer: PeerAddr,
-        secure: Option<TlsVersion>,
-        body: Body,
-    ) -> Request {
+    pub(crate) fn new(head: RequestHead, version: Version, peer: PeerAddr, secure: Option<Tls>, body: Body) -> Request {
         let RequestHead { buf, method, target, path, query, authority, headers, upgrade } = head;
         Request { buf, method, target, path, query, authority, headers, version, peer, body, secure, upgrade }
     }
@@ -228,7 +237,12 @@ impl Request {
 
     /// The TLS version the request came over, `None` over cleartext.
     pub fn tls_version(&self) -> Option<TlsVersion> {
-        self.secure
+        self.secure.as_ref().map(|t| t.version)
+    }
+
+    /// The server name the client asked for in its TLS handshake (SNI), if it named one.
+    pub fn tls_server_name(&self) -> Option<&str> {
+        self.secure.as_ref()?.name.as_deref()
     }
 
     /// The peer's address.
@@ -241,7 +255,7 @@ impl Request {
     pub fn set_origin(&mut self, peer: PeerAddr, secure: bool) {
         self.peer = peer;
         if secure != self.is_secure() {
-            self.secure = secure.then_some(TlsVersion::Other);
+            self.secure = secure.then(|| Tls::new(TlsVersion::Other, None));
         }
     }
 
@@ -434,7 +448,7 @@ impl<B: Into<Bytes>> From<http::Request<B>> for Request {
             version: parts.version,
             peer: PeerAddr::Unix,
             body: if body.is_empty() { Body::empty() } else { Body::from_bytes(body) },
-            secure: (parts.uri.scheme_str() == Some("https")).then_some(TlsVersion::Other),
+            secure: (parts.uri.scheme_str() == Some("https")).then(|| Tls::new(TlsVersion::Other, None)),
             upgrade: None,
         }
     }

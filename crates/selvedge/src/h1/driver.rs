@@ -84,7 +84,7 @@ pub(crate) async fn serve_http1<A: App>(
     // Where the app's futures run (its box is reused while that is cheap: `AppSlot`).
     let mut slot = AppSlot::default();
     let io = Io { sock: &sock, cfg: &cfg, timer: &timer };
-    let secure = sock.tls_version();
+    let secure = sock.tls();
     loop {
         let res = match conn.poll(now_ms()) {
             Next::Request => {
@@ -96,7 +96,7 @@ pub(crate) async fn serve_http1<A: App>(
                 };
                 let run = |req| slot.load(dispatch::call(app, req, None));
                 open.set_phase(Phase::App);
-                match conn.start(timer.shutting_down(), &peer, secure, lend, run) {
+                match conn.start(timer.shutting_down(), &peer, secure.clone(), lend, run) {
                     Start::App => {
                         timer.pause();
                         let res = slot.run().await;

@@ -473,6 +473,7 @@ async fn receiver<A: App>(
     let Watch { timer, open } = watch;
     let mut events = Vec::new();
     let mut shutdown_seen = false;
+    let tls = sock.tls();
     loop {
         let (done, quiet) = {
             let mut p = shared.lock();
@@ -488,7 +489,7 @@ async fn receiver<A: App>(
             let quiet = rbuf.is_empty() && !shared.writing.load(Ordering::Relaxed) && p.is_quiet();
             (p.is_done(), quiet)
         };
-        spawn_streams(shared, app, cfg, peer, sock.tls_version(), &mut events);
+        spawn_streams(shared, app, cfg, peer, &tls, &mut events);
         shared.wake.notify_one();
         if done || shared.closed.load(Ordering::SeqCst) {
             return Recv::Over;
@@ -818,7 +819,7 @@ fn spawn_streams<A: App>(
     app: &Arc<A>,
     cfg: &Arc<Settings>,
     peer: &PeerAddr,
-    secure: Option<crate::app::request::TlsVersion>,
+    secure: &Option<crate::app::request::Tls>,
     events: &mut Vec<Event>,
 ) {
     if events.is_empty() {
@@ -836,7 +837,7 @@ fn spawn_streams<A: App>(
             Event::Request(id, head, has_body) => {
                 let body =
                     if has_body { Body::stream(BodyReader { shared: shared.clone(), id }) } else { Body::empty() };
-                let req = Request::new(head, Version::HTTP_2, peer.clone(), secure, body);
+                let req = Request::new(head, Version::HTTP_2, peer.clone(), secure.clone(), body);
                 slot.load(owned_call(app.clone(), req, id));
                 start_app(shared, cfg, id, &mut slot, &mut ready);
             }

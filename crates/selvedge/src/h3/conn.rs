@@ -76,6 +76,12 @@ fn conn_error(conn: &quinn::Connection, c: Close) {
 /// drain (GOAWAY) has let its last request finish.
 pub(crate) async fn serve_http3<A: App>(conn: quinn::Connection, app: Arc<A>, cfg: Arc<Settings>, group: Arc<Group>) {
     let peer = PeerAddr::Tcp(conn.remote_address());
+    // The server name the client asked for (SNI), shared by the connection's requests.
+    let sni = conn
+        .handshake_data()
+        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+        .and_then(|d| d.server_name);
+    let tls = Some(crate::app::request::Tls::new(crate::app::request::TlsVersion::Tls13, sni.as_deref()));
     // Our control stream, open for the connection's life (its end would be a connection
     // error for the peer).
     let Ok(mut control) = conn.open_uni().await else { return };
@@ -99,7 +105,7 @@ pub(crate) async fn serve_http3<A: App>(conn: quinn::Connection, app: Arc<A>, cf
                         continue;
                     }
                     let guard = InFlight::enter(&tasks);
-                    let req = request(send, recv, conn.clone(), app.clone(), cfg.clone(), peer.clone());
+                    let req = request(send, recv, conn.clone(), app.clone(), cfg.clone(), peer.clone(), tls.clone());
                     // Boxed: the task then moves a pointer, not the request's whole future
                     // (the app's included), each time it is spawned, run and finished.
                     let req = Box::pin(async move {
@@ -311,6 +317,7 @@ async fn request<A: App>(
     app: Arc<A>,
     cfg: Arc<Settings>,
     peer: PeerAddr,
+    tls: Option<crate::app::request::Tls>,
 ) {
     let mut r = Reader::new(recv);
     let max = cfg.h3.max_header_list_size;
@@ -348,7 +355,7 @@ async fn request<A: App>(
     // The code to reset the stream with if its body broke its rules or its clock.
     let abort = Arc::new(AtomicU32::new(0));
     let body = BodyReader::start(r, rs, conn, head.content_length, &cfg, abort.clone());
-    let req = Request::new(head.req, Version::HTTP_3, peer, Some(crate::app::request::TlsVersion::Tls13), body);
+    let req = Request::new(head.req, Version::HTTP_3, peer, tls, body);
     let mut fut = std::pin::pin!(crate::dispatch::call(&*app, req, Some(stream_id)));
     let mut res = or_500(poll_fn(|cx| poll_catching(fut.as_mut(), cx)).await, &cfg);
     let aborted = abort.load(Ordering::Relaxed);

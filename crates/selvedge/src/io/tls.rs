@@ -314,6 +314,11 @@ impl Session {
         }
     }
 
+    /// The server name the client sent (SNI), if any.
+    pub(crate) fn server_name(&self) -> Option<String> {
+        self.lock().server_name().map(str::to_owned)
+    }
+
     /// The protocol the client chose by ALPN.
     pub(crate) fn alpn(&self) -> Option<Vec<u8>> {
         self.lock().alpn_protocol().map(<[u8]>::to_vec)

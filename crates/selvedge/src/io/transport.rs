@@ -36,6 +36,18 @@ impl Transport {
         }
     }
 
+    /// The TLS its requests carry (version and SNI), `None` for cleartext: read once per
+    /// connection.
+    pub(crate) fn tls(&self) -> Option<crate::app::request::Tls> {
+        match self {
+            Transport::Plain(_) => None,
+            #[cfg(feature = "tls")]
+            Transport::Tls { session, .. } => {
+                Some(crate::app::request::Tls::new(session.version(), session.server_name().as_deref()))
+            }
+        }
+    }
+
     /// The socket's descriptor (under the TLS session, if any), for socket options.
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         match self {
