@@ -4,13 +4,13 @@
 pub use crate::message::TlsVersion;
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Version};
 
 use crate::app::body::Body;
 use crate::io::sys::PeerAddr;
+use crate::io::transport::Tls;
 use crate::message::{HeaderSpan, Span};
 
 /// A request's head as a protocol parsed it: its bytes, and where in them the parts are
@@ -27,20 +27,6 @@ pub(crate) struct RequestHead {
     pub(crate) headers: Vec<HeaderSpan>,
     /// See [`Request::upgrade`].
     pub(crate) upgrade: Option<Span>,
-}
-
-/// What a connection's TLS agreed, as each of its requests carries it: the version, and
-/// the server name the client asked for (SNI), shared by the connection's requests.
-#[derive(Debug, Clone)]
-pub(crate) struct Tls {
-    pub(crate) version: TlsVersion,
-    pub(crate) name: Option<Arc<str>>,
-}
-
-impl Tls {
-    pub(crate) fn new(version: TlsVersion, name: Option<&str>) -> Tls {
-        Tls { version, name: name.map(Arc::from) }
-    }
 }
 
 /// An HTTP request. Cheap to move: the head's bytes are shared, never copied.

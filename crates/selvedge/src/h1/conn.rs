@@ -461,7 +461,7 @@ impl Conn {
         &mut self,
         shutting_down: bool,
         peer: &PeerAddr,
-        secure: Option<crate::app::request::Tls>,
+        secure: Option<crate::io::transport::Tls>,
         lend: impl FnOnce(Lent) -> Body,
         run: impl FnOnce(Request),
     ) -> Start {

@@ -819,7 +819,7 @@ fn spawn_streams<A: App>(
     app: &Arc<A>,
     cfg: &Arc<Settings>,
     peer: &PeerAddr,
-    secure: &Option<crate::app::request::Tls>,
+    secure: &Option<crate::io::transport::Tls>,
     events: &mut Vec<Event>,
 ) {
     if events.is_empty() {

@@ -81,7 +81,7 @@ pub(crate) async fn serve_http3<A: App>(conn: quinn::Connection, app: Arc<A>, cf
         .handshake_data()
         .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
         .and_then(|d| d.server_name);
-    let tls = Some(crate::app::request::Tls::new(crate::app::request::TlsVersion::Tls13, sni.as_deref()));
+    let tls = Some(crate::io::transport::Tls::new(crate::app::request::TlsVersion::Tls13, sni.as_deref()));
     // Our control stream, open for the connection's life (its end would be a connection
     // error for the peer).
     let Ok(mut control) = conn.open_uni().await else { return };
@@ -317,7 +317,7 @@ async fn request<A: App>(
     app: Arc<A>,
     cfg: Arc<Settings>,
     peer: PeerAddr,
-    tls: Option<crate::app::request::Tls>,
+    tls: Option<crate::io::transport::Tls>,
 ) {
     let mut r = Reader::new(recv);
     let max = cfg.h3.max_header_list_size;

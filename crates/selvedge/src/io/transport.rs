@@ -26,6 +26,20 @@ pub(crate) enum Transport {
     },
 }
 
+/// What a connection's TLS agreed, as each of its requests carries it: the version, and
+/// the server name the client asked for (SNI), shared by the connection's requests.
+#[derive(Debug, Clone)]
+pub(crate) struct Tls {
+    pub(crate) version: crate::message::TlsVersion,
+    pub(crate) name: Option<std::sync::Arc<str>>,
+}
+
+impl Tls {
+    pub(crate) fn new(version: crate::message::TlsVersion, name: Option<&str>) -> Tls {
+        Tls { version, name: name.map(std::sync::Arc::from) }
+    }
+}
+
 impl Transport {
     /// The TLS version (after the handshake), `None` for cleartext.
     pub(crate) fn tls_version(&self) -> Option<crate::message::TlsVersion> {
@@ -38,13 +52,11 @@ impl Transport {
 
     /// The TLS its requests carry (version and SNI), `None` for cleartext: read once per
     /// connection.
-    pub(crate) fn tls(&self) -> Option<crate::app::request::Tls> {
+    pub(crate) fn tls(&self) -> Option<Tls> {
         match self {
             Transport::Plain(_) => None,
             #[cfg(feature = "tls")]
-            Transport::Tls { session, .. } => {
-                Some(crate::app::request::Tls::new(session.version(), session.server_name().as_deref()))
-            }
+            Transport::Tls { session, .. } => Some(Tls::new(session.version(), session.server_name().as_deref())),
         }
     }
 
