@@ -543,19 +543,15 @@ impl Site {
                     Ok(next) if next == ri => {}
                     Ok(next) => {
                         ri = next;
-                        admitted = None;
                         if !vhost.routes[ri].app.keeps_encoded_slashes()
                             && !matches!(vhost.routes[ri].app, RouteApp::Static(_))
                             && has_encoded_slash(req.path_bytes())
                         {
                             return bad_request();
                         }
-                        if let Some(p) = &vhost.routes[ri].policy {
-                            match p.check(&mut req) {
-                                Check::Answer(res) => return p.finish(res, None, false),
-                                Check::Pass(a) => admitted = Some(a),
-                                Check::Verify(a, v) => (admitted, verify) = (Some(a), Some(v)),
-                            }
+                        match checks_of(&vhost.routes[ri], &mut req) {
+                            Ok((a, v)) => (admitted, verify) = (a, v),
+                            Err(res) => return res,
                         }
                         continue;
                     }
@@ -589,13 +585,9 @@ impl Site {
                             return bad_request();
                         }
                         ri = next_ri;
-                        admitted = None;
-                        if let Some(p) = &vhost.routes[ri].policy {
-                            match p.check(&mut req) {
-                                Check::Answer(res) => return p.finish(res, None, false),
-                                Check::Pass(a) => admitted = Some(a),
-                                Check::Verify(a, v) => (admitted, verify) = (Some(a), Some(v)),
-                            }
+                        match checks_of(&vhost.routes[ri], &mut req) {
+                            Ok((a, v)) => (admitted, verify) = (a, v),
+                            Err(res) => return res,
                         }
                         continue;
                     }
@@ -657,6 +649,22 @@ impl Site {
             out.push_str(&format!(" and {more} more"));
         }
         out
+    }
+}
+
+/// The checks of `route` on a request routed to it again (after `try_files` or a CGI
+/// script's local redirect): what they admit and the bcrypt check still due, or their
+/// answer.
+#[allow(clippy::type_complexity)]
+fn checks_of(
+    route: &Route,
+    req: &mut Request,
+) -> Result<(Option<Admitted>, Option<Box<crate::policy::auth::Verify>>), Response> {
+    match route.policy.as_deref().map(|p| (p, p.check(req))) {
+        None => Ok((None, None)),
+        Some((p, Check::Answer(res))) => Err(p.finish(res, None, false)),
+        Some((_, Check::Pass(a))) => Ok((Some(a), None)),
+        Some((_, Check::Verify(a, v))) => Ok((Some(a), Some(v))),
     }
 }
 
