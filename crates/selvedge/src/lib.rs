@@ -138,7 +138,9 @@ pub use app::{App, AppExt, BoxApp, Middleware};
 pub use app::body::{Body, BodyWriter};
 pub use app::middleware;
 pub use app::request::{percent_decode, Request, Segments, TlsVersion};
-pub use app::response::{Cleanup, FieldsSlot, FileBody, IntoHeaderValue, Response, ResponseBody, SharedFields};
+pub use app::response::{
+    BodyTap, Cleanup, FieldsSlot, FileBody, IntoHeaderValue, Response, ResponseBody, SharedFields,
+};
 #[cfg(feature = "tower")]
 pub use app::tower;
 pub use error::Error;

@@ -353,6 +353,33 @@ impl Request {
         Ok(())
     }
 
+    /// Sets the method (a cache sends a `HEAD` it cannot answer as the `GET` it stores).
+    pub fn set_method(&mut self, method: Method) {
+        self.method = method;
+    }
+
+    /// A copy of the head, with no body and no upgrade: the same target, fields, peer and
+    /// TLS, for a request the server sends again on its own (a background revalidation).
+    /// The head's bytes are shared, not copied.
+    pub fn head_copy(&self) -> Request {
+        let mut headers = crate::io::pool::take_spans();
+        headers.extend_from_slice(&self.headers);
+        Request {
+            buf: self.buf.clone(),
+            method: self.method.clone(),
+            target: self.target,
+            path: self.path,
+            query: self.query,
+            authority: self.authority,
+            headers,
+            version: self.version,
+            peer: self.peer.clone(),
+            body: Body::empty(),
+            secure: self.secure.clone(),
+            upgrade: None,
+        }
+    }
+
     /// The request body.
     pub fn body_mut(&mut self) -> &mut Body {
         &mut self.body

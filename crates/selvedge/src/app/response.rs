@@ -410,6 +410,126 @@ impl<B: Into<Bytes>> From<http::Response<B>> for Response {
     }
 }
 
+/// Receives a response body's bytes as they are sent ([`Response::tap`]): a cache that
+/// stores what it forwards, a digest, a copy. `data` sees every piece in order; `end`
+/// runs once, with `complete` when the body ended whole (its stream returned `Ok`), or
+/// without when it was abandoned (a failed write, a stream that failed or was dropped).
+pub trait BodyTap: Send + 'static {
+    /// The next piece of the body.
+    fn data(&mut self, data: &[u8]);
+    /// The body ended (`complete`) or was abandoned.
+    fn end(self: Box<Self>, complete: bool);
+}
+
+/// The tap shared by a stream's writer and the wrapper that reports its end; whoever is
+/// last without an `Ok` reports it abandoned.
+type TapSlot = Arc<std::sync::Mutex<Option<Box<dyn BodyTap>>>>;
+
+fn end_tap(slot: &TapSlot, complete: bool) {
+    let tap = slot.lock().ok().and_then(|mut t| t.take());
+    if let Some(t) = tap {
+        t.end(complete);
+    }
+}
+
+/// Reports a stream abandoned when it is dropped before it ended.
+struct TapGuard(TapSlot);
+
+impl Drop for TapGuard {
+    fn drop(&mut self) {
+        end_tap(&self.0, false);
+    }
+}
+
+/// The sink of a tapped stream: each piece to the tap, then on to the protocol's writer.
+struct TapSink {
+    inner: BodyWriter,
+    tap: TapSlot,
+}
+
+impl crate::app::body::BodySink for TapSink {
+    fn write<'a>(&'a mut self, data: &'a [u8]) -> crate::app::body::WriteFuture<'a> {
+        if let Ok(mut t) = self.tap.lock() {
+            if let Some(t) = t.as_mut() {
+                t.data(data);
+            }
+        }
+        Box::pin(self.inner.write(data))
+    }
+
+    fn trailers(&mut self, fields: Vec<(HeaderName, HeaderValue)>) {
+        self.inner.trailers(fields);
+    }
+}
+
+/// A sink that sends nowhere ([`Response::run_body`]).
+struct NoSink;
+
+impl crate::app::body::BodySink for NoSink {
+    fn write<'a>(&'a mut self, _data: &'a [u8]) -> crate::app::body::WriteFuture<'a> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+impl Response {
+    /// Shows the body to `tap` as it is sent. A body in memory is shown at once, whole;
+    /// a stream piece by piece as the app writes it; a file body is not read (`end(false)`
+    /// at once: a file is already stored). The body and its timing are unchanged.
+    pub fn tap(mut self, tap: Box<dyn BodyTap>) -> Response {
+        let mut tap = tap;
+        self.body = match std::mem::replace(&mut self.body, ResponseBody::Empty) {
+            ResponseBody::Empty => {
+                tap.end(true);
+                ResponseBody::Empty
+            }
+            ResponseBody::Bytes(b) => {
+                tap.data(&b);
+                tap.end(true);
+                ResponseBody::Bytes(b)
+            }
+            f @ ResponseBody::File(_) => {
+                tap.end(false);
+                f
+            }
+            ResponseBody::Stream(StreamBody(f, finish)) => {
+                let g: StreamFn = Box::new(move |w: BodyWriter| {
+                    Box::pin(async move {
+                        let slot: TapSlot = Arc::new(std::sync::Mutex::new(Some(tap)));
+                        let guard = TapGuard(slot.clone());
+                        let r = f(BodyWriter::new(TapSink { inner: w, tap: slot })).await;
+                        end_tap(&guard.0, r.is_ok());
+                        r
+                    })
+                });
+                ResponseBody::Stream(StreamBody(g, finish))
+            }
+        };
+        self
+    }
+
+    /// Runs the body to its end without sending it anywhere (what a tap sees of it is all
+    /// that is kept): a background fetch's. `Ok` when a stream body ended whole.
+    ///
+    /// # Errors
+    /// The stream's.
+    pub async fn run_body(self) -> io::Result<()> {
+        match self.body {
+            ResponseBody::Stream(StreamBody(f, finish)) => {
+                let r = f(BodyWriter::new(NoSink)).await;
+                if let Some(fin) = finish {
+                    fin.report(r.is_ok());
+                }
+                r
+            }
+            ResponseBody::File(FileBody { finish: Some(fin), .. }) => {
+                fin.report(true);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A guard that releases a resource when dropped (the seeds' `bracket`): own one inside a
 /// stream's future and the release runs however the stream ends (done, error, the client
 /// went away, timeout, shutdown).
