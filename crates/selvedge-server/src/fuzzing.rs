@@ -313,3 +313,68 @@ pub fn template(data: &[u8]) {
         }
     }
 }
+
+/// The HTTP cache's rules (`cache::control`), as an entry point for the fuzz target
+/// (`fuzz/fuzz_targets/cache_control.rs`) and `tests/fuzz_corpus.rs`. The input is split
+/// at `0xFF` bytes into a response's `Cache-Control`, a request's, a `Vary` and a request's
+/// `Accept-Encoding`; the last byte picks the times. Whatever the bytes: parsing returns,
+/// every duration is at most 2^31 seconds, `no-store` and `private` are never stored, a
+/// fresh answer's ttl is within its lifetime, `Vary`'s names come out lower case, sorted,
+/// once each, and `Accept-Encoding` normalizes the same whatever the order of its items.
+pub fn cache_control(data: &[u8]) {
+    fn as_refs(v: &[Vec<u8>]) -> Vec<&[u8]> {
+        v.iter().map(Vec::as_slice).collect()
+    }
+    use crate::cache::control::{self, Answered, Asked, RequestDirectives, ResponseDirectives, Stored, MAX_DELTA};
+    let mut parts = data.split(|&b| b == 0xFF);
+    let (res, req, vary, ae) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let lines = |b: &[u8]| -> Vec<Vec<u8>> { b.split(|&c| c == b'\n').map(<[u8]>::to_vec).collect() };
+    let (res_l, req_l, vary_l) = (lines(res), lines(req), lines(vary));
+    let cc = ResponseDirectives::parse(&as_refs(&res_l));
+    let rq = RequestDirectives::parse(&as_refs(&req_l), &[b"no-cache"]);
+    for v in
+        [cc.max_age, cc.s_maxage, cc.stale_while_revalidate, cc.stale_if_error, rq.max_age, rq.max_stale, rq.min_fresh]
+            .into_iter()
+            .flatten()
+    {
+        assert!(v <= MAX_DELTA);
+    }
+    let t = u64::from(data.last().copied().unwrap_or(0));
+    let s = Stored {
+        cc,
+        date: Some(1_000_000 + t),
+        expires: (t % 3 == 0).then_some(1_000_000 + t * 7),
+        last_modified: (t % 2 == 0).then_some(900_000),
+        age: (t % 5 == 0).then_some(t),
+        request_time: 1_000_000,
+        response_time: 1_000_000 + t % 7,
+    };
+    let asked = Asked { authorization: t % 4 == 0, no_store: rq.no_store };
+    let answered = Answered { status: [200, 206, 304, 404, 500][t as usize % 5], set_cookie: false, vary_any: false };
+    if let Ok(lifetime) = control::storable(asked, answered, &s, 0.1) {
+        assert!(!cc.no_store && !cc.private && !rq.no_store);
+        assert!(lifetime <= MAX_DELTA);
+        let now = 1_000_000 + t * 3;
+        assert!(control::current_age(&s, now) <= MAX_DELTA);
+        if let control::Use::Fresh { ttl } = control::usable(&s, lifetime, &rq, now) {
+            assert!(ttl <= lifetime);
+        }
+    }
+    if let Ok(names) = control::vary_names(&as_refs(&vary_l)) {
+        assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
+        assert!(names.iter().all(|n| !n.bytes().any(|b| b.is_ascii_uppercase())));
+    }
+    let mut a = Vec::new();
+    control::vary_value("accept-encoding", &[ae], &mut a);
+    let mut items: Vec<&[u8]> = ae.split(|&b| b == b',').collect();
+    items.reverse();
+    let reversed = items.join(&b","[..]);
+    let mut b = Vec::new();
+    control::vary_value("accept-encoding", &[&reversed], &mut b);
+    assert_eq!(a, b, "the order of Accept-Encoding's items does not matter");
+}

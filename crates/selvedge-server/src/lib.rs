@@ -10,6 +10,7 @@
 pub mod access_log;
 pub mod acme;
 pub mod admin;
+pub mod cache;
 pub mod cli;
 pub mod client;
 pub mod config;

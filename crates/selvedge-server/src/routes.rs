@@ -20,6 +20,7 @@ use selvedge::http::{header, HeaderValue, StatusCode};
 use selvedge::{App, Request, Response};
 
 use crate::access_log::{AccessLog, Outcome, Pending};
+use crate::cache::RouteCache;
 use crate::config::{Config, RouteKind};
 use crate::files::compression::Compression;
 use crate::files::StaticFiles;
@@ -53,8 +54,32 @@ struct Route {
     forward_auth: Option<Box<ForwardAuth>>,
     /// The compressor of a CGI or proxy route that compresses (a static route has its own).
     compress: Option<Compression>,
+    /// The HTTP cache in front of a proxy or FastCGI route.
+    cache: Option<Box<RouteCache>>,
     /// Its metrics slot ([`crate::metrics::Registry::slot`]).
     slot: u32,
+}
+
+impl Route {
+    /// A fresh answer from the route's HTTP cache, at once, with what the waiting way adds
+    /// to a proxy's or FastCGI app's answer (`header_down`, compression); `None`: the request
+    /// waits. `now`: nothing else (forward_auth) must run first.
+    #[inline]
+    fn cached_now(&self, req: &Request, now: bool) -> Option<Response> {
+        let cache = self.cache.as_ref().filter(|_| now)?;
+        let mut res = cache.hit_now(req)?;
+        if let RouteApp::Proxy(p) = &self.app {
+            if let Some(ops) = p.header_down() {
+                let id = crate::observe::request_id();
+                let values = ops.values(req, id.as_ref().map(RequestId::as_str));
+                ops.apply(res.headers_mut(), values);
+            }
+        }
+        Some(match &self.compress {
+            Some(c) if req.upgrade().is_none() => c.stream(res, c.choice(req.header("accept-encoding"))),
+            _ => res,
+        })
+    }
 }
 
 /// What serves a route.
@@ -309,8 +334,16 @@ impl Site {
                     Some(f) => Some(Box::new(ForwardAuth::new(f, &format!("{label}{route_label}"))?)),
                     None => None,
                 };
+                let cache = match &r.cache {
+                    Some(c) => Some(Box::new(
+                        RouteCache::new(c, &cfg.cache_zones, &v.matchers)
+                            .map_err(|e| io::Error::new(e.kind(), format!("route {}: cache: {e}", r.prefix)))?,
+                    )),
+                    None => None,
+                };
                 routes.push(Route {
                     forward_auth,
+                    cache,
                     prefix: r.prefix.clone(),
                     label: route_label,
                     when: r.when.clone(),
@@ -495,7 +528,10 @@ impl Site {
             return match &route.app {
                 RouteApp::Static(s) if now => (at, Ok(s.respond(req))),
                 RouteApp::Respond(r) if now => (at, Ok(r.respond(req))),
-                _ => (at, self.wait(vi, ri, None, None, false)),
+                _ => match route.cached_now(req, now) {
+                    Some(res) => (at, Ok(res)),
+                    None => (at, self.wait(vi, ri, None, None, false)),
+                },
             };
         };
         let check = match checked {
@@ -507,7 +543,10 @@ impl Site {
             Check::Pass(admitted) => match &route.app {
                 RouteApp::Static(s) if now => Ok(policy.finish(s.respond(req), Some(&admitted), true)),
                 RouteApp::Respond(r) if now => Ok(policy.finish(r.respond(req), Some(&admitted), false)),
-                _ => self.wait(vi, ri, Some(admitted), None, false),
+                _ => match route.cached_now(req, now) {
+                    Some(res) => Ok(policy.finish(res, Some(&admitted), false)),
+                    None => self.wait(vi, ri, Some(admitted), None, false),
+                },
             },
             Check::Verify(admitted, v) => self.wait(vi, ri, Some(admitted), Some(v), false),
         };
@@ -601,7 +640,17 @@ impl Site {
                         }),
                         _ => None,
                     };
-                    let mut res = route.app.handle(req).await;
+                    let mut res = match &route.cache {
+                        Some(cache) => {
+                            let (site, vi) = (site.clone(), vi);
+                            let fetch: crate::cache::Fetch = std::sync::Arc::new(move |req| {
+                                let site = site.clone();
+                                Box::pin(async move { site.vhosts[vi].routes[ri].app.handle(req).await })
+                            });
+                            Box::pin(cache.serve(req, fetch)).await
+                        }
+                        None => route.app.handle(req).await,
+                    };
                     if let Some((ops, values)) = down {
                         ops.apply(res.headers_mut(), values);
                     }

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{eventually, Srv, TempDir};
+use common::{admin_addr, eventually, Srv, TempDir};
 use serde_json::Value;
 
 fn cert(dir: &Path) -> (String, String) {
@@ -21,17 +21,6 @@ fn cert(dir: &Path) -> (String, String) {
     std::fs::write(&c, ck.cert.pem()).unwrap();
     std::fs::write(&k, ck.signing_key.serialize_pem()).unwrap();
     (c.to_str().unwrap().to_string(), k.to_str().unwrap().to_string())
-}
-
-/// The admin listener's address, from the startup lines.
-fn admin_addr(srv: &Srv) -> SocketAddr {
-    eventually(10, "the admin listener's line", || {
-        srv.stderr.lock().unwrap().iter().any(|l| l.contains("admin listener on http://"))
-    });
-    let lines = srv.stderr.lock().unwrap().clone();
-    let line = lines.iter().find(|l| l.contains("admin listener on http://")).expect("admin line");
-    let rest = &line[line.find("http://").unwrap() + 7..];
-    rest[..rest.find('/').unwrap()].parse().unwrap()
 }
 
 /// The `https://` listener's address.

@@ -229,7 +229,35 @@ fn text(status: StatusCode, body: impl Into<bytes::Bytes>, mime: &'static str) -
     Response::bytes(status, body).header(header::CONTENT_TYPE, mime).header(header::CACHE_CONTROL, "no-store")
 }
 
+/// `POST /cache/purge?key=URL` or `?prefix=URL` (and `zone=NAME` for one zone): removes
+/// stored responses of the HTTP cache. The key is the cache's (by default
+/// `scheme://host/path?query`); a prefix removes every key that starts with it.
+fn purge(req: &Request) -> Response {
+    use crate::lang::template::query_arg;
+    let q = req.query_bytes().unwrap_or_default();
+    let decode = |name: &'static str| query_arg(q, name).map(std::borrow::Cow::into_owned);
+    let (zone, key, prefix) = (decode("zone"), decode("key"), decode("prefix"));
+    if key.is_none() && prefix.is_none() {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "400: ?key=URL or ?prefix=URL (and zone=NAME)\n",
+            "text/plain; charset=utf-8",
+        );
+    }
+    let zone = zone.map(|z| String::from_utf8_lossy(&z).into_owned());
+    let n = crate::cache::purge(zone.as_deref(), key.as_deref(), prefix.as_deref());
+    tracing::info!(zone = zone.as_deref().unwrap_or("*"), purged = n, "cache purge");
+    text(StatusCode::OK, format!("{{\"purged\":{n}}}\n"), "application/json")
+}
+
 fn answer(req: &Request, info: &Mutex<Info>, history: &status::History) -> Response {
+    if req.path() == "/cache/purge" {
+        if req.method() == Method::POST || req.method() == Method::DELETE || req.method().as_str() == "PURGE" {
+            return purge(req);
+        }
+        return text(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed\n", "text/plain; charset=utf-8")
+            .header(header::ALLOW, "POST, DELETE, PURGE");
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed\n", "text/plain; charset=utf-8")
             .header(header::ALLOW, "GET, HEAD");

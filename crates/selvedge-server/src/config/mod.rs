@@ -88,6 +88,8 @@ pub struct Config {
     pub settings: Settings,
     /// File cache settings.
     pub cache: CacheConfig,
+    /// The HTTP cache's `[[cache]]` zones.
+    pub cache_zones: Vec<crate::cache::ZoneConfig>,
     /// Access log.
     pub log: LogConfig,
     /// Diagnostics (the error log).
@@ -135,6 +137,7 @@ impl Config {
             pid_file: None,
             settings: Settings::default(),
             cache: CacheConfig::default(),
+            cache_zones: Vec::new(),
             log: LogConfig::default(),
             error_log: ErrorLogConfig::default(),
             user: None,
@@ -153,6 +156,7 @@ impl Config {
                     policy: Default::default(),
                     compress: true,
                     forward_auth: None,
+                    cache: None,
                 }],
                 tls: None,
                 acme: false,
@@ -198,7 +202,12 @@ impl Config {
         let error_log = raw.log.error_log(&src)?;
         let log = raw.log.access_log(&src)?;
         let trusted_proxies = raw.server.trusted_proxies(&src)?;
-        let route_ctx = route::RouteContext { max_age: raw.cache.max_age, proxy: raw.server.proxy_context(&src)? };
+        let zones = raw.cache.zones(&src)?;
+        let route_ctx = route::RouteContext {
+            max_age: raw.cache.max_age(),
+            proxy: raw.server.proxy_context(&src)?,
+            zones: zones.clone(),
+        };
         let vhosts = vhost::vhosts(&src, raw.vhost, &route_ctx)?;
         let acme = acme(&src, raw.acme.as_ref(), &vhosts, &listeners)?;
         let admin = admin::admin(&src, raw.admin.as_ref())?;
@@ -217,6 +226,7 @@ impl Config {
             release_startup_code: server.release_startup_code.unwrap_or(true),
             settings,
             cache,
+            cache_zones: zones,
             log,
             error_log,
             user: server.user,

@@ -39,6 +39,8 @@ pub struct RouteConfig {
     pub compress: bool,
     /// `forward_auth`: an authentication service asked about each request.
     pub forward_auth: Option<crate::policy::forward_auth::ForwardAuthConfig>,
+    /// `cache`: the HTTP cache in front of a proxy or FastCGI route.
+    pub cache: Option<crate::cache::RouteCacheConfig>,
 }
 
 /// What serves a route: exactly one of `root`, `cgi`, `fastcgi`, `proxy` or `respond` in
@@ -88,13 +90,88 @@ pub(super) struct RouteContext {
     pub(super) max_age: Option<Dur>,
     /// `[server]`'s settings for proxy routes.
     pub(super) proxy: ProxyContext,
+    /// The HTTP cache's `[[cache]]` zones.
+    pub(super) zones: Vec<crate::cache::ZoneConfig>,
 }
 
-/// `[cache]`.
+/// `[cache]` (`max_age`, and zones as `[[cache.zone]]`), or the zones alone as `[[cache]]`.
+pub(super) enum RawCache {
+    Table(RawCacheSection),
+    Zones(Vec<Spanned<crate::cache::RawCacheTable>>),
+}
+
+impl<'de> Deserialize<'de> for RawCache {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawCache;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("[cache] (max_age) or [[cache]] zones")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<RawCache, A::Error> {
+                let mut v = Vec::new();
+                while let Some(z) = seq.next_element()? {
+                    v.push(z);
+                }
+                Ok(RawCache::Zones(v))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<RawCache, A::Error> {
+                RawCacheSection::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(RawCache::Table)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Default for RawCache {
+    fn default() -> Self {
+        RawCache::Table(RawCacheSection::default())
+    }
+}
+
+impl RawCache {
+    pub(super) fn max_age(&self) -> Option<Dur> {
+        match self {
+            RawCache::Table(t) => t.max_age,
+            RawCache::Zones(_) => None,
+        }
+    }
+
+    /// The HTTP cache's zones, checked.
+    pub(super) fn zones(&self, src: &Source<'_>) -> Result<Vec<crate::cache::ZoneConfig>, ConfigError> {
+        let list = match self {
+            RawCache::Table(t) => &t.zone,
+            RawCache::Zones(z) => z,
+        };
+        let mut out: Vec<crate::cache::ZoneConfig> = Vec::new();
+        for z in list {
+            let raw = z.get_ref();
+            let Some(name) = raw.name.clone().filter(|n| !n.is_empty()) else {
+                return Err(src.err(Some(z.span()), "a [[cache]] zone needs a `name`".into()));
+            };
+            let route_only =
+                [("zone", raw.zone.is_some()), ("bypass", raw.bypass.is_some()), ("no_store", raw.no_store.is_some())];
+            if let Some((k, _)) = route_only.iter().find(|(_, set)| *set) {
+                return Err(src
+                    .err(Some(z.span()), format!("cache `{k}` is a route's (`cache = {{ zone = ..., {k} = ... }}`)")));
+            }
+            if out.iter().any(|o| o.name == name) {
+                return Err(src.err(Some(z.span()), format!("cache zone {name:?} is defined twice")));
+            }
+            let abs = |p: &str| src.abs(p);
+            out.push(crate::cache::ZoneConfig::from_raw(raw, name, &abs).map_err(|e| src.err(Some(z.span()), e))?);
+        }
+        Ok(out)
+    }
+}
+
+/// `[cache]` as a table.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawCache {
+pub(super) struct RawCacheSection {
     pub(super) max_age: Option<Dur>,
+    #[serde(default)]
+    pub(super) zone: Vec<Spanned<crate::cache::RawCacheTable>>,
 }
 
 #[derive(Deserialize)]
@@ -127,6 +204,7 @@ pub(super) struct RawRoute {
     max_body: Option<Size>,
     rate: Option<Spanned<policy::rate::RawRate>>,
     forward_auth: Option<Spanned<policy::forward_auth::RawForwardAuth>>,
+    cache: Option<Spanned<crate::cache::RawRouteCache>>,
 }
 
 /// A route: its prefix, policy and what serves it.
@@ -222,7 +300,20 @@ pub(super) fn route(
         ),
         None => None,
     };
-    Ok(RouteConfig { prefix, when, try_files, kind, policy, compress: r.compress.unwrap_or(true), forward_auth })
+    let cache = match &r.cache {
+        Some(c) if !matches!(kind, RouteKind::Proxy(_) | RouteKind::Fastcgi(_)) => {
+            return Err(src.err(Some(c.span()), "`cache` applies to proxy and FastCGI routes".into()));
+        }
+        Some(c) => {
+            let abs = |p: &str| src.abs(p);
+            Some(
+                crate::cache::RouteCacheConfig::from_raw(c.get_ref(), &ctx.zones, matchers, &prefix, &abs)
+                    .map_err(|e| src.err(Some(c.span()), e))?,
+            )
+        }
+        None => None,
+    };
+    Ok(RouteConfig { prefix, when, try_files, kind, policy, compress: r.compress.unwrap_or(true), forward_auth, cache })
 }
 
 /// A proxy route's table, with its header rewriting and upstream path.

@@ -210,6 +210,49 @@ impl Collector for Scrape {
             &states.iter().map(|(name, up)| (vec![("upstream", name.as_str())], i64::from(*up))).collect::<Vec<_>>(),
         )?;
 
+        let zones = crate::cache::all_zones();
+        let names: Vec<String> = zones.iter().map(|z| z.name()).collect();
+        let per = |f: &dyn Fn(&crate::cache::Zone) -> u64| -> Vec<(Labels<'_>, u64)> {
+            zones.iter().zip(&names).map(|(z, n)| (vec![("zone", n.as_str())], f(z))).collect()
+        };
+        let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        for (name, help, f) in [
+            (
+                "selvedge_cache_hits",
+                "HTTP cache: requests answered from a fresh entry",
+                &(|z: &crate::cache::Zone| ld(&z.stats.hits)) as &dyn Fn(&crate::cache::Zone) -> u64,
+            ),
+            ("selvedge_cache_misses", "HTTP cache: requests sent upstream with nothing usable stored", &|z| {
+                ld(&z.stats.misses)
+            }),
+            (
+                "selvedge_cache_stale",
+                "HTTP cache: answers from a stale entry (stale-while-revalidate, stale-if-error)",
+                &|z| ld(&z.stats.stale),
+            ),
+            ("selvedge_cache_revalidated", "HTTP cache: stale entries the upstream confirmed with 304", &|z| {
+                ld(&z.stats.revalidated)
+            }),
+            ("selvedge_cache_stored", "HTTP cache: responses stored", &|z| ld(&z.stats.stored)),
+            ("selvedge_cache_collapsed", "HTTP cache: requests that waited for another's fetch of their key", &|z| {
+                ld(&z.stats.collapsed)
+            }),
+            ("selvedge_cache_bypass", "HTTP cache: requests that skipped the cache (bypass, unsafe methods)", &|z| {
+                ld(&z.stats.bypass)
+            }),
+            ("selvedge_cache_evictions", "HTTP cache: entries evicted for room", &|z| z.evictions()),
+        ] {
+            counter(&mut e, name, help, &per(f))?;
+        }
+        gauge(&mut e, "selvedge_cache_entries", "HTTP cache: entries stored now", &per(&|z| z.size().0))?;
+        gauge(&mut e, "selvedge_cache_memory_bytes", "HTTP cache: bytes held in memory", &per(&|z| z.size().1))?;
+        gauge(
+            &mut e,
+            "selvedge_cache_disk_bytes",
+            "HTTP cache: bytes in the disk tier's files",
+            &per(&|z| z.size().2),
+        )?;
+
         let ev = &registry().events;
         let v = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         gauge(

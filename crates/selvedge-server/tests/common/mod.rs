@@ -333,3 +333,14 @@ pub fn missing_tool(tool: &str, test: &str) {
     assert!(!required, "{test}: {tool} is not installed (./scripts/setup installs it)");
     eprintln!("\n!!! {test}: {tool} is not installed (./scripts/setup installs it): SKIPPED !!!\n");
 }
+
+/// The admin listener's address, from the startup lines.
+pub fn admin_addr(srv: &Srv) -> SocketAddr {
+    eventually(10, "the admin listener's line", || {
+        srv.stderr.lock().unwrap().iter().any(|l| l.contains("admin listener on http://"))
+    });
+    let lines = srv.stderr.lock().unwrap().clone();
+    let line = lines.iter().find(|l| l.contains("admin listener on http://")).expect("admin line");
+    let rest = &line[line.find("http://").unwrap() + 7..];
+    rest[..rest.find('/').unwrap()].parse().unwrap()
+}

@@ -1,0 +1,550 @@
+//! A zone's store: entries by key in shards, each shard's memory and disk bytes bounded,
+//! evicted by CLOCK (second chance); and the disk tier's files.
+//!
+//! **Why CLOCK**: a hit under LRU moves its entry to the list's head, a write under the
+//! shard's lock on every hit. Under CLOCK a hit sets the entry's `referenced` bit (one
+//! relaxed store) under a read lock that other hits share; eviction walks the shard's ring
+//! from its oldest entry, giving a referenced one a second round and evicting the first
+//! that was not used since it was last passed. It keeps what is used, as LRU does, at the
+//! cost of a write lock only on insertion.
+//!
+//! **Bounds**: a shard's entries count their body and fields in memory (memory-tier bodies)
+//! and their file's length on disk (the disk tier). An entry replaced or purged stays in
+//! the ring, and counted, until the ring passes it (so the bytes it may still hold are
+//! never uncounted); a ring with more than half its bytes dead is compacted at once.
+//!
+//! **The disk tier**: each entry is a file `HASH-SEQ` under the zone's directory: a head
+//! (`SVC1`, the key, the variant, the status, the times, the fields) and the body. Files
+//! are written under a temporary name and renamed whole; at start-up the directory is read
+//! back into the index, and unreadable files are removed.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::hash::BuildHasher;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use selvedge::http::{HeaderName, HeaderValue, StatusCode};
+use selvedge::SharedFields;
+
+use super::control::{Secs, Stored};
+
+/// Shards per zone: writers to different keys rarely meet.
+pub const SHARDS: usize = 16;
+
+/// Where an entry's body is.
+#[derive(Debug, Clone)]
+pub enum Bodied {
+    /// In memory.
+    Mem(Bytes),
+    /// In its file (from `offset`, `len` bytes).
+    Disk {
+        /// The file.
+        file: Arc<DiskFile>,
+        /// Where the body starts.
+        offset: u64,
+        /// Its length.
+        len: u64,
+    },
+}
+
+impl Bodied {
+    /// The body's length.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> u64 {
+        match self {
+            Bodied::Mem(b) => b.len() as u64,
+            Bodied::Disk { len, .. } => *len,
+        }
+    }
+}
+
+/// A stored response.
+#[derive(Debug)]
+pub struct Entry {
+    /// Its key.
+    pub key: Box<[u8]>,
+    /// The `Vary` field names, lower case, sorted.
+    pub vary: Box<[String]>,
+    /// The request's values of those fields when it was stored ([`super::control::vary_value`],
+    /// each followed by a 0 byte).
+    pub variant: Box<[u8]>,
+    /// The status.
+    pub status: StatusCode,
+    /// Its fields (without `Age`, `Date`, `Content-Length` and framing), rendered once.
+    pub fields: Arc<SharedFields>,
+    /// What the response said of itself, and when it came.
+    pub stored: Stored,
+    /// Its freshness lifetime.
+    pub lifetime: Secs,
+    /// `ETag` as sent.
+    pub etag: Option<HeaderValue>,
+    /// `Last-Modified` (seconds since the epoch).
+    pub last_modified: Option<u64>,
+    /// The body.
+    pub body: Bodied,
+    /// Its file in the disk tier.
+    pub file: Option<Arc<DiskFile>>,
+    /// Bytes it holds in memory.
+    pub mem_size: u64,
+    /// Bytes its file holds.
+    pub disk_size: u64,
+    /// Used since the clock last passed it.
+    pub referenced: AtomicBool,
+    /// Replaced, purged or evicted: no longer in the index.
+    pub removed: AtomicBool,
+}
+
+/// A file of the disk tier: removed when its last holder lets it go (the entries that
+/// share its body, and the hits being sent from it, which hold their own open file).
+/// The zones live as long as the process, so a file outlives a restart unless its entry
+/// was evicted, replaced or purged.
+#[derive(Debug)]
+pub struct DiskFile(PathBuf);
+
+impl DiskFile {
+    /// The file at `path`.
+    pub fn new(path: PathBuf) -> DiskFile {
+        DiskFile(path)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for DiskFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Memory an entry holds besides its body: its key, variant and fields.
+pub fn overhead(key: &[u8], variant: &[u8], fields: &SharedFields) -> u64 {
+    (256 + key.len() + variant.len() + fields.h1_lines().len() * 2) as u64
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    /// Key hash → the variants stored under it.
+    map: HashMap<u64, Vec<Arc<Entry>>>,
+    /// Every entry in the order it came, for the clock (and removed ones not yet passed).
+    ring: VecDeque<Arc<Entry>>,
+    mem: u64,
+    disk: u64,
+    /// Bytes of removed entries still in the ring.
+    dead: u64,
+}
+
+/// The zone's counters.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Entries evicted for room.
+    pub evictions: AtomicU64,
+    /// Entries now.
+    pub entries: AtomicU64,
+}
+
+/// A zone's entries.
+#[derive(Debug)]
+pub struct Store {
+    shards: Box<[RwLock<Shard>]>,
+    hasher: std::hash::RandomState,
+    /// Memory bytes per shard.
+    mem_limit: AtomicU64,
+    /// Disk bytes per shard.
+    disk_limit: AtomicU64,
+    /// Counters.
+    pub counters: Counters,
+}
+
+impl Store {
+    /// A store of `mem` bytes in memory and `disk` on disk.
+    pub fn new(mem: u64, disk: u64) -> Store {
+        Store {
+            shards: (0..SHARDS).map(|_| RwLock::new(Shard::default())).collect(),
+            hasher: std::hash::RandomState::new(),
+            mem_limit: AtomicU64::new(mem / SHARDS as u64),
+            disk_limit: AtomicU64::new(disk / SHARDS as u64),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Sets the limits (a reload); the next insertion evicts down to them.
+    pub fn set_limits(&self, mem: u64, disk: u64) {
+        self.mem_limit.store(mem / SHARDS as u64, Ordering::Relaxed);
+        self.disk_limit.store(disk / SHARDS as u64, Ordering::Relaxed);
+    }
+
+    /// A key's hash (keyed per process: a client cannot aim keys at one slot).
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn shard(&self, hash: u64) -> &RwLock<Shard> {
+        &self.shards[(hash >> 59) as usize % SHARDS]
+    }
+
+    /// The stored variant of `key` that `variant_of` accepts (it gets the entry's `Vary`
+    /// names and its variant), marked used.
+    pub fn get(&self, hash: u64, key: &[u8], variant_of: impl Fn(&Entry) -> bool) -> Option<Arc<Entry>> {
+        let shard = self.shard(hash).read().unwrap_or_else(|p| p.into_inner());
+        let e = shard.map.get(&hash)?.iter().find(|e| &*e.key == key && variant_of(e))?;
+        if !e.referenced.load(Ordering::Relaxed) {
+            e.referenced.store(true, Ordering::Relaxed);
+        }
+        Some(e.clone())
+    }
+
+    /// Whether `key` has any entry.
+    pub fn has(&self, hash: u64, key: &[u8]) -> bool {
+        let shard = self.shard(hash).read().unwrap_or_else(|p| p.into_inner());
+        shard.map.get(&hash).is_some_and(|v| v.iter().any(|e| &*e.key == key))
+    }
+
+    /// Stores `e`, replacing the variant of its key with the same variant; evicts for room.
+    /// An entry larger than a shard's limits is not stored.
+    pub fn insert(&self, hash: u64, e: Entry) -> bool {
+        let (ml, dl) = (self.mem_limit.load(Ordering::Relaxed), self.disk_limit.load(Ordering::Relaxed));
+        if e.mem_size > ml || e.disk_size > dl {
+            // Dropped unindexed: its file goes with it.
+            e.removed.store(true, Ordering::Relaxed);
+            return false;
+        }
+        let e = Arc::new(e);
+        let mut shard = self.shard(hash).write().unwrap_or_else(|p| p.into_inner());
+        let sh = &mut *shard;
+        let list = sh.map.entry(hash).or_default();
+        if let Some(i) = list.iter().position(|o| o.key == e.key && o.variant == e.variant) {
+            let old = list.swap_remove(i);
+            old.removed.store(true, Ordering::Relaxed);
+            sh.dead += old.mem_size + old.disk_size;
+            self.counters.entries.fetch_sub(1, Ordering::Relaxed);
+        }
+        list.push(e.clone());
+        sh.mem += e.mem_size;
+        sh.disk += e.disk_size;
+        sh.ring.push_back(e);
+        self.counters.entries.fetch_add(1, Ordering::Relaxed);
+        self.evict(sh, ml, dl);
+        true
+    }
+
+    /// Evicts until the shard is within its limits.
+    fn evict(&self, sh: &mut Shard, ml: u64, dl: u64) {
+        // Each entry gets at most a second round per call.
+        let mut budget = sh.ring.len() * 2 + 1;
+        while (sh.mem > ml || sh.disk > dl) && budget > 0 {
+            budget -= 1;
+            let Some(e) = sh.ring.pop_front() else { break };
+            if e.removed.load(Ordering::Relaxed) {
+                sh.mem -= e.mem_size;
+                sh.disk -= e.disk_size;
+                sh.dead -= e.mem_size + e.disk_size;
+                continue;
+            }
+            if e.referenced.swap(false, Ordering::Relaxed) {
+                sh.ring.push_back(e);
+                continue;
+            }
+            Self::unindex(sh, &e);
+            sh.mem -= e.mem_size;
+            sh.disk -= e.disk_size;
+            self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            self.counters.entries.fetch_sub(1, Ordering::Relaxed);
+        }
+        if sh.dead * 2 > sh.mem + sh.disk && sh.dead > 0 {
+            let (mut mem, mut disk) = (0, 0);
+            sh.ring.retain(|e| {
+                let live = !e.removed.load(Ordering::Relaxed);
+                if live {
+                    mem += e.mem_size;
+                    disk += e.disk_size;
+                }
+                live
+            });
+            (sh.mem, sh.disk, sh.dead) = (mem, disk, 0);
+        }
+    }
+
+    /// Takes `e` out of the index (it stays in the ring, counted as dead by the caller or
+    /// uncounted by eviction).
+    fn unindex(sh: &mut Shard, e: &Arc<Entry>) {
+        e.removed.store(true, Ordering::Relaxed);
+        let hash = sh.map.iter().find(|(_, v)| v.iter().any(|o| Arc::ptr_eq(o, e))).map(|(h, _)| *h);
+        if let Some(h) = hash {
+            if let Some(v) = sh.map.get_mut(&h) {
+                v.retain(|o| !Arc::ptr_eq(o, e));
+                if v.is_empty() {
+                    sh.map.remove(&h);
+                }
+            }
+        }
+    }
+
+    /// Removes every variant of `key`; how many.
+    pub fn remove(&self, hash: u64, key: &[u8]) -> usize {
+        let mut shard = self.shard(hash).write().unwrap_or_else(|p| p.into_inner());
+        let sh = &mut *shard;
+        let Some(list) = sh.map.get_mut(&hash) else { return 0 };
+        let mut n = 0;
+        let mut dead = 0;
+        list.retain(|e| {
+            if &*e.key != key {
+                return true;
+            }
+            purged(e);
+            dead += e.mem_size + e.disk_size;
+            n += 1;
+            false
+        });
+        if list.is_empty() {
+            sh.map.remove(&hash);
+        }
+        sh.dead += dead;
+        self.counters.entries.fetch_sub(n as u64, Ordering::Relaxed);
+        let (ml, dl) = (self.mem_limit.load(Ordering::Relaxed), self.disk_limit.load(Ordering::Relaxed));
+        self.evict(sh, ml, dl);
+        n
+    }
+
+    /// Removes every entry whose key starts with `prefix`; how many.
+    pub fn remove_prefix(&self, prefix: &[u8]) -> usize {
+        let mut n = 0;
+        for s in self.shards.iter() {
+            let mut shard = s.write().unwrap_or_else(|p| p.into_inner());
+            let sh = &mut *shard;
+            let mut dead = 0;
+            sh.map.retain(|_, list| {
+                list.retain(|e| {
+                    if !e.key.starts_with(prefix) {
+                        return true;
+                    }
+                    purged(e);
+                    dead += e.mem_size + e.disk_size;
+                    n += 1;
+                    false
+                });
+                !list.is_empty()
+            });
+            sh.dead += dead;
+            let (ml, dl) = (self.mem_limit.load(Ordering::Relaxed), self.disk_limit.load(Ordering::Relaxed));
+            self.evict(sh, ml, dl);
+        }
+        self.counters.entries.fetch_sub(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Bytes held in memory and on disk (live and dead).
+    pub fn bytes(&self) -> (u64, u64) {
+        self.shards.iter().fold((0, 0), |(m, d), s| {
+            let s = s.read().unwrap_or_else(|p| p.into_inner());
+            (m + s.mem, d + s.disk)
+        })
+    }
+}
+
+/// Takes a purged entry out for good: its file goes now (not when the ring passes it), so
+/// a restart does not read it back.
+fn purged(e: &Entry) {
+    e.removed.store(true, Ordering::Relaxed);
+    if let Some(f) = &e.file {
+        let _ = std::fs::remove_file(f.path());
+    }
+}
+
+/// The head of an entry's file, as written and read back.
+#[derive(Debug)]
+pub struct FileHead {
+    /// The key.
+    pub key: Vec<u8>,
+    /// The variant.
+    pub variant: Vec<u8>,
+    /// The status.
+    pub status: u16,
+    /// When the request was sent and the response came.
+    pub request_time: Secs,
+    /// See `request_time`.
+    pub response_time: Secs,
+    /// The fields.
+    pub fields: Vec<(HeaderName, HeaderValue)>,
+}
+
+const MAGIC: &[u8; 4] = b"SVC1";
+/// The largest head read back from a file.
+const MAX_FILE_HEAD: usize = 1 << 20;
+
+impl FileHead {
+    /// The head's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&[0; 4]);
+        let put = |out: &mut Vec<u8>, b: &[u8]| {
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(b);
+        };
+        put(&mut out, &self.key);
+        put(&mut out, &self.variant);
+        out.extend_from_slice(&self.status.to_le_bytes());
+        out.extend_from_slice(&self.request_time.to_le_bytes());
+        out.extend_from_slice(&self.response_time.to_le_bytes());
+        out.extend_from_slice(&(self.fields.len() as u32).to_le_bytes());
+        for (n, v) in &self.fields {
+            put(&mut out, n.as_str().as_bytes());
+            put(&mut out, v.as_bytes());
+        }
+        let len = (out.len() - 8) as u32;
+        out[4..8].copy_from_slice(&len.to_le_bytes());
+        out
+    }
+
+    /// Reads a file's head; the body's offset.
+    pub fn read(f: &mut File) -> io::Result<(FileHead, u64)> {
+        let bad = || io::Error::new(io::ErrorKind::InvalidData, "not a cache file");
+        let mut pre = [0u8; 8];
+        f.read_exact(&mut pre)?;
+        if &pre[..4] != MAGIC {
+            return Err(bad());
+        }
+        let len = u32::from_le_bytes([pre[4], pre[5], pre[6], pre[7]]) as usize;
+        if len > MAX_FILE_HEAD {
+            return Err(bad());
+        }
+        let mut b = vec![0u8; len];
+        f.read_exact(&mut b)?;
+        let mut r = Reader { b: &b, at: 0 };
+        let key = r.bytes().ok_or_else(bad)?.to_vec();
+        let variant = r.bytes().ok_or_else(bad)?.to_vec();
+        let status = u16::from_le_bytes(r.take(2).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+        let request_time = u64::from_le_bytes(r.take(8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+        let response_time = u64::from_le_bytes(r.take(8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+        let count = u32::from_le_bytes(r.take(4).ok_or_else(bad)?.try_into().map_err(|_| bad())?) as usize;
+        let mut fields = Vec::with_capacity(count.min(256));
+        for _ in 0..count {
+            let n = HeaderName::from_bytes(r.bytes().ok_or_else(bad)?).map_err(|_| bad())?;
+            let v = HeaderValue::from_bytes(r.bytes().ok_or_else(bad)?).map_err(|_| bad())?;
+            fields.push((n, v));
+        }
+        Ok((FileHead { key, variant, status, request_time, response_time, fields }, 8 + len as u64))
+    }
+}
+
+/// Reads a file head's parts.
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = u32::from_le_bytes(self.take(4)?.try_into().ok()?) as usize;
+        self.take(n)
+    }
+}
+
+/// A file being written for an entry: under a temporary name until [`Spool::finish`].
+#[derive(Debug)]
+pub struct Spool {
+    file: File,
+    tmp: PathBuf,
+    dir: Arc<Path>,
+    name: String,
+    /// Bytes written (head and body).
+    pub written: u64,
+    /// The body's offset.
+    pub body_at: u64,
+    failed: bool,
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl Spool {
+    /// Starts the file of `head` in `dir`.
+    ///
+    /// # Errors
+    /// Creating or writing it.
+    pub fn create(dir: &Arc<Path>, hash: u64, head: &FileHead) -> io::Result<Spool> {
+        let name = format!("{hash:016x}-{:x}-{:x}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        let tmp = dir.join(format!(".tmp-{name}"));
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        let h = head.encode();
+        file.write_all(&h)?;
+        Ok(Spool { file, tmp, dir: dir.clone(), name, written: h.len() as u64, body_at: h.len() as u64, failed: false })
+    }
+
+    /// Appends body bytes (a failure makes the file unusable; it is removed at the end).
+    pub fn write(&mut self, data: &[u8]) {
+        if !self.failed {
+            match self.file.write_all(data) {
+                Ok(()) => self.written += data.len() as u64,
+                Err(e) => {
+                    tracing::warn!("cache: writing {}: {e}", self.tmp.display());
+                    self.failed = true;
+                }
+            }
+        }
+    }
+
+    /// Gives the file its name: its path, or `None` if a write failed.
+    pub fn finish(self) -> Option<Arc<Path>> {
+        if self.failed {
+            let _ = std::fs::remove_file(&self.tmp);
+            return None;
+        }
+        let path = self.dir.join(&self.name);
+        match std::fs::rename(&self.tmp, &path) {
+            Ok(()) => Some(Arc::from(path)),
+            Err(_) => {
+                let _ = std::fs::remove_file(&self.tmp);
+                None
+            }
+        }
+    }
+
+    /// Abandons the file.
+    pub fn abandon(self) {
+        let _ = std::fs::remove_file(&self.tmp);
+    }
+}
+
+/// The files of `dir` read back: each entry's head, body offset and length, and path.
+/// Temporary files and files that cannot be read are removed.
+pub fn scan(dir: &Path) -> Vec<(FileHead, u64, u64, Arc<Path>)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else { return out };
+    for ent in rd.flatten() {
+        let path = ent.path();
+        let name = ent.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(".tmp-") {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        if !ent.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let read = File::open(&path).and_then(|mut f| {
+            let (head, at) = FileHead::read(&mut f)?;
+            let len = f.metadata()?.len();
+            Ok((head, at, len))
+        });
+        match read {
+            Ok((head, at, len)) if len >= at => out.push((head, at, len - at, Arc::from(path))),
+            _ => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    out
+}
