@@ -316,6 +316,14 @@ fn purges_by_key_and_prefix_through_the_admin_listener() {
         assert!(status(&srv.get(p)).contains("fwd=uri-miss"));
     }
     assert_eq!(metric(admin, "selvedge_cache_entries{zone=\"pages\"}"), 2);
+    // The status page's numbers.
+    let st = request(admin, "GET /status.json HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    let v: serde_json::Value = serde_json::from_slice(&st.body).unwrap();
+    let zone = &v["http_cache"][0];
+    assert_eq!(zone["zone"], "pages");
+    assert_eq!(zone["entries"], 2);
+    assert_eq!(zone["misses"], 5);
+    assert_eq!(zone["stored"], 5);
 }
 
 #[test]

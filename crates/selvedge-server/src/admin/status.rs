@@ -165,6 +165,19 @@ pub fn json(info: &Info, history: &History) -> String {
         })
         .collect();
     let unrouted: u64 = slots.iter().filter(|s| &*s.route == "none").map(|s| s.total()).sum();
+    let http_cache: Vec<Value> = crate::cache::all_zones()
+        .iter()
+        .map(|z| {
+            let (entries, mem, disk) = z.size();
+            let st = &z.stats;
+            json!({
+                "zone": z.name(), "entries": entries, "memory_bytes": mem, "disk_bytes": disk,
+                "hits": ld(&st.hits), "misses": ld(&st.misses), "stale": ld(&st.stale),
+                "revalidated": ld(&st.revalidated), "collapsed": ld(&st.collapsed),
+                "stored": ld(&st.stored), "bypass": ld(&st.bypass), "evictions": z.evictions(),
+            })
+        })
+        .collect();
     let v = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "pid": std::process::id(),
@@ -187,6 +200,7 @@ pub fn json(info: &Info, history: &History) -> String {
             "writing": engine.states_h1.writing + engine.states_h2.writing,
             "idle": engine.states_h1.idle + engine.states_h2.idle,
         },
+        "http_cache": http_cache,
         "file_cache": {
             "entries": engine.file_cache_entries, "hits": engine.file_cache_hits,
             "misses": engine.file_cache_misses, "evictions": engine.file_cache_evictions,

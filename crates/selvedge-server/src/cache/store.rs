@@ -499,21 +499,19 @@ impl Spool {
     /// Gives the file its name: its path, or `None` if a write failed.
     pub fn finish(self) -> Option<Arc<Path>> {
         if self.failed {
-            let _ = std::fs::remove_file(&self.tmp);
             return None;
         }
         let path = self.dir.join(&self.name);
-        match std::fs::rename(&self.tmp, &path) {
-            Ok(()) => Some(Arc::from(path)),
-            Err(_) => {
-                let _ = std::fs::remove_file(&self.tmp);
-                None
-            }
-        }
+        std::fs::rename(&self.tmp, &path).ok().map(|()| Arc::from(path))
     }
 
     /// Abandons the file.
-    pub fn abandon(self) {
+    pub fn abandon(self) {}
+}
+
+impl Drop for Spool {
+    /// A file not finished (abandoned, failed, or its response dropped unsent) goes.
+    fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.tmp);
     }
 }

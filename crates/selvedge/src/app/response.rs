@@ -598,4 +598,57 @@ mod tests {
         let http = res.into_http();
         assert_eq!(http.headers().len(), 2);
     }
+
+    /// What a tap saw, shared with the test.
+    #[derive(Clone, Default)]
+    struct Seen(Arc<std::sync::Mutex<(Vec<u8>, Option<bool>)>>);
+
+    impl BodyTap for Seen {
+        fn data(&mut self, data: &[u8]) {
+            self.0.lock().unwrap().0.extend_from_slice(data);
+        }
+        fn end(self: Box<Self>, complete: bool) {
+            self.0.lock().unwrap().1 = Some(complete);
+        }
+    }
+
+    fn run(res: Response) -> io::Result<()> {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(res.run_body())
+    }
+
+    /// A tap sees every piece of a stream, in order, and its end: whole when the stream
+    /// returned `Ok`, abandoned when it failed or was dropped unsent.
+    #[test]
+    fn a_tap_sees_the_body_and_how_it_ended() {
+        let seen = Seen::default();
+        let res = Response::stream(StatusCode::OK, |mut w| async move {
+            w.write(b"ab").await?;
+            w.write(b"").await?;
+            w.write(b"cd").await
+        })
+        .tap(Box::new(seen.clone()));
+        assert_eq!(seen.0.lock().unwrap().1, None, "nothing before the body runs");
+        run(res).unwrap();
+        assert_eq!(*seen.0.lock().unwrap(), (b"abcd".to_vec(), Some(true)));
+
+        let failed = Seen::default();
+        let res = Response::stream(StatusCode::OK, |mut w| async move {
+            w.write(b"x").await?;
+            Err(io::Error::other("upstream broke"))
+        })
+        .tap(Box::new(failed.clone()));
+        assert!(run(res).is_err());
+        assert_eq!(*failed.0.lock().unwrap(), (b"x".to_vec(), Some(false)));
+
+        let dropped = Seen::default();
+        let res = Response::stream(StatusCode::OK, |mut w| async move { w.write(b"never").await })
+            .tap(Box::new(dropped.clone()));
+        drop(res);
+        assert_eq!(dropped.0.lock().unwrap().1, None, "a body never run reports nothing");
+
+        let bytes = Seen::default();
+        let res = Response::bytes(StatusCode::OK, "whole").tap(Box::new(bytes.clone()));
+        assert_eq!(*bytes.0.lock().unwrap(), (b"whole".to_vec(), Some(true)));
+        assert!(matches!(res.body(), ResponseBody::Bytes(b) if &b[..] == b"whole"));
+    }
 }
