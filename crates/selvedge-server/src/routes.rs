@@ -374,6 +374,12 @@ impl Site {
         }
         let wildcards = by_host.keys().any(|h| h.starts_with("*."));
         let none_slot = crate::metrics::registry().slot("none", "none");
+        // Zones no route uses any more go once the site that used them does.
+        let zones: Vec<String> = vhosts
+            .iter()
+            .flat_map(|v: &Vhost| v.routes.iter().filter_map(|r| r.cache.as_ref().map(|c| c.zone_name())))
+            .collect();
+        crate::cache::retain_zones(&zones);
         Ok(Site { vhosts, by_host, wildcards, default, none_slot })
     }
 

@@ -130,16 +130,54 @@ fn fresh_entries_answer_gets_heads_ranges_and_conditionals() {
     assert_eq!(nm.status, 304);
     assert_eq!(nm.header("etag"), Some("\"v1\""));
     assert_eq!(o.count("/a"), 1, "one fetch for all of these");
-    // A HEAD first: fetched as GET, stored, then answered.
+    // A HEAD nothing stored answers goes upstream as a HEAD; a GET then fills the cache.
     let h = raw(&srv, "HEAD", "/h?cc=max-age=60", &[]);
     assert_eq!(h.status, 200);
-    assert_eq!(h.header("content-length"), Some("9"), "GET /h #1");
-    assert_eq!(srv.get("/h?cc=max-age=60").text(), "GET /h #1");
-    assert_eq!(o.count("/h"), 1);
-    // The client's no-cache revalidates (the origin has no validator here: a new fetch).
+    assert!(status(&h).contains("detail=head"), "{h:?}");
+    assert_eq!(srv.get("/h?cc=max-age=60").text(), "GET /h #2");
+    let h = raw(&srv, "HEAD", "/h?cc=max-age=60", &[]);
+    assert_eq!(h.header("content-length"), Some("9"));
+    assert!(status(&h).contains("hit"));
+    assert_eq!(o.count("/h"), 2);
+    // A client's no-cache or max-age=0 does not send the request upstream (by default).
+    for cc in ["no-cache", "max-age=0"] {
+        assert!(status(&srv.get_h(p, &[("Cache-Control", cc)])).contains("hit"));
+    }
+    assert_eq!(o.count("/a"), 1);
+    // The port, case and trailing dot of the authority are the upstream's to see: each
+    // spelling is a key of its own.
+    let first = srv.get_h("/port?cc=max-age=60", &[]);
+    assert!(status(&first).contains("fwd=uri-miss"));
+    for host in ["t:6666", "T", "t."] {
+        let r = request(
+            srv.addr,
+            &format!("GET /port?cc=max-age=60 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+        );
+        assert!(status(&r).contains("fwd=uri-miss"), "{host}: {r:?}");
+    }
+    assert!(status(&srv.get("/port?cc=max-age=60")).contains("hit"));
+}
+
+#[test]
+fn clients_directives_are_followed_when_the_zone_says() {
+    let d = TempDir::new("cache-client-cc");
+    let o = Origin::start();
+    let srv = server(&d, &o, "{ size = \"1MiB\", client_directives = true }", "", "");
+    let p = "/a?cc=max-age=60";
+    srv.get(p);
     let r = srv.get_h(p, &[("Cache-Control", "no-cache")]);
-    assert_eq!(r.status, 200);
+    assert!(status(&r).contains("fwd=stale"), "{r:?}");
     assert_eq!(o.count("/a"), 2);
+    // The upstream's Age counts: 100 s old with max-age=60 is stale when it arrives.
+    srv.get("/old?cc=max-age=60&age=100");
+    let again = srv.get("/old?cc=max-age=60&age=100");
+    assert!(!status(&again).contains("hit"), "{again:?}");
+    assert_eq!(o.count("/old"), 2);
+    // no-cache is never served stale, whatever the client allows.
+    srv.get("/nc?cc=no-cache&etag=%22n%22");
+    drop(o);
+    let r = srv.get_h("/nc?cc=no-cache&etag=%22n%22", &[("Cache-Control", "stale-if-error=1000")]);
+    assert_eq!(r.status, 502, "{r:?}");
 }
 
 #[test]
@@ -175,7 +213,9 @@ fn variants_follow_vary_with_accept_encoding_normalized() {
     assert!(c.text().contains("X-Lang=fr"), "{c:?}");
     let e = srv.get_h(p, &[("Accept-Encoding", "identity"), ("X-Lang", "en")]);
     assert!(status(&e).contains("fwd=uri-miss"));
-    assert_eq!(o.count("/v"), 3);
+    let star = srv.get_h(p, &[("Accept-Encoding", "gzip;q=0, *"), ("X-Lang", "en")]);
+    assert!(status(&star).contains("fwd=uri-miss"), "a client refusing gzip is not the gzip variant's");
+    assert_eq!(o.count("/v"), 4);
     // `Vary: *` is never stored.
     srv.get("/star?cc=max-age=60&vary=*");
     let s = srv.get("/star?cc=max-age=60&vary=*");
@@ -359,6 +399,76 @@ fn the_disk_tier_keeps_entries_across_a_restart() {
 /// Bytes of the files under `dir`.
 fn du(dir: &std::path::Path) -> u64 {
     std::fs::read_dir(dir).map_or(0, |rd| rd.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+}
+
+#[test]
+fn the_disk_tier_keeps_to_its_own_directory_and_files() {
+    let d = TempDir::new("cache-dir");
+    let o = Origin::start();
+    let dir = d.path().join("site");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("notes.txt"), "important").unwrap();
+    let zone = format!("[[cache]]\nname = \"z\"\npath = \"{}\"", dir.display());
+    let cfg = d.write(
+        "s.toml",
+        format!(
+            "[[listen]]\nport = 0\n{zone}\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\n\
+             proxy = {{ upstream = \"http://127.0.0.1:{}\" }}\ncache = \"z\"\n",
+            o.port
+        ),
+    );
+    let out = Command::new(common::bin()).args(["check", "--config", cfg.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("is not empty and is no cache directory"), "{err}");
+    assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "important");
+    // Two zones on one directory.
+    let two = "[[cache]]\nname = \"a\"\npath = \"x\"\n[[cache]]\nname = \"b\"\npath = \"x\"\n[[vhost]]\n";
+    let cfg = d.write("two.toml", two);
+    let out = Command::new(common::bin()).args(["check", "--config", cfg.to_str().unwrap()]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("each zone needs a directory of its own"));
+    // A marked directory: the server's own files come and go, others stay.
+    let store = d.path().join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(store.join(".selvedge-cache"), "").unwrap();
+    std::fs::write(store.join("README"), "mine").unwrap();
+    let zone = format!("[[cache]]\nname = \"z\"\npath = \"{}\"", store.display());
+    let srv = server(&d, &o, "\"z\"", &zone, "");
+    srv.get("/f?cc=max-age=60");
+    assert!(status(&srv.get("/f?cc=max-age=60")).contains("hit"));
+    drop(srv);
+    let srv = server(&d, &o, "\"z\"", &zone, "");
+    assert!(status(&srv.get("/f?cc=max-age=60")).contains("hit"));
+    assert_eq!(std::fs::read_to_string(store.join("README")).unwrap(), "mine");
+}
+
+#[test]
+fn large_entries_are_stored_and_files_being_written_count_against_the_disk() {
+    let d = TempDir::new("cache-large");
+    let o = Origin::start();
+    let store = d.path().join("store");
+    let zone = format!(
+        "[[cache]]\nname = \"z\"\nsize = \"1MiB\"\npath = \"{}\"\ndisk_size = \"2MiB\"\nmax_entry_size = \"1MiB\"",
+        store.display()
+    );
+    let srv = server(&d, &o, "\"z\"", &zone, "");
+    // Larger than a sixteenth of the zone: stored all the same.
+    srv.get("/big?cc=max-age=60&size=700000");
+    assert!(status(&srv.head_of("/big?cc=max-age=60&size=700000", &[])).contains("hit"));
+    // Ten slow clients each pulling a 600 KB body that is being stored: the files being
+    // written stay within disk_size (the ones that would pass it are not stored).
+    let mut held = Vec::new();
+    for i in 0..10 {
+        let mut s = common::connect(srv.addr);
+        use std::io::{Read, Write};
+        write!(s, "GET /slow{i}?cc=max-age=60&size=600000&chunked=1 HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let mut b = [0u8; 1024];
+        let _ = s.read(&mut b).unwrap();
+        held.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let used = du(&store);
+    assert!(used <= 2 * 1024 * 1024 + 16 * 1024, "{used} bytes on disk");
+    drop(held);
 }
 
 #[test]

@@ -6,7 +6,7 @@ the query asks.
   size=N        a body of N bytes      cookie=1     Set-Cookie
   delay=MS      wait before answering  status=N    the status
   chunked=1     a chunked body         expires=S    Expires, S seconds from now
-  break=1       close after half the body
+  break=1       close after half the body   age=S        Age
 
 GET /__count?p=PATH answers how many requests PATH had; the first line on stdout is the
 port.
@@ -79,6 +79,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Expires", formatdate(time.time() + int(q["expires"]), usegmt=True))
         if "vary" in q:
             self.send_header("Vary", q["vary"])
+        if "age" in q:
+            self.send_header("Age", q["age"])
         if q.get("cookie") == "1":
             self.send_header("Set-Cookie", "s=1")
         self.send_header("X-Origin-Count", str(n))

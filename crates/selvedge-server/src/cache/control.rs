@@ -375,7 +375,9 @@ pub fn usable(s: &Stored, lifetime: Secs, req: &RequestDirectives, now: Secs) ->
                 return Use::Fresh { ttl: 0 };
             }
         }
-        if let Some(w) = s.cc.stale_while_revalidate {
+        // A client that set its own freshness (`max-age`, `min-fresh`) gets it.
+        let strict = req.max_age.is_some() || req.min_fresh.is_some();
+        if let (Some(w), false) = (s.cc.stale_while_revalidate, strict) {
             if age < lifetime.saturating_add(w) {
                 return Use::StaleWhileRevalidate;
             }
@@ -387,7 +389,8 @@ pub fn usable(s: &Stored, lifetime: Secs, req: &RequestDirectives, now: Secs) ->
 /// Whether a stale response may be served because the origin failed (RFC 5861 §4: the
 /// response's `stale-if-error`, or the request's, or the cache's default `fallback`).
 pub fn stale_on_error(s: &Stored, lifetime: Secs, req: &RequestDirectives, now: Secs, fallback: Secs) -> bool {
-    if s.cc.revalidate_when_stale() {
+    // `no-cache`: never used without the origin's word (RFC 9111 §4.2.4, §5.2.2.4).
+    if s.cc.revalidate_when_stale() || s.cc.no_cache {
         return false;
     }
     let window = s.cc.stale_if_error.or(req.stale_if_error).unwrap_or(fallback);
@@ -415,42 +418,31 @@ pub fn vary_names(values: &[&[u8]]) -> Result<Vec<String>, ()> {
 
 /// A request's value of one `Vary` field, as this cache compares it (RFC 9111 §4.1): the
 /// field lines joined with `, `, runs of whitespace made one space; `Accept-Encoding` made
-/// the set of codings this server knows that it accepts (`br,gzip,zstd` in that order), so
-/// clients that say the same thing differently share one variant.
+/// the set of codings it accepts (lower case, sorted, once each, without weights; those
+/// refused with `q=0` left out), so `gzip, br` and `br;q=1.0,GZIP` share a variant while
+/// `gzip;q=0, *`, `x-gzip` and `identity` each have their own.
 pub fn vary_value(name: &str, lines: &[&[u8]], out: &mut Vec<u8>) {
     if name == "accept-encoding" {
-        let mut seen = [false; 4];
-        let known = [&b"br"[..], b"deflate", b"gzip", b"zstd"];
+        let mut accepted: Vec<Vec<u8>> = Vec::new();
         for line in lines {
             for item in line.split(|&b| b == b',') {
                 let mut parts = item.split(|&b| b == b';');
-                let coding = parts.next().unwrap_or_default().trim_ascii();
-                let refused = parts.any(|p| {
-                    let p = p.trim_ascii();
-                    (p.starts_with(b"q=") || p.starts_with(b"Q="))
-                        && p[2..].iter().all(|&b| b == b'0' || b == b'.')
-                        && !p[2..].is_empty()
-                });
-                if refused {
+                let coding = parts.next().unwrap_or_default().trim_ascii().to_ascii_lowercase();
+                if coding.is_empty() {
                     continue;
                 }
-                for (i, k) in known.iter().enumerate() {
-                    if coding.eq_ignore_ascii_case(k) || (coding == b"*" && i != 1) {
-                        seen[i] = true;
-                    }
+                let refused = parts.any(|p| {
+                    let p = p.trim_ascii();
+                    let q = p.strip_prefix(b"q=").or_else(|| p.strip_prefix(b"Q="));
+                    q.is_some_and(|q| !q.is_empty() && q.iter().all(|&b| b == b'0' || b == b'.'))
+                });
+                if !refused && !accepted.contains(&coding) {
+                    accepted.push(coding);
                 }
             }
         }
-        let mut any = false;
-        for (i, k) in known.iter().enumerate() {
-            if seen[i] {
-                if any {
-                    out.push(b',');
-                }
-                out.extend_from_slice(k);
-                any = true;
-            }
-        }
+        accepted.sort();
+        out.extend_from_slice(&accepted.join(&b","[..]));
         return;
     }
     for (i, line) in lines.iter().enumerate() {
@@ -560,12 +552,17 @@ mod tests {
             Ok(vec!["accept-encoding".into(), "origin".into()])
         );
         assert_eq!(vary_names(&[b"a, *"]), Err(()));
-        let mut a = Vec::new();
-        vary_value("accept-encoding", &[b"gzip, deflate, br;q=1.0", b"zstd;q=0"], &mut a);
+        let ae = |lines: &[&[u8]]| {
+            let mut v = Vec::new();
+            vary_value("accept-encoding", lines, &mut v);
+            v
+        };
+        let a = ae(&[b"gzip, deflate, br;q=1.0", b"zstd;q=0"]);
         assert_eq!(a, b"br,deflate,gzip");
-        let mut b = Vec::new();
-        vary_value("accept-encoding", &[b"br,gzip,deflate"], &mut b);
-        assert_eq!(a, b);
+        assert_eq!(ae(&[b"BR,gzip,deflate"]), a);
+        assert_eq!(ae(&[b"gzip;q=0, *"]), b"*", "a refusal is not a star's");
+        assert_ne!(ae(&[b"x-gzip"]), ae(&[b"identity"]));
+        assert_ne!(ae(&[b"*"]), ae(&[b"br, gzip, zstd"]));
         let mut c = Vec::new();
         vary_value("x", &[b"  a   b ", b"c"], &mut c);
         assert_eq!(c, b"a b, c");

@@ -74,7 +74,10 @@ pub struct RawCacheTable {
     pub lock_waiters: Option<Count<0, 1_000_000>>,
     /// Requests for a key before its response is stored.
     pub min_uses: Option<Count<1, 1000>>,
-    /// The key, a template (default `{scheme}://{host}{uri}` with the normalized path).
+    /// Follow a request's `no-cache`, `max-age`, `min-fresh`, `max-stale` and
+    /// `stale-if-error`.
+    pub client_directives: Option<bool>,
+    /// The key, a template (default: scheme, authority as sent, normalized path, query).
     pub key: Option<String>,
     /// A route's: requests these matchers admit skip the cache (neither read nor stored).
     pub bypass: Option<RawMatch>,
@@ -138,7 +141,12 @@ pub struct ZoneConfig {
     pub lock_waiters: usize,
     /// Requests for a key before it is stored: 1.
     pub min_uses: u32,
-    /// The key's template: none (`{scheme}://{host}{uri}` on the normalized path).
+    /// A request's `no-cache`, `max-age`, `min-fresh`, `max-stale` and `stale-if-error`
+    /// are followed: `false` (as nginx and Varnish: a client cannot send every request
+    /// upstream); `no-store` and `only-if-cached` always are.
+    pub client_directives: bool,
+    /// The key's template: none (`scheme://authority/path?query`: the authority as the
+    /// client sent it, the normalized path, the query as sent).
     pub key: Option<String>,
 }
 
@@ -178,6 +186,7 @@ impl ZoneConfig {
             lock_timeout: raw.lock_timeout.map_or(Duration::from_secs(5), NonZeroDur::get),
             lock_waiters: raw.lock_waiters.map_or(1024, Count::get_usize),
             min_uses: raw.min_uses.map_or(1, Count::get_u32),
+            client_directives: raw.client_directives.unwrap_or(false),
             key: raw.key.clone(),
         })
     }
@@ -305,6 +314,7 @@ struct ZoneLimits {
     lock_timeout_ms: AtomicU64,
     lock_waiters: AtomicUsize,
     min_uses: AtomicU64,
+    client_directives: std::sync::atomic::AtomicBool,
 }
 
 /// Keys counted for `min_uses` before the count starts over.
@@ -330,9 +340,20 @@ impl Zone {
                 return Ok(z.clone());
             }
         }
+        if let Some(p) = &cfg.path {
+            if let Some((name, _)) = all.iter().find(|(n, z)| {
+                **n != cfg.name && z.cfg.lock().unwrap_or_else(|p| p.into_inner()).path.as_ref() == Some(p)
+            }) {
+                return Err(std::io::Error::other(format!(
+                    "cache {}: path {} is zone {name}'s too (each zone needs a directory of its own)",
+                    cfg.name,
+                    p.display()
+                )));
+            }
+        }
         let dir: Option<Arc<Path>> = match &cfg.path {
             Some(p) => {
-                std::fs::create_dir_all(p)?;
+                store::claim_dir(p).map_err(|e| std::io::Error::new(e.kind(), format!("cache {}: {e}", cfg.name)))?;
                 Some(Arc::from(p.as_path()))
             }
             None => None,
@@ -347,6 +368,7 @@ impl Zone {
                 lock_timeout_ms: AtomicU64::new(0),
                 lock_waiters: AtomicUsize::new(0),
                 min_uses: AtomicU64::new(1),
+                client_directives: Default::default(),
             },
             store: Store::new(cfg.size, cfg.disk_size),
             dir,
@@ -369,6 +391,7 @@ impl Zone {
         l.lock_timeout_ms.store(cfg.lock_timeout.as_millis() as u64, Ordering::Relaxed);
         l.lock_waiters.store(cfg.lock_waiters, Ordering::Relaxed);
         l.min_uses.store(u64::from(cfg.min_uses), Ordering::Relaxed);
+        l.client_directives.store(cfg.client_directives, Ordering::Relaxed);
         self.store.set_limits(cfg.size, cfg.disk_size);
         *self.cfg.lock().unwrap_or_else(|p| p.into_inner()) = cfg.clone();
     }
@@ -406,6 +429,8 @@ impl Zone {
                     fields: head.fields,
                     request_time: head.request_time,
                     response_time: head.response_time,
+                    age: head.age,
+                    date: head.date,
                 },
                 body,
                 Some((file, at + len)),
@@ -501,10 +526,17 @@ struct Parts {
     fields: Vec<(HeaderName, HeaderValue)>,
     request_time: Secs,
     response_time: Secs,
+    /// The response's `Age` and `Date` (not kept among its fields: each answer has its own).
+    age: Option<Secs>,
+    date: Option<Secs>,
 }
 
 /// What a response says of itself, read from its fields.
-fn stored_of(fields: &[(HeaderName, HeaderValue)], request_time: Secs, response_time: Secs) -> Stored {
+fn stored_of<'a>(
+    fields: impl IntoIterator<Item = &'a (HeaderName, HeaderValue)>,
+    request_time: Secs,
+    response_time: Secs,
+) -> Stored {
     let mut cc: Vec<&[u8]> = Vec::new();
     let mut s = Stored { request_time, response_time, ..Stored::default() };
     for (n, v) in fields {
@@ -528,7 +560,8 @@ fn stored_of(fields: &[(HeaderName, HeaderValue)], request_time: Secs, response_
 /// An entry of `p` with `body` (`file`: its file in the disk tier, and the file's length).
 /// `None`: its `Vary` has `*`.
 fn make_entry(zone: &Zone, p: Parts, body: Bodied, file: Option<(Arc<store::DiskFile>, u64)>) -> Option<Entry> {
-    let stored = stored_of(&p.fields, p.request_time, p.response_time);
+    let mut stored = stored_of(&p.fields, p.request_time, p.response_time);
+    (stored.age, stored.date) = (p.age, p.date);
     let lifetime = control::freshness_lifetime(&stored, zone.heuristic()).unwrap_or(0);
     let vary_lines: Vec<&[u8]> =
         p.fields.iter().filter(|(n, _)| n == header::VARY).map(|(_, v)| v.as_bytes()).collect();
@@ -673,6 +706,17 @@ impl RouteCache {
         })
     }
 
+    /// The request's directives this cache follows: all of them with `client_directives`;
+    /// else only `no-store` and `only-if-cached` (a client cannot send every request to
+    /// the upstream with `no-cache` or `max-age=0`, as with nginx and Varnish).
+    fn directives(&self, asks: &Asks<'_>) -> RequestDirectives {
+        let d = asks.directives();
+        if self.zone.limits.client_directives.load(Ordering::Relaxed) {
+            return d;
+        }
+        RequestDirectives { no_store: d.no_store, only_if_cached: d.only_if_cached, ..RequestDirectives::default() }
+    }
+
     /// The zone's name.
     pub fn zone_name(&self) -> String {
         self.zone.name()
@@ -699,7 +743,7 @@ impl RouteCache {
             return None;
         }
         let asks = Asks::of(req);
-        let dirs = asks.directives();
+        let dirs = self.directives(&asks);
         let key = self.key(req);
         let hash = self.zone.store.hash(&key);
         let e = self.zone.store.get(hash, &key, |e| variant_matches(e, req))?;
@@ -739,7 +783,7 @@ impl RouteCache {
         loop {
             let (dirs, found) = {
                 let asks = Asks::of(&req);
-                let dirs = asks.directives();
+                let dirs = self.directives(&asks);
                 let found = zone.store.get(hash, &key, |e| variant_matches(e, &req));
                 (dirs, found)
             };
@@ -771,6 +815,11 @@ impl RouteCache {
             if dirs.only_if_cached {
                 return with_status(Response::error(StatusCode::GATEWAY_TIMEOUT), "fwd=miss; detail=only-if-cached");
             }
+            // A HEAD nothing fresh answers goes upstream as it is (a GET fills the cache).
+            if m == Method::HEAD {
+                zone.stats.misses.fetch_add(1, Ordering::Relaxed);
+                return with_status(fetch(req).await, "fwd=uri-miss; detail=head");
+            }
             // One fetch per key: the others wait for it, then look again.
             let guard = match self.lead(hash) {
                 Some(g) => Some(g),
@@ -784,17 +833,14 @@ impl RouteCache {
                 None => None,
             };
             let job = self.job(&req, key.clone(), hash, stale.clone(), no_store);
-            let head = m == Method::HEAD;
             let up = {
                 let mut up = req.head_copy();
                 *up.body_mut() = req.take_body();
-                let mut up = strip_for_fetch(up, stale.as_deref());
-                up.set_method(Method::GET);
-                up
+                strip_for_fetch(up, stale.as_deref())
             };
             let res = fetch(up).await;
             return match guard {
-                Some(g) => job.answer(res, g, &mut req, head).await,
+                Some(g) => job.answer(res, g, &req),
                 None => with_status(res, "fwd=miss; detail=lock-timeout"),
             };
         }
@@ -841,7 +887,7 @@ impl RouteCache {
 
     fn job(&self, req: &Request, key: Vec<u8>, hash: u64, stale: Option<Arc<Entry>>, no_store: bool) -> Job {
         let asks = Asks::of(req);
-        let dirs = asks.directives();
+        let dirs = self.directives(&asks);
         Job {
             zone: self.zone.clone(),
             key,
@@ -890,11 +936,14 @@ impl RouteCache {
     }
 }
 
-/// `scheme://host` of a request (the host lower case, as it chose the virtual host).
+/// `scheme://authority` of a request, the authority byte for byte as the client sent it
+/// (port, case and a trailing dot included): the upstream sees it too (`Host`,
+/// `X-Forwarded-Host`), so an answer built from it is never shared with a request that
+/// sent another.
 fn origin_of(req: &Request) -> Vec<u8> {
     let mut k = Vec::with_capacity(64);
     k.extend_from_slice(if req.is_secure() { b"https://" } else { b"http://" });
-    k.extend_from_slice(&crate::lang::template::host_of(req));
+    k.extend_from_slice(req.authority_bytes().unwrap_or_default());
     k
 }
 
@@ -999,11 +1048,8 @@ enum Note {
 
 impl Job {
     /// The upstream's answer to the client: stored while it is sent when it may be (or
-    /// the stored entry, after a `304` or an error `stale-if-error` covers). `head`: the
-    /// client asked with HEAD (its answer comes from the entry once stored).
-    /// `req` is only read, but borrowed `&mut`: a request is `Send` and not `Sync`, and the
-    /// borrow lives across an await.
-    async fn answer(self, res: Response, guard: FlightGuard, req: &mut Request, head: bool) -> Response {
+    /// the stored entry, after a `304` or an error `stale-if-error` covers).
+    fn answer(self, res: Response, guard: FlightGuard, req: &Request) -> Response {
         let zone = self.zone.clone();
         let status = res.status().as_u16();
         if let Some(e) = self.stale.clone() {
@@ -1024,23 +1070,9 @@ impl Job {
         }
         zone.stats.misses.fetch_add(1, Ordering::Relaxed);
         let fwd = if self.stale.is_some() { "fwd=stale" } else { "fwd=uri-miss" };
-        match self.tap(&res) {
+        match self.tap(&res, guard) {
             Err(why) => with_status(res, &format!("{fwd}; fwd-status={status}; detail={why}")),
-            Ok(tap) => {
-                let res = res.tap(Box::new(StoreTap { guard: Some(guard), ..tap }));
-                if head {
-                    // The whole response is fetched and stored; the HEAD is answered from it.
-                    let _ = res.run_body().await;
-                    let found = zone.store.get(self.hash, &self.key, |e| variant_matches(e, req));
-                    return match found {
-                        Some(e) => answer(&e, req, &Asks::of(req), now(), &Note::Hit { ttl: e.lifetime }),
-                        None => {
-                            with_status(Response::error(StatusCode::BAD_GATEWAY), "fwd=uri-miss; detail=not-stored")
-                        }
-                    };
-                }
-                with_status(res, &format!("{fwd}; fwd-status={status}; stored"))
-            }
+            Ok(tap) => with_status(res.tap(Box::new(tap)), &format!("{fwd}; fwd-status={status}; stored")),
         }
     }
 
@@ -1053,8 +1085,8 @@ impl Job {
             }
             return;
         }
-        if let Ok(tap) = self.tap(&res) {
-            let _ = res.tap(Box::new(StoreTap { guard: Some(guard), ..tap })).run_body().await;
+        if let Ok(tap) = self.tap(&res, guard) {
+            let _ = res.tap(Box::new(tap)).run_body().await;
         }
     }
 
@@ -1077,6 +1109,8 @@ impl Job {
             fields,
             request_time: self.request_time,
             response_time: now(),
+            age: stored_of(res.headers(), 0, 0).age,
+            date: None,
         };
         let file = e.file.clone().map(|f| (f, e.disk_size));
         let ne = make_entry(&self.zone, parts, e.body.clone(), file)?;
@@ -1088,7 +1122,7 @@ impl Job {
     }
 
     /// A tap that stores `res`, or why it is not stored.
-    fn tap(&self, res: &Response) -> Result<StoreTap, &'static str> {
+    fn tap(&self, res: &Response, guard: FlightGuard) -> Result<StoreTap, &'static str> {
         let zone = &self.zone;
         let mut set_cookie = false;
         let mut vary_lines: Vec<&[u8]> = Vec::new();
@@ -1105,7 +1139,8 @@ impl Job {
         let vary = control::vary_names(&vary_lines);
         let fields: Vec<(HeaderName, HeaderValue)> = res.headers().filter(|(n, _)| !not_kept(n)).cloned().collect();
         let now = now();
-        let stored = stored_of(&fields, self.request_time, now);
+        // Read from all the response's fields: `Age` and `Date` count, though not kept.
+        let stored = stored_of(res.headers(), self.request_time, now);
         let answered = Answered { status: res.status().as_u16(), set_cookie, vary_any: vary.is_err() };
         control::storable(self.asked, answered, &stored, zone.heuristic()).map_err(NotStored::token)?;
         if matches!(res.body(), selvedge::ResponseBody::File(_)) {
@@ -1134,6 +1169,8 @@ impl Job {
             fields,
             request_time: self.request_time,
             response_time: now,
+            age: stored.age,
+            date: stored.date,
         };
         let spool = match &zone.dir {
             Some(dir) => {
@@ -1143,6 +1180,8 @@ impl Job {
                     status: parts.status.as_u16(),
                     request_time: parts.request_time,
                     response_time: parts.response_time,
+                    age: parts.age,
+                    date: parts.date,
                     fields: parts.fields.clone(),
                 };
                 match Spool::create(dir, self.hash, &head) {
@@ -1165,13 +1204,15 @@ impl Job {
             max,
             seen: 0,
             spool,
-            guard: None,
+            reserved: 0,
+            guard: Some(guard),
         })
     }
 }
 
 /// Stores a response as it is sent: its body kept in memory (up to the zone's memory
-/// entry size) and written to the disk tier's file; stored when it ended whole.
+/// entry size) and written to the disk tier's file, which counts against the disk's limit
+/// as it grows; stored when it ended whole.
 struct StoreTap {
     zone: Arc<Zone>,
     hash: u64,
@@ -1181,33 +1222,47 @@ struct StoreTap {
     max: u64,
     seen: u64,
     spool: Option<Spool>,
+    /// Disk bytes counted for the file so far.
+    reserved: u64,
     guard: Option<FlightGuard>,
+}
+
+impl StoreTap {
+    /// Nothing more of this response is stored: what it held goes, and the requests
+    /// waiting for it look again.
+    fn give_up(&mut self) {
+        self.parts = None;
+        self.buf = None;
+        self.spool = None;
+        self.guard = None;
+    }
 }
 
 impl BodyTap for StoreTap {
     fn data(&mut self, data: &[u8]) {
-        self.seen += data.len() as u64;
-        if self.seen > self.max {
-            // Too large: not stored, and nothing more held.
-            self.parts = None;
-            self.buf = None;
-            if let Some(s) = self.spool.take() {
-                s.abandon();
-            }
-            self.guard = None;
-            return;
-        }
         if self.parts.is_none() {
             return;
         }
-        if let Some(s) = self.spool.as_mut() {
-            s.write(data);
+        self.seen += data.len() as u64;
+        if self.seen > self.max {
+            self.give_up();
+            return;
+        }
+        if self.spool.is_some() {
+            let n = data.len() as u64;
+            if !self.zone.store.reserve_disk(n) {
+                self.give_up();
+                return;
+            }
+            self.reserved += n;
+            if let Some(s) = self.spool.as_mut() {
+                s.write(data);
+            }
         }
         if self.seen > self.mem_entry {
             self.buf = None;
             if self.spool.is_none() {
-                self.parts = None;
-                self.guard = None;
+                self.give_up();
             }
         } else if let Some(b) = self.buf.as_mut() {
             b.extend_from_slice(data);
@@ -1216,9 +1271,7 @@ impl BodyTap for StoreTap {
 
     fn end(mut self: Box<Self>, complete: bool) {
         let (Some(parts), true) = (self.parts.take(), complete) else {
-            if let Some(s) = self.spool.take() {
-                s.abandon();
-            }
+            self.give_up();
             return;
         };
         let zone = self.zone.clone();
@@ -1230,6 +1283,9 @@ impl BodyTap for StoreTap {
             None => None,
         };
         let body = match (self.buf.take(), &file) {
+            // A buffer grown by doubling keeps its spare room when frozen: the entry holds
+            // an exact copy instead.
+            (Some(b), _) if b.capacity() > b.len() + b.len() / 8 + 64 => Bodied::Mem(Bytes::copy_from_slice(&b)),
             (Some(b), _) => Bodied::Mem(b.freeze()),
             (None, Some((f, at, total))) => Bodied::Disk { file: f.clone(), offset: *at, len: total - at },
             (None, None) => return,
@@ -1242,6 +1298,12 @@ impl BodyTap for StoreTap {
         }
         // The guard drops after the entry is in: the waiting requests find it.
         drop(self.guard.take());
+    }
+}
+
+impl Drop for StoreTap {
+    fn drop(&mut self) {
+        self.zone.store.unreserve_disk(self.reserved);
     }
 }
 

@@ -8,10 +8,12 @@
 //! that was not used since it was last passed. It keeps what is used, as LRU does, at the
 //! cost of a write lock only on insertion.
 //!
-//! **Bounds**: a shard's entries count their body and fields in memory (memory-tier bodies)
-//! and their file's length on disk (the disk tier). An entry replaced or purged stays in
-//! the ring, and counted, until the ring passes it (so the bytes it may still hold are
-//! never uncounted); a ring with more than half its bytes dead is compacted at once.
+//! **Bounds**: the zone's entries count their body and fields in memory (memory-tier
+//! bodies) and their file's length on disk (the disk tier), against the zone's limits;
+//! files being written count against the disk's as they grow ([`Store::reserve_disk`]).
+//! Eviction visits the shards in turn, each by its own clock. An entry replaced or purged
+//! stays in its ring, and counted, until the ring passes it (so the bytes it may still
+//! hold are never uncounted); a ring with more dead bytes than live ones is compacted.
 //!
 //! **The disk tier**: each entry is a file `HASH-SEQ` under the zone's directory: a head
 //! (`SVC1`, the key, the variant, the status, the times, the fields) and the body. Files
@@ -23,7 +25,7 @@ use std::fs::File;
 use std::hash::BuildHasher;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
@@ -134,10 +136,10 @@ struct Shard {
     map: HashMap<u64, Vec<Arc<Entry>>>,
     /// Every entry in the order it came, for the clock (and removed ones not yet passed).
     ring: VecDeque<Arc<Entry>>,
-    mem: u64,
-    disk: u64,
     /// Bytes of removed entries still in the ring.
     dead: u64,
+    /// Bytes of all entries in the ring.
+    held: u64,
 }
 
 /// The zone's counters.
@@ -154,10 +156,18 @@ pub struct Counters {
 pub struct Store {
     shards: Box<[RwLock<Shard>]>,
     hasher: std::hash::RandomState,
-    /// Memory bytes per shard.
+    /// The zone's memory bytes.
     mem_limit: AtomicU64,
-    /// Disk bytes per shard.
+    /// The zone's disk bytes.
     disk_limit: AtomicU64,
+    /// Memory held by the entries in the rings (live, and removed ones not yet passed).
+    mem: AtomicU64,
+    /// Disk held by the entries in the rings.
+    disk: AtomicU64,
+    /// Disk being written for responses not stored yet ([`Store::reserve_disk`]).
+    spooling: AtomicU64,
+    /// The shard eviction visits next.
+    cursor: AtomicUsize,
     /// Counters.
     pub counters: Counters,
 }
@@ -168,16 +178,21 @@ impl Store {
         Store {
             shards: (0..SHARDS).map(|_| RwLock::new(Shard::default())).collect(),
             hasher: std::hash::RandomState::new(),
-            mem_limit: AtomicU64::new(mem / SHARDS as u64),
-            disk_limit: AtomicU64::new(disk / SHARDS as u64),
+            mem_limit: AtomicU64::new(mem),
+            disk_limit: AtomicU64::new(disk),
+            mem: AtomicU64::new(0),
+            disk: AtomicU64::new(0),
+            spooling: AtomicU64::new(0),
+            cursor: AtomicUsize::new(0),
             counters: Counters::default(),
         }
     }
 
-    /// Sets the limits (a reload); the next insertion evicts down to them.
+    /// Sets the limits (a reload), and evicts down to them.
     pub fn set_limits(&self, mem: u64, disk: u64) {
-        self.mem_limit.store(mem / SHARDS as u64, Ordering::Relaxed);
-        self.disk_limit.store(disk / SHARDS as u64, Ordering::Relaxed);
+        self.mem_limit.store(mem, Ordering::Relaxed);
+        self.disk_limit.store(disk, Ordering::Relaxed);
+        self.shrink();
     }
 
     /// A key's hash (keyed per process: a client cannot aim keys at one slot).
@@ -206,45 +221,66 @@ impl Store {
         shard.map.get(&hash).is_some_and(|v| v.iter().any(|e| &*e.key == key))
     }
 
+    fn over(&self) -> bool {
+        self.mem.load(Ordering::Relaxed) > self.mem_limit.load(Ordering::Relaxed)
+            || self.disk.load(Ordering::Relaxed) + self.spooling.load(Ordering::Relaxed)
+                > self.disk_limit.load(Ordering::Relaxed)
+    }
+
     /// Stores `e`, replacing the variant of its key with the same variant; evicts for room.
-    /// An entry larger than a shard's limits is not stored.
+    /// An entry larger than the zone's limits is not stored.
     pub fn insert(&self, hash: u64, e: Entry) -> bool {
-        let (ml, dl) = (self.mem_limit.load(Ordering::Relaxed), self.disk_limit.load(Ordering::Relaxed));
-        if e.mem_size > ml || e.disk_size > dl {
+        if e.mem_size > self.mem_limit.load(Ordering::Relaxed) || e.disk_size > self.disk_limit.load(Ordering::Relaxed)
+        {
             // Dropped unindexed: its file goes with it.
             e.removed.store(true, Ordering::Relaxed);
             return false;
         }
         let e = Arc::new(e);
-        let mut shard = self.shard(hash).write().unwrap_or_else(|p| p.into_inner());
-        let sh = &mut *shard;
-        let list = sh.map.entry(hash).or_default();
-        if let Some(i) = list.iter().position(|o| o.key == e.key && o.variant == e.variant) {
-            let old = list.swap_remove(i);
-            old.removed.store(true, Ordering::Relaxed);
-            sh.dead += old.mem_size + old.disk_size;
-            self.counters.entries.fetch_sub(1, Ordering::Relaxed);
+        {
+            let mut shard = self.shard(hash).write().unwrap_or_else(|p| p.into_inner());
+            let sh = &mut *shard;
+            let list = sh.map.entry(hash).or_default();
+            if let Some(i) = list.iter().position(|o| o.key == e.key && o.variant == e.variant) {
+                let old = list.swap_remove(i);
+                old.removed.store(true, Ordering::Relaxed);
+                sh.dead += old.mem_size + old.disk_size;
+                self.counters.entries.fetch_sub(1, Ordering::Relaxed);
+            }
+            list.push(e.clone());
+            sh.held += e.mem_size + e.disk_size;
+            self.mem.fetch_add(e.mem_size, Ordering::Relaxed);
+            self.disk.fetch_add(e.disk_size, Ordering::Relaxed);
+            sh.ring.push_back(e);
+            self.counters.entries.fetch_add(1, Ordering::Relaxed);
+            self.compact(sh);
         }
-        list.push(e.clone());
-        sh.mem += e.mem_size;
-        sh.disk += e.disk_size;
-        sh.ring.push_back(e);
-        self.counters.entries.fetch_add(1, Ordering::Relaxed);
-        self.evict(sh, ml, dl);
+        self.shrink();
         true
     }
 
-    /// Evicts until the shard is within its limits.
-    fn evict(&self, sh: &mut Shard, ml: u64, dl: u64) {
-        // Each entry gets at most a second round per call.
-        let mut budget = sh.ring.len() * 2 + 1;
-        while (sh.mem > ml || sh.disk > dl) && budget > 0 {
+    /// Evicts until the zone is within its limits: the shards in turn, each by its clock.
+    fn shrink(&self) {
+        let mut visits = 0;
+        while self.over() && visits < SHARDS * 3 {
+            visits += 1;
+            let i = self.cursor.fetch_add(1, Ordering::Relaxed) % SHARDS;
+            let mut shard = self.shards[i].write().unwrap_or_else(|p| p.into_inner());
+            self.evict(&mut shard);
+        }
+    }
+
+    /// Evicts from one shard until the zone is within its limits or the shard's ring was
+    /// passed (each entry at most its second round).
+    fn evict(&self, sh: &mut Shard) {
+        let mut budget = sh.ring.len() * 2;
+        while self.over() && budget > 0 {
             budget -= 1;
             let Some(e) = sh.ring.pop_front() else { break };
+            let size = e.mem_size + e.disk_size;
             if e.removed.load(Ordering::Relaxed) {
-                sh.mem -= e.mem_size;
-                sh.disk -= e.disk_size;
-                sh.dead -= e.mem_size + e.disk_size;
+                self.release(sh, &e);
+                sh.dead -= size;
                 continue;
             }
             if e.referenced.swap(false, Ordering::Relaxed) {
@@ -252,23 +288,33 @@ impl Store {
                 continue;
             }
             Self::unindex(sh, &e);
-            sh.mem -= e.mem_size;
-            sh.disk -= e.disk_size;
+            self.release(sh, &e);
             self.counters.evictions.fetch_add(1, Ordering::Relaxed);
             self.counters.entries.fetch_sub(1, Ordering::Relaxed);
         }
-        if sh.dead * 2 > sh.mem + sh.disk && sh.dead > 0 {
-            let (mut mem, mut disk) = (0, 0);
-            sh.ring.retain(|e| {
-                let live = !e.removed.load(Ordering::Relaxed);
-                if live {
-                    mem += e.mem_size;
-                    disk += e.disk_size;
-                }
-                live
-            });
-            (sh.mem, sh.disk, sh.dead) = (mem, disk, 0);
+    }
+
+    /// Uncounts an entry that left the ring.
+    fn release(&self, sh: &mut Shard, e: &Entry) {
+        sh.held -= e.mem_size + e.disk_size;
+        self.mem.fetch_sub(e.mem_size, Ordering::Relaxed);
+        self.disk.fetch_sub(e.disk_size, Ordering::Relaxed);
+    }
+
+    /// Drops removed entries from a ring that holds more dead bytes than live ones.
+    fn compact(&self, sh: &mut Shard) {
+        if sh.dead == 0 || sh.dead * 2 <= sh.held {
+            return;
         }
+        let ring = std::mem::take(&mut sh.ring);
+        for e in ring {
+            if e.removed.load(Ordering::Relaxed) {
+                self.release(sh, &e);
+            } else {
+                sh.ring.push_back(e);
+            }
+        }
+        sh.dead = 0;
     }
 
     /// Takes `e` out of the index (it stays in the ring, counted as dead by the caller or
@@ -307,8 +353,7 @@ impl Store {
         }
         sh.dead += dead;
         self.counters.entries.fetch_sub(n as u64, Ordering::Relaxed);
-        let (ml, dl) = (self.mem_limit.load(Ordering::Relaxed), self.disk_limit.load(Ordering::Relaxed));
-        self.evict(sh, ml, dl);
+        self.compact(sh);
         n
     }
 
@@ -332,19 +377,36 @@ impl Store {
                 !list.is_empty()
             });
             sh.dead += dead;
-            let (ml, dl) = (self.mem_limit.load(Ordering::Relaxed), self.disk_limit.load(Ordering::Relaxed));
-            self.evict(sh, ml, dl);
+            self.compact(sh);
         }
         self.counters.entries.fetch_sub(n as u64, Ordering::Relaxed);
         n
     }
 
-    /// Bytes held in memory and on disk (live and dead).
+    /// Bytes held in memory and on disk (live entries, and removed ones not yet passed).
     pub fn bytes(&self) -> (u64, u64) {
-        self.shards.iter().fold((0, 0), |(m, d), s| {
-            let s = s.read().unwrap_or_else(|p| p.into_inner());
-            (m + s.mem, d + s.disk)
-        })
+        (self.mem.load(Ordering::Relaxed), self.disk.load(Ordering::Relaxed))
+    }
+
+    /// Counts `n` more bytes written to a file not stored yet, evicting stored entries for
+    /// room; `false` (nothing counted) when the disk tier cannot hold them.
+    pub fn reserve_disk(&self, n: u64) -> bool {
+        self.spooling.fetch_add(n, Ordering::Relaxed);
+        if self.over() {
+            self.shrink();
+            if self.disk.load(Ordering::Relaxed) + self.spooling.load(Ordering::Relaxed)
+                > self.disk_limit.load(Ordering::Relaxed)
+            {
+                self.spooling.fetch_sub(n, Ordering::Relaxed);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Uncounts bytes [`Store::reserve_disk`] counted (the file was stored or abandoned).
+    pub fn unreserve_disk(&self, n: u64) {
+        self.spooling.fetch_sub(n, Ordering::Relaxed);
     }
 }
 
@@ -370,11 +432,15 @@ pub struct FileHead {
     pub request_time: Secs,
     /// See `request_time`.
     pub response_time: Secs,
+    /// The response's `Age`.
+    pub age: Option<Secs>,
+    /// The response's `Date`.
+    pub date: Option<Secs>,
     /// The fields.
     pub fields: Vec<(HeaderName, HeaderValue)>,
 }
 
-const MAGIC: &[u8; 4] = b"SVC1";
+const MAGIC: &[u8; 4] = b"SVC2";
 /// The largest head read back from a file.
 const MAX_FILE_HEAD: usize = 1 << 20;
 
@@ -393,6 +459,8 @@ impl FileHead {
         out.extend_from_slice(&self.status.to_le_bytes());
         out.extend_from_slice(&self.request_time.to_le_bytes());
         out.extend_from_slice(&self.response_time.to_le_bytes());
+        out.extend_from_slice(&self.age.unwrap_or(u64::MAX).to_le_bytes());
+        out.extend_from_slice(&self.date.unwrap_or(u64::MAX).to_le_bytes());
         out.extend_from_slice(&(self.fields.len() as u32).to_le_bytes());
         for (n, v) in &self.fields {
             put(&mut out, n.as_str().as_bytes());
@@ -423,6 +491,9 @@ impl FileHead {
         let status = u16::from_le_bytes(r.take(2).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
         let request_time = u64::from_le_bytes(r.take(8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
         let response_time = u64::from_le_bytes(r.take(8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+        let age = u64::from_le_bytes(r.take(8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+        let date = u64::from_le_bytes(r.take(8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+        let some = |v: u64| (v != u64::MAX).then_some(v);
         let count = u32::from_le_bytes(r.take(4).ok_or_else(bad)?.try_into().map_err(|_| bad())?) as usize;
         let mut fields = Vec::with_capacity(count.min(256));
         for _ in 0..count {
@@ -430,7 +501,8 @@ impl FileHead {
             let v = HeaderValue::from_bytes(r.bytes().ok_or_else(bad)?).map_err(|_| bad())?;
             fields.push((n, v));
         }
-        Ok((FileHead { key, variant, status, request_time, response_time, fields }, 8 + len as u64))
+        let (age, date) = (some(age), some(date));
+        Ok((FileHead { key, variant, status, request_time, response_time, age, date, fields }, 8 + len as u64))
     }
 }
 
@@ -516,8 +588,40 @@ impl Drop for Spool {
     }
 }
 
+/// The file that marks a directory as a disk tier's.
+pub const MARKER: &str = ".selvedge-cache";
+
+/// Makes `dir` a disk tier's: created if missing, marked if empty; a directory that has
+/// other files and no marker is refused (a `path` written by mistake, `"."` or a site's
+/// root, is never emptied).
+///
+/// # Errors
+/// The directory cannot be created or marked, or holds other things.
+pub fn claim_dir(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    if dir.join(MARKER).is_file() {
+        return Ok(());
+    }
+    if std::fs::read_dir(dir)?.next().is_some() {
+        return Err(io::Error::other(format!(
+            "path {} is not empty and is no cache directory (no {MARKER} in it): give the zone a directory of its own",
+            dir.display()
+        )));
+    }
+    std::fs::write(dir.join(MARKER), "selvedge HTTP cache: files here are removed and replaced by the server\n")
+}
+
+/// Whether `name` is an entry's file name (`HASH-PID-SEQ`, hexadecimal).
+fn entry_name(name: &str) -> bool {
+    let parts: Vec<&str> = name.split('-').collect();
+    parts.len() == 3
+        && parts[0].len() == 16
+        && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// The files of `dir` read back: each entry's head, body offset and length, and path.
-/// Temporary files and files that cannot be read are removed.
+/// Temporary files and entry files that cannot be read are removed; other names are
+/// left alone.
 pub fn scan(dir: &Path) -> Vec<(FileHead, u64, u64, Arc<Path>)> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(dir) else { return out };
@@ -525,11 +629,11 @@ pub fn scan(dir: &Path) -> Vec<(FileHead, u64, u64, Arc<Path>)> {
         let path = ent.path();
         let name = ent.file_name();
         let name = name.to_string_lossy();
-        if name.starts_with(".tmp-") {
+        if name.strip_prefix(".tmp-").is_some_and(entry_name) {
             let _ = std::fs::remove_file(&path);
             continue;
         }
-        if !ent.file_type().is_ok_and(|t| t.is_file()) {
+        if !entry_name(&name) || !ent.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
         let read = File::open(&path).and_then(|mut f| {

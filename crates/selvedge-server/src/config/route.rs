@@ -159,7 +159,17 @@ impl RawCache {
                 return Err(src.err(Some(z.span()), format!("cache zone {name:?} is defined twice")));
             }
             let abs = |p: &str| src.abs(p);
-            out.push(crate::cache::ZoneConfig::from_raw(raw, name, &abs).map_err(|e| src.err(Some(z.span()), e))?);
+            let zc = crate::cache::ZoneConfig::from_raw(raw, name, &abs).map_err(|e| src.err(Some(z.span()), e))?;
+            if let Some(o) = out.iter().find(|o| o.path.is_some() && o.path == zc.path) {
+                return Err(src.err(
+                    Some(z.span()),
+                    format!(
+                        "cache zone {:?}: path is zone {:?}'s too (each zone needs a directory of its own)",
+                        zc.name, o.name
+                    ),
+                ));
+            }
+            out.push(zc);
         }
         Ok(out)
     }
