@@ -22,6 +22,8 @@
 #   bench/callgrind.sh proxy            # selvedge with a proxy route to two upstreams (two
 #                                       # `selvedge serve` outside valgrind; round robin,
 #                                       # keep-alive), the same page
+#   bench/callgrind.sh proxy cache      # the same route with `cache = { size = "64MiB" }`,
+#                                       # the upstreams sending max-age=3600: hits only
 #   bench/callgrind.sh server-h2        # the server binary over cleartext HTTP/2 (h2load
 #   bench/callgrind.sh hello-h2         # -c100 -m100, H2_REQUESTS requests): the same page
 #   bench/callgrind.sh server-h3        # the server binary over HTTP/3 (the engine's h3_load,
@@ -151,9 +153,18 @@ TOML
     proxy)
         [[ -n ${SELVEDGE_BIN:-} ]] || cargo build -q --release -p selvedge-server
         for up_port in $((PORT + 1)) $((PORT + 2)); do
-            "$bin" serve bench/site --host 127.0.0.1 --port "$up_port" --workers 1 >/dev/null 2>&1 &
+            if [[ $feature == cache ]]; then
+                printf '[server]\nworkers = 1\n[[listen]]\naddress = "127.0.0.1:%s"\n[[vhost]]\n[[vhost.route]]\npath = "/"\nroot = "%s"\nmax_age = "1h"\n' \
+                    "$up_port" "$PWD/bench/site" >"$tmp/up$up_port.toml"
+                "$bin" --config "$tmp/up$up_port.toml" >/dev/null 2>&1 &
+            else
+                "$bin" serve bench/site --host 127.0.0.1 --port "$up_port" --workers 1 >/dev/null 2>&1 &
+            fi
             up_pids+=($!)
         done
+        cache_line=""
+        [[ $feature == cache ]] && cache_line='cache = { size = "64MiB" }'
+        [[ -z $feature || $feature == cache ]] || { echo "unknown feature $feature" >&2; exit 2; }
         cat >"$tmp/selvedge.toml" <<TOML
 [server]
 workers = 1
@@ -164,6 +175,7 @@ access = "off"
 [[vhost]]
 [[vhost.route]]
 path = "/"
+$cache_line
 [vhost.route.proxy]
 upstreams = ["http://127.0.0.1:$((PORT + 1))", "http://127.0.0.1:$((PORT + 2))"]
 TOML

@@ -109,6 +109,18 @@ impl RouteApp {
         }
     }
 
+    /// The upstream's answer for the HTTP cache (a proxy or FastCGI route's): a function of
+    /// its own, so that [`RouteApp::handle`] keeps one caller and stays inlined into the
+    /// way of routes without a cache.
+    async fn fetch(&self, req: Request) -> Response {
+        // Not boxed again: the cache boxes this future whole.
+        match self {
+            RouteApp::Fastcgi(f) => f.handle(req).await,
+            RouteApp::Proxy(p) => p.handle(req).await,
+            _ => Response::error(StatusCode::INTERNAL_SERVER_ERROR),
+        }
+    }
+
     /// Whether a path with an encoded slash (`%2F`) may reach this route: only a proxy's
     /// with `encoded_slashes = "keep"` (the others would read it as a separator, or refuse
     /// it later).
@@ -497,6 +509,7 @@ impl Site {
     }
 
     /// A request that waits for route `ri` ([`Site::handle_waiting`]).
+    #[inline(always)]
     fn wait(
         self: &Arc<Site>,
         vi: usize,
@@ -528,16 +541,16 @@ impl Site {
             let unrouted = RouteAt { vhost: &vhost.label, route: "none", slot: vhost.none_slot, proxy: false };
             return (unrouted, Ok(bad_request()));
         }
+        if route.cache.is_some() {
+            return self.respond_cached(vi, ri, req, checked);
+        }
         let at = vhost.at(ri);
         let now = route.forward_auth.is_none();
         let Some(policy) = &route.policy else {
             return match &route.app {
                 RouteApp::Static(s) if now => (at, Ok(s.respond(req))),
                 RouteApp::Respond(r) if now => (at, Ok(r.respond(req))),
-                _ => match route.cached_now(req, now) {
-                    Some(res) => (at, Ok(res)),
-                    None => (at, self.wait(vi, ri, None, None, false)),
-                },
+                _ => (at, self.wait(vi, ri, None, None, false)),
             };
         };
         let check = match checked {
@@ -549,10 +562,43 @@ impl Site {
             Check::Pass(admitted) => match &route.app {
                 RouteApp::Static(s) if now => Ok(policy.finish(s.respond(req), Some(&admitted), true)),
                 RouteApp::Respond(r) if now => Ok(policy.finish(r.respond(req), Some(&admitted), false)),
-                _ => match route.cached_now(req, now) {
-                    Some(res) => Ok(policy.finish(res, Some(&admitted), false)),
-                    None => self.wait(vi, ri, Some(admitted), None, false),
-                },
+                _ => self.wait(vi, ri, Some(admitted), None, false),
+            },
+            Check::Verify(admitted, v) => self.wait(vi, ri, Some(admitted), Some(v), false),
+        };
+        (at, res)
+    }
+
+    /// [`Site::respond_routed`] for a route with an HTTP cache: its checks, then a fresh
+    /// stored answer at once, or the request waits. A function of its own, out of the way
+    /// of routes without a cache.
+    #[inline(never)]
+    fn respond_cached(
+        self: &Arc<Site>,
+        vi: usize,
+        ri: usize,
+        req: &mut Request,
+        checked: Option<Admitted>,
+    ) -> (RouteAt<'_>, Now) {
+        let vhost = &self.vhosts[vi];
+        let route = &vhost.routes[ri];
+        let at = vhost.at(ri);
+        let now = route.forward_auth.is_none();
+        let Some(policy) = &route.policy else {
+            return match route.cached_now(req, now) {
+                Some(res) => (at, Ok(res)),
+                None => (at, self.wait(vi, ri, None, None, false)),
+            };
+        };
+        let check = match checked {
+            Some(a) => Check::Pass(a),
+            None => policy.check(req),
+        };
+        let res = match check {
+            Check::Answer(res) => Ok(policy.finish(res, None, false)),
+            Check::Pass(admitted) => match route.cached_now(req, now) {
+                Some(res) => Ok(policy.finish(res, Some(&admitted), false)),
+                None => self.wait(vi, ri, Some(admitted), None, false),
             },
             Check::Verify(admitted, v) => self.wait(vi, ri, Some(admitted), Some(v), false),
         };
@@ -647,14 +693,7 @@ impl Site {
                         _ => None,
                     };
                     let mut res = match &route.cache {
-                        Some(cache) => {
-                            let (site, vi) = (site.clone(), vi);
-                            let fetch: crate::cache::Fetch = std::sync::Arc::new(move |req| {
-                                let site = site.clone();
-                                Box::pin(async move { site.vhosts[vi].routes[ri].app.handle(req).await })
-                            });
-                            Box::pin(cache.serve(req, fetch)).await
-                        }
+                        Some(cache) => cached(cache, &site, vi, ri, req).await,
                         None => route.app.handle(req).await,
                     };
                     if let Some((ops, values)) = down {
@@ -705,6 +744,23 @@ impl Site {
         }
         out
     }
+}
+
+/// `req` through route `ri`'s HTTP cache, which fetches from the route's app (boxed: the
+/// cache's state stays out of the futures of routes without one).
+fn cached<'c>(
+    cache: &'c RouteCache,
+    site: &Arc<Site>,
+    vi: usize,
+    ri: usize,
+    req: Request,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send + 'c>> {
+    let site = site.clone();
+    let fetch: crate::cache::Fetch = Arc::new(move |req| {
+        let site = site.clone();
+        Box::pin(async move { site.vhosts[vi].routes[ri].app.fetch(req).await })
+    });
+    Box::pin(cache.serve(req, fetch))
 }
 
 /// The checks of `route` on a request routed to it again (after `try_files` or a CGI

@@ -237,14 +237,20 @@ fn purge(req: &Request) -> Response {
     let q = req.query_bytes().unwrap_or_default();
     let decode = |name: &'static str| query_arg(q, name).map(std::borrow::Cow::into_owned);
     let (zone, key, prefix) = (decode("zone"), decode("key"), decode("prefix"));
-    if key.is_none() && prefix.is_none() {
+    let empty = |v: &Option<Vec<u8>>| v.as_ref().is_some_and(Vec::is_empty);
+    if (key.is_none() && prefix.is_none()) || empty(&key) || empty(&prefix) {
         return text(
             StatusCode::BAD_REQUEST,
-            "400: ?key=URL or ?prefix=URL (and zone=NAME)\n",
+            "400: ?key=URL or ?prefix=URL, not empty (and zone=NAME)\n",
             "text/plain; charset=utf-8",
         );
     }
     let zone = zone.map(|z| String::from_utf8_lossy(&z).into_owned());
+    if let Some(z) = &zone {
+        if !crate::cache::all_zones().iter().any(|x| &x.name() == z) {
+            return text(StatusCode::NOT_FOUND, format!("404: no cache zone {z:?}\n"), "text/plain; charset=utf-8");
+        }
+    }
     let n = crate::cache::purge(zone.as_deref(), key.as_deref(), prefix.as_deref());
     tracing::info!(zone = zone.as_deref().unwrap_or("*"), purged = n, "cache purge");
     text(StatusCode::OK, format!("{{\"purged\":{n}}}\n"), "application/json")

@@ -423,7 +423,13 @@ pub fn vary_names(values: &[&[u8]]) -> Result<Vec<String>, ()> {
 /// `gzip;q=0, *`, `x-gzip` and `identity` each have their own.
 pub fn vary_value(name: &str, lines: &[&[u8]], out: &mut Vec<u8>) {
     if name == "accept-encoding" {
+        // Codings accepted, then those refused (`!gzip`): `*` with `gzip;q=0` is not `*`.
+        // No field at all (any coding) and an empty one (none but identity) differ too.
+        if lines.is_empty() {
+            return;
+        }
         let mut accepted: Vec<Vec<u8>> = Vec::new();
+        let mut refused: Vec<Vec<u8>> = Vec::new();
         for line in lines {
             for item in line.split(|&b| b == b',') {
                 let mut parts = item.split(|&b| b == b';');
@@ -431,18 +437,25 @@ pub fn vary_value(name: &str, lines: &[&[u8]], out: &mut Vec<u8>) {
                 if coding.is_empty() {
                     continue;
                 }
-                let refused = parts.any(|p| {
+                let zero = parts.any(|p| {
                     let p = p.trim_ascii();
                     let q = p.strip_prefix(b"q=").or_else(|| p.strip_prefix(b"Q="));
                     q.is_some_and(|q| !q.is_empty() && q.iter().all(|&b| b == b'0' || b == b'.'))
                 });
-                if !refused && !accepted.contains(&coding) {
-                    accepted.push(coding);
+                let list = if zero { &mut refused } else { &mut accepted };
+                if !list.contains(&coding) {
+                    list.push(coding);
                 }
             }
         }
         accepted.sort();
+        refused.sort();
+        out.push(b'=');
         out.extend_from_slice(&accepted.join(&b","[..]));
+        for r in refused {
+            out.extend_from_slice(b",!");
+            out.extend_from_slice(&r);
+        }
         return;
     }
     for (i, line) in lines.iter().enumerate() {
@@ -558,9 +571,12 @@ mod tests {
             v
         };
         let a = ae(&[b"gzip, deflate, br;q=1.0", b"zstd;q=0"]);
-        assert_eq!(a, b"br,deflate,gzip");
-        assert_eq!(ae(&[b"BR,gzip,deflate"]), a);
-        assert_eq!(ae(&[b"gzip;q=0, *"]), b"*", "a refusal is not a star's");
+        assert_eq!(a, b"=br,deflate,gzip,!zstd");
+        assert_eq!(ae(&[b"BR,gzip,deflate", b"zstd;q=0.0"]), a);
+        assert_eq!(ae(&[b"gzip;q=0, *"]), b"=*,!gzip", "a refusal is not a star's");
+        assert_ne!(ae(&[b"gzip;q=0, *"]), ae(&[b"*"]));
+        assert_ne!(ae(&[]), ae(&[b""]), "no field and an empty one differ");
+        assert_ne!(ae(&[b"identity;q=0"]), ae(&[b"*;q=0"]));
         assert_ne!(ae(&[b"x-gzip"]), ae(&[b"identity"]));
         assert_ne!(ae(&[b"*"]), ae(&[b"br, gzip, zstd"]));
         let mut c = Vec::new();

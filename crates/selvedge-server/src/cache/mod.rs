@@ -340,21 +340,20 @@ impl Zone {
                 return Ok(z.clone());
             }
         }
-        if let Some(p) = &cfg.path {
-            if let Some((name, _)) = all.iter().find(|(n, z)| {
-                **n != cfg.name && z.cfg.lock().unwrap_or_else(|p| p.into_inner()).path.as_ref() == Some(p)
-            }) {
-                return Err(std::io::Error::other(format!(
-                    "cache {}: path {} is zone {name}'s too (each zone needs a directory of its own)",
-                    cfg.name,
-                    p.display()
-                )));
-            }
-        }
         let dir: Option<Arc<Path>> = match &cfg.path {
             Some(p) => {
-                store::claim_dir(p).map_err(|e| std::io::Error::new(e.kind(), format!("cache {}: {e}", cfg.name)))?;
-                Some(Arc::from(p.as_path()))
+                let err = |e: std::io::Error| std::io::Error::new(e.kind(), format!("cache {}: {e}", cfg.name));
+                store::claim_dir(p).map_err(err)?;
+                // Compared resolved: a symlink or `..` is no way for two zones to share one.
+                let real = p.canonicalize().map_err(err)?;
+                if let Some((name, _)) = all.iter().find(|(n, z)| **n != cfg.name && z.dir.as_deref() == Some(&real)) {
+                    return Err(std::io::Error::other(format!(
+                        "cache {}: path {} is zone {name}'s too (each zone needs a directory of its own)",
+                        cfg.name,
+                        p.display()
+                    )));
+                }
+                Some(Arc::from(real.as_path()))
             }
             None => None,
         };
@@ -749,9 +748,9 @@ impl RouteCache {
         let e = self.zone.store.get(hash, &key, |e| variant_matches(e, req))?;
         let now = now();
         match control::usable(&e.stored, e.lifetime, &dirs, now) {
-            Use::Fresh { ttl } => {
+            Use::Fresh { .. } => {
                 self.zone.stats.hits.fetch_add(1, Ordering::Relaxed);
-                Some(answer(&e, req, &asks, now, &Note::Hit { ttl }))
+                Some(answer(&e, req, &asks, now, &Note::Hit))
             }
             _ => None,
         }
@@ -780,6 +779,7 @@ impl RouteCache {
         let hash = zone.store.hash(&key);
         let no_store = self.matches(&self.no_store, &req);
         let mut collapsed = false;
+        let mut unled = "";
         loop {
             let (dirs, found) = {
                 let asks = Asks::of(&req);
@@ -791,9 +791,9 @@ impl RouteCache {
             let mut stale = None;
             if let Some(e) = found {
                 match control::usable(&e.stored, e.lifetime, &dirs, now) {
-                    Use::Fresh { ttl } => {
+                    Use::Fresh { .. } => {
                         zone.stats.hits.fetch_add(1, Ordering::Relaxed);
-                        let note = if collapsed { Note::Collapsed { ttl } } else { Note::Hit { ttl } };
+                        let note = if collapsed { Note::Collapsed } else { Note::Hit };
                         return answer(&e, &req, &Asks::of(&req), now, &note);
                     }
                     Use::StaleWhileRevalidate => {
@@ -825,12 +825,18 @@ impl RouteCache {
                 Some(g) => Some(g),
                 None if !collapsed => {
                     collapsed = true;
-                    if self.wait(hash).await {
-                        continue;
+                    match self.wait(hash).await {
+                        Waited::Done => continue,
+                        Waited::TimedOut => unled = "lock-timeout",
+                        Waited::Full => unled = "lock-waiters",
                     }
                     None
                 }
-                None => None,
+                // The fetch waited for stored nothing, and another request leads now.
+                None => {
+                    unled = "not-stored";
+                    None
+                }
             };
             let job = self.job(&req, key.clone(), hash, stale.clone(), no_store);
             let up = {
@@ -841,7 +847,7 @@ impl RouteCache {
             let res = fetch(up).await;
             return match guard {
                 Some(g) => job.answer(res, g, &req),
-                None => with_status(res, "fwd=miss; detail=lock-timeout"),
+                None => with_status(res, &format!("fwd=uri-miss; detail={unled}")),
             };
         }
     }
@@ -856,16 +862,15 @@ impl RouteCache {
         Some(FlightGuard { zone: self.zone.clone(), hash })
     }
 
-    /// Waits for the fetch of `hash` in flight (within `lock_timeout`); `false` when it
-    /// could not (too many waiting, or the time ran out).
-    async fn wait(&self, hash: u64) -> bool {
+    /// Waits for the fetch of `hash` in flight (within `lock_timeout`).
+    async fn wait(&self, hash: u64) -> Waited {
         let zone = &self.zone;
         let flight = {
             let f = zone.flights.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(flight) = f.get(&hash).cloned() else { return true };
+            let Some(flight) = f.get(&hash).cloned() else { return Waited::Done };
             if flight.waiters.fetch_add(1, Ordering::Relaxed) >= zone.limits.lock_waiters.load(Ordering::Relaxed) {
                 flight.waiters.fetch_sub(1, Ordering::Relaxed);
-                return false;
+                return Waited::Full;
             }
             flight
         };
@@ -882,7 +887,11 @@ impl RouteCache {
         };
         let ok = !still || tokio::time::timeout(timeout, done).await.is_ok();
         flight.waiters.fetch_sub(1, Ordering::Relaxed);
-        ok
+        if ok {
+            Waited::Done
+        } else {
+            Waited::TimedOut
+        }
     }
 
     fn job(&self, req: &Request, key: Vec<u8>, hash: u64, stale: Option<Arc<Entry>>, no_store: bool) -> Job {
@@ -978,9 +987,38 @@ fn variant_matches(e: &Entry, req: &Request) -> bool {
     if e.vary.is_empty() {
         return true;
     }
-    let lines =
-        |n: &str| req.header_bytes().filter(|(h, _)| h.eq_ignore_ascii_case(n.as_bytes())).map(|(_, v)| v).collect();
-    variant_of(&e.vary, lines) == *e.variant
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    // Without allocating on a hit: the lines of each field on the stack (a request with
+    // more of one field than that is compared the long way), the value in a kept buffer.
+    const MAX_LINES: usize = 8;
+    let mut stored = e.variant.split(|&b| b == 0);
+    BUF.with_borrow_mut(|out| {
+        e.vary.iter().all(|n| {
+            let mut lines: [&[u8]; MAX_LINES] = [&[]; MAX_LINES];
+            let mut k = 0;
+            for (h, v) in req.header_bytes() {
+                if h.eq_ignore_ascii_case(n.as_bytes()) {
+                    if k == MAX_LINES {
+                        let all: Vec<&[u8]> = req
+                            .header_bytes()
+                            .filter(|(h, _)| h.eq_ignore_ascii_case(n.as_bytes()))
+                            .map(|(_, v)| v)
+                            .collect();
+                        out.clear();
+                        control::vary_value(n, &all, out);
+                        return stored.next() == Some(&out[..]);
+                    }
+                    lines[k] = v;
+                    k += 1;
+                }
+            }
+            out.clear();
+            control::vary_value(n, &lines[..k], out);
+            stored.next() == Some(&out[..])
+        })
+    })
 }
 
 /// `req` made the cache's fetch: the client's conditionals and ranges off (the cache
@@ -1008,6 +1046,16 @@ fn upstream_request(req: &Request, e: Option<&Entry>) -> Request {
     let mut up = strip_for_fetch(req.head_copy(), e);
     up.set_method(Method::GET);
     up
+}
+
+/// How a wait for another request's fetch ended.
+enum Waited {
+    /// The fetch ended (stored or not): look again.
+    Done,
+    /// `lock_timeout` passed.
+    TimedOut,
+    /// `lock_waiters` were waiting already.
+    Full,
 }
 
 /// Ends a fetch's flight: the requests waiting for it look again.
@@ -1039,8 +1087,8 @@ struct Job {
 
 /// What `Cache-Status` says of an answer from the cache.
 enum Note {
-    Hit { ttl: Secs },
-    Collapsed { ttl: Secs },
+    Hit,
+    Collapsed,
     StaleRevalidating,
     Revalidated { ttl: Secs },
     StaleOnError(u16),
@@ -1316,12 +1364,17 @@ fn with_status(res: Response, note: &str) -> Response {
 /// range, the whole response otherwise; with `Age` and `Cache-Status`.
 fn answer(e: &Entry, req: &Request, asks: &Asks<'_>, now: Secs, note: &Note) -> Response {
     let age = control::current_age(&e.stored, now);
+    // A plain hit's is a constant: no formatting on the way that matters most.
     let status_text = match note {
-        Note::Hit { ttl } => format!("selvedge; hit; ttl={ttl}"),
-        Note::Collapsed { ttl } => format!("selvedge; hit; ttl={ttl}; collapsed"),
-        Note::StaleRevalidating => "selvedge; hit; fwd=stale; detail=stale-while-revalidate".to_string(),
-        Note::Revalidated { ttl } => format!("selvedge; fwd=stale; fwd-status=304; ttl={ttl}"),
-        Note::StaleOnError(s) => format!("selvedge; fwd=stale; fwd-status={s}; detail=stale-if-error"),
+        Note::Hit => HeaderValue::from_static("selvedge; hit"),
+        Note::Collapsed => HeaderValue::from_static("selvedge; hit; collapsed"),
+        Note::StaleRevalidating => HeaderValue::from_static("selvedge; hit; fwd=stale; detail=stale-while-revalidate"),
+        Note::Revalidated { ttl } => HeaderValue::from_str(&format!("selvedge; fwd=stale; fwd-status=304; ttl={ttl}"))
+            .unwrap_or(HeaderValue::from_static("selvedge; fwd=stale; fwd-status=304")),
+        Note::StaleOnError(s) => {
+            HeaderValue::from_str(&format!("selvedge; fwd=stale; fwd-status={s}; detail=stale-if-error"))
+                .unwrap_or(HeaderValue::from_static("selvedge; fwd=stale; detail=stale-if-error"))
+        }
     };
     let ok = e.status == StatusCode::OK;
     if asks.conditional() {

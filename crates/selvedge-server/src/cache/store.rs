@@ -130,10 +130,28 @@ pub fn overhead(key: &[u8], variant: &[u8], fields: &SharedFields) -> u64 {
     (256 + key.len() + variant.len() + fields.h1_lines().len() * 2) as u64
 }
 
+/// Hashes a key's hash (already keyed per process) as it is.
+#[derive(Debug, Default, Clone, Copy)]
+struct Same(u64);
+
+impl std::hash::Hasher for Same {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
 #[derive(Debug, Default)]
 struct Shard {
     /// Key hash → the variants stored under it.
-    map: HashMap<u64, Vec<Arc<Entry>>>,
+    map: HashMap<u64, Vec<Arc<Entry>>, std::hash::BuildHasherDefault<Same>>,
     /// Every entry in the order it came, for the clock (and removed ones not yet passed).
     ring: VecDeque<Arc<Entry>>,
     /// Bytes of removed entries still in the ring.
@@ -389,14 +407,20 @@ impl Store {
     }
 
     /// Counts `n` more bytes written to a file not stored yet, evicting stored entries for
-    /// room; `false` (nothing counted) when the disk tier cannot hold them.
+    /// room; `false` (nothing counted) when the disk tier cannot hold them. Files being
+    /// written may take at most half the tier: past that a new piece is refused instead of
+    /// evicting, so a burst of large fills can neither empty the tier nor push it past its
+    /// size (the fills refused are not stored; those within it are).
     pub fn reserve_disk(&self, n: u64) -> bool {
-        self.spooling.fetch_add(n, Ordering::Relaxed);
+        let limit = self.disk_limit.load(Ordering::Relaxed);
+        let before = self.spooling.fetch_add(n, Ordering::Relaxed);
+        if before + n > limit / 2 {
+            self.spooling.fetch_sub(n, Ordering::Relaxed);
+            return false;
+        }
         if self.over() {
             self.shrink();
-            if self.disk.load(Ordering::Relaxed) + self.spooling.load(Ordering::Relaxed)
-                > self.disk_limit.load(Ordering::Relaxed)
-            {
+            if self.disk.load(Ordering::Relaxed) + self.spooling.load(Ordering::Relaxed) > limit {
                 self.spooling.fetch_sub(n, Ordering::Relaxed);
                 return false;
             }
@@ -441,6 +465,10 @@ pub struct FileHead {
 }
 
 const MAGIC: &[u8; 4] = b"SVC2";
+/// The end of a whole entry file: the body's length (8 bytes) and this.
+const END: &[u8; 4] = b"SVCE";
+/// The trailer's length.
+const TRAILER: u64 = 12;
 /// The largest head read back from a file.
 const MAX_FILE_HEAD: usize = 1 << 20;
 
@@ -568,9 +596,14 @@ impl Spool {
         }
     }
 
-    /// Gives the file its name: its path, or `None` if a write failed.
-    pub fn finish(self) -> Option<Arc<Path>> {
-        if self.failed {
+    /// Ends the file with its trailer (the body's length, so a file cut short is never
+    /// read back as whole) and gives it its name: its path, or `None` if a write failed.
+    pub fn finish(mut self) -> Option<Arc<Path>> {
+        let body = self.written - self.body_at;
+        let mut t = [0u8; TRAILER as usize];
+        t[..8].copy_from_slice(&body.to_le_bytes());
+        t[8..].copy_from_slice(END);
+        if self.failed || self.file.write_all(&t).is_err() {
             return None;
         }
         let path = self.dir.join(&self.name);
@@ -639,11 +672,19 @@ pub fn scan(dir: &Path) -> Vec<(FileHead, u64, u64, Arc<Path>)> {
         let read = File::open(&path).and_then(|mut f| {
             let (head, at) = FileHead::read(&mut f)?;
             let len = f.metadata()?.len();
-            Ok((head, at, len))
+            // The trailer: the body's length, which the file's must agree with.
+            let mut t = [0u8; TRAILER as usize];
+            use std::os::unix::fs::FileExt;
+            f.read_exact_at(&mut t, len.checked_sub(TRAILER).ok_or_else(|| io::Error::other("short"))?)?;
+            let body = u64::from_le_bytes(t[..8].try_into().map_err(|_| io::Error::other("trailer"))?);
+            if &t[8..] != END || at.checked_add(body).and_then(|b| b.checked_add(TRAILER)) != Some(len) {
+                return Err(io::Error::other("cut short"));
+            }
+            Ok((head, at, body))
         });
         match read {
-            Ok((head, at, len)) if len >= at => out.push((head, at, len - at, Arc::from(path))),
-            _ => {
+            Ok((head, at, body)) => out.push((head, at, body, Arc::from(path))),
+            Err(_) => {
                 let _ = std::fs::remove_file(&path);
             }
         }
