@@ -130,6 +130,16 @@ fn fresh_entries_answer_gets_heads_ranges_and_conditionals() {
     assert_eq!(nm.status, 304);
     assert_eq!(nm.header("etag"), Some("\"v1\""));
     assert_eq!(o.count("/a"), 1, "one fetch for all of these");
+    // A large body of the memory tier is sent from an unlinked file (sendfile), whole and
+    // in part.
+    let big = "/big?cc=max-age=60&size=100000";
+    let first = srv.get(big);
+    let hit = srv.get(big);
+    assert!(status(&hit).contains("hit"));
+    assert_eq!(hit.body, first.body);
+    let tail = srv.get_h(big, &[("Range", "bytes=99990-")]);
+    assert_eq!(tail.status, 206);
+    assert_eq!(tail.body, &first.body[99_990..]);
     // A HEAD nothing stored answers goes upstream as a HEAD; a GET then fills the cache.
     let h = raw(&srv, "HEAD", "/h?cc=max-age=60", &[]);
     assert_eq!(h.status, 200);

@@ -570,6 +570,7 @@ fn make_entry(zone: &Zone, p: Parts, body: Bodied, file: Option<(Arc<store::Disk
     let fields = Arc::new(SharedFields::new(p.fields));
     let mem_body = match &body {
         Bodied::Mem(b) => b.len() as u64,
+        Bodied::Open(o) => o.len,
         Bodied::Disk { .. } => 0,
     };
     let mem_size = mem_body + store::overhead(&p.key, &p.variant, &fields);
@@ -1333,6 +1334,12 @@ impl BodyTap for StoreTap {
         let body = match (self.buf.take(), &file) {
             // A buffer grown by doubling keeps its spare room when frozen: the entry holds
             // an exact copy instead.
+            (Some(b), None) if b.len() as u64 >= store::OPEN_BODY_MIN => {
+                match store::OpenBody::new(&std::env::temp_dir(), &b) {
+                    Some(o) => Bodied::Open(Arc::new(o)),
+                    None => Bodied::Mem(Bytes::copy_from_slice(&b)),
+                }
+            }
             (Some(b), _) if b.capacity() > b.len() + b.len() / 8 + 64 => Bodied::Mem(Bytes::copy_from_slice(&b)),
             (Some(b), _) => Bodied::Mem(b.freeze()),
             (None, Some((f, at, total))) => Bodied::Disk { file: f.clone(), offset: *at, len: total - at },
@@ -1427,6 +1434,7 @@ fn answer(e: &Entry, req: &Request, asks: &Asks<'_>, now: Secs, note: &Note) -> 
     };
     let mut res = match &e.body {
         Bodied::Mem(b) => Response::bytes(status, b.slice(start as usize..(start + len) as usize)),
+        Bodied::Open(o) => Response::file_range(status, o.file.clone(), start, len),
         Bodied::Disk { file, offset, .. } => match std::fs::File::open(file.path()) {
             Ok(f) => Response::file_range(status, Arc::new(f), offset + start, len),
             Err(_) => return with_status(Response::error(StatusCode::BAD_GATEWAY), "detail=disk-read"),

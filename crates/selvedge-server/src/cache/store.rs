@@ -42,6 +42,9 @@ pub const SHARDS: usize = 16;
 pub enum Bodied {
     /// In memory.
     Mem(Bytes),
+    /// In memory as the page cache holds it: an unlinked file, sent with `sendfile` as a
+    /// static file is (a large body of the memory tier).
+    Open(Arc<OpenBody>),
     /// In its file (from `offset`, `len` bytes).
     Disk {
         /// The file.
@@ -59,6 +62,7 @@ impl Bodied {
     pub fn len(&self) -> u64 {
         match self {
             Bodied::Mem(b) => b.len() as u64,
+            Bodied::Open(o) => o.len,
             Bodied::Disk { len, .. } => *len,
         }
     }
@@ -98,6 +102,52 @@ pub struct Entry {
     pub referenced: AtomicBool,
     /// Replaced, purged or evicted: no longer in the index.
     pub removed: AtomicBool,
+}
+
+/// Bodies of the memory tier this large or larger are kept in an unlinked file and sent
+/// with `sendfile` (a copy through the socket costs more than the page cache's pages).
+pub const OPEN_BODY_MIN: u64 = 64 * 1024;
+/// Such files open at once in the process (past that, bodies stay in memory): each holds
+/// a descriptor.
+pub const MAX_OPEN_BODIES: usize = 4096;
+
+static OPEN_BODIES: AtomicUsize = AtomicUsize::new(0);
+
+/// A body in an unlinked file (its pages in the page cache).
+#[derive(Debug)]
+pub struct OpenBody {
+    /// The file, shared by every answer being sent from it.
+    pub file: Arc<File>,
+    /// The body's length.
+    pub len: u64,
+}
+
+impl OpenBody {
+    /// `data` in an unlinked file under `dir`; `None` when too many are open or the file
+    /// cannot be written (the body then stays in memory).
+    pub fn new(dir: &Path, data: &[u8]) -> Option<OpenBody> {
+        if OPEN_BODIES.fetch_add(1, Ordering::Relaxed) >= MAX_OPEN_BODIES {
+            OPEN_BODIES.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        let name =
+            dir.join(format!(".selvedge-body-{:x}-{:x}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+        let made = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&name);
+        let _ = std::fs::remove_file(&name);
+        match made.and_then(|mut f| f.write_all(data).map(|()| f)) {
+            Ok(f) => Some(OpenBody { file: Arc::new(f), len: data.len() as u64 }),
+            Err(_) => {
+                OPEN_BODIES.fetch_sub(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for OpenBody {
+    fn drop(&mut self) {
+        OPEN_BODIES.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A file of the disk tier: removed when its last holder lets it go (the entries that
