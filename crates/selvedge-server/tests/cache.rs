@@ -646,3 +646,17 @@ fn a_fastcgi_route_is_cached_and_logged_in_users_bypass_it() {
     assert!(status(&user).contains("fwd=bypass"));
     assert_eq!(srv.get("/page.php").text(), "page #1");
 }
+
+#[test]
+fn min_uses_stores_a_key_once_it_is_asked_for_enough() {
+    let d = TempDir::new("cache-min-uses");
+    let o = Origin::start();
+    let srv = server(&d, &o, "{ size = \"1MiB\", min_uses = 3 }", "", "");
+    let p = "/m?cc=max-age=60";
+    for _ in 0..2 {
+        assert!(status(&srv.get(p)).contains("detail=min-uses"));
+    }
+    assert!(status(&srv.get(p)).contains("stored"));
+    assert!(status(&srv.get(p)).contains("hit"));
+    assert_eq!(o.count("/m"), 3);
+}
