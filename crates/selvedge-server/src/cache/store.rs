@@ -283,12 +283,6 @@ impl Store {
         Some(e.clone())
     }
 
-    /// Whether `key` has any entry.
-    pub fn has(&self, hash: u64, key: &[u8]) -> bool {
-        let shard = self.shard(hash).read().unwrap_or_else(|p| p.into_inner());
-        shard.map.get(&hash).is_some_and(|v| v.iter().any(|e| &*e.key == key))
-    }
-
     fn over(&self) -> bool {
         self.mem.load(Ordering::Relaxed) > self.mem_limit.load(Ordering::Relaxed)
             || self.disk.load(Ordering::Relaxed) + self.spooling.load(Ordering::Relaxed)
@@ -659,9 +653,6 @@ impl Spool {
         let path = self.dir.join(&self.name);
         std::fs::rename(&self.tmp, &path).ok().map(|()| Arc::from(path))
     }
-
-    /// Abandons the file.
-    pub fn abandon(self) {}
 }
 
 impl Drop for Spool {
