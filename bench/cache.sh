@@ -74,9 +74,9 @@ log "upstream: selvedge on http://127.0.0.1:$UP_PORT (pid $UP_PID, CPU $CLIENT_C
 
 # ---------------------------------------------------------------- the caches
 
-# selvedge: a proxy route with the cache's smallest form; compression off on both paths (the
-# peers do not compress here either).
-srv_selvedge() {
+# selvedge_route DIR PORT LINES: the selvedge binary, one worker, one route at / with LINES
+# (compression off: the peers do not compress here either).
+selvedge_route() {
     local dir=$1 port=$2
     cat >"$dir/selvedge.toml" <<EOF
 [server]
@@ -89,12 +89,17 @@ idle = 300
 [[vhost]]
 [[vhost.route]]
 path = "/"
-proxy = { upstream = "http://127.0.0.1:$UP_PORT" }
-cache = { size = "64MiB" }
+$3
 compress = false
 EOF
     SRV_CMD=("$SELVEDGE_BIN" --config "$dir/selvedge.toml")
     SRV_LOG=$dir/stdout.log
+}
+
+# selvedge: a proxy route with the cache's smallest form.
+srv_selvedge() {
+    selvedge_route "$1" "$2" "proxy = { upstream = \"http://127.0.0.1:$UP_PORT\" }
+cache = { size = \"64MiB\" }"
 }
 
 srv_selvedge-alt() {
@@ -104,24 +109,8 @@ srv_selvedge-alt() {
 # selvedge-static: the same bytes from selvedge's static-file path (open-file cache,
 # sendfile), the cost a hit is measured against. Named selvedge-* so it is never the peer.
 srv_selvedge-static() {
-    local dir=$1 port=$2
-    cat >"$dir/selvedge.toml" <<EOF
-[server]
-workers = 1
-[[listen]]
-host = "127.0.0.1"
-port = $port
-[timeouts]
-idle = 300
-[[vhost]]
-[[vhost.route]]
-path = "/"
-root = "$SITE_DIR"
-max_age = "1h"
-compress = false
-EOF
-    SRV_CMD=("$SELVEDGE_BIN" --config "$dir/selvedge.toml")
-    SRV_LOG=$dir/stdout.log
+    selvedge_route "$1" "$2" "root = \"$SITE_DIR\"
+max_age = \"1h\""
 }
 
 # nginx: proxy_cache in a keys zone with a 64 MiB memory-backed... nginx keeps bodies in

@@ -4,46 +4,59 @@
 
 use std::path::PathBuf;
 
-#[test]
-fn replay_config() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/config");
+/// Runs `target` on every file of `fuzz/corpus/NAME` (at least `min` of them).
+fn replay(name: &str, min: usize, target: fn(&[u8])) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(name);
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let p = e.unwrap().path();
         if p.is_file() {
-            selvedge_server::config::fuzz(&std::fs::read(&p).unwrap());
+            target(&std::fs::read(&p).unwrap());
             n += 1;
         }
     }
-    assert!(n >= 5, "corpus too small: {n}");
+    assert!(n >= min, "corpus too small: {n}");
+}
+
+/// A xorshift sequence from `seed` (the generated inputs are the same every run).
+fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+/// Runs `target` on 20,000 inputs, each fewer than `counts.0` of `pieces` then fewer than
+/// `counts.1` random bytes.
+fn from_pieces(pieces: &[&[u8]], seed: u64, counts: (u64, u64), target: fn(&[u8])) {
+    let mut next = xorshift(seed);
+    for _ in 0..20_000 {
+        let mut input = Vec::new();
+        for _ in 0..(next() % counts.0) {
+            input.extend_from_slice(pieces[(next() % pieces.len() as u64) as usize]);
+        }
+        for _ in 0..(next() % counts.1) {
+            input.push(next() as u8);
+        }
+        target(&input);
+    }
+}
+
+#[test]
+fn replay_config() {
+    replay("config", 5, selvedge_server::config::fuzz);
 }
 
 #[test]
 fn replay_fastcgi() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/fastcgi");
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = e.unwrap().path();
-        if p.is_file() {
-            selvedge_server::upstream::fastcgi::fuzz(&std::fs::read(&p).unwrap());
-            n += 1;
-        }
-    }
-    assert!(n >= 5, "corpus too small: {n}");
+    replay("fastcgi", 5, selvedge_server::upstream::fastcgi::fuzz);
 }
 
 #[test]
 fn replay_dns_answer() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/dns_answer");
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = e.unwrap().path();
-        if p.is_file() {
-            selvedge_server::upstream::pool::dns::fuzz(&std::fs::read(&p).unwrap());
-            n += 1;
-        }
-    }
-    assert!(n >= 5, "corpus too small: {n}");
+    replay("dns_answer", 5, selvedge_server::upstream::pool::dns::fuzz);
 }
 
 /// The route-ownership invariant (`selvedge_server::fuzzing`): the committed corpus, every
@@ -51,16 +64,7 @@ fn replay_dns_answer() {
 /// generated ones of up to twelve, through the server's own routing. A short run of the fuzz target, without a fuzzer.
 #[test]
 fn route_ownership_holds() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/route_ownership");
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = e.unwrap().path();
-        if p.is_file() {
-            selvedge_server::fuzzing::route_ownership(&std::fs::read(&p).unwrap());
-            n += 1;
-        }
-    }
-    assert!(n >= 10, "corpus too small: {n}");
+    replay("route_ownership", 10, selvedge_server::fuzzing::route_ownership);
     for a in 0..=255u8 {
         for b in 0..=255u8 {
             selvedge_server::fuzzing::route_ownership(&[a, b]);
@@ -81,13 +85,7 @@ fn route_ownership_holds() {
             }
         }
     }
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     for _ in 0..30_000 {
         let len = (next() % 12 + 1) as usize;
         let input: Vec<u8> = (0..len).map(|_| next() as u8).collect();
@@ -99,16 +97,7 @@ fn route_ownership_holds() {
 /// 20,000 generated texts built from placeholder pieces and request bytes.
 #[test]
 fn template_expansion_is_bounded_and_safe() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/template");
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = e.unwrap().path();
-        if p.is_file() {
-            selvedge_server::fuzzing::template(&std::fs::read(&p).unwrap());
-            n += 1;
-        }
-    }
-    assert!(n >= 5, "corpus too small: {n}");
+    replay("template", 5, selvedge_server::fuzzing::template);
     let pieces: &[&[u8]] = &[
         b"{",
         b"}",
@@ -135,39 +124,14 @@ fn template_expansion_is_bounded_and_safe() {
         b"{re.p.9}",
         b"{header.}",
     ];
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    for _ in 0..20_000 {
-        let mut input = Vec::new();
-        for _ in 0..(next() % 10) {
-            input.extend_from_slice(pieces[(next() % pieces.len() as u64) as usize]);
-        }
-        for _ in 0..(next() % 12) {
-            input.push(next() as u8);
-        }
-        selvedge_server::fuzzing::template(&input);
-    }
+    from_pieces(pieces, 0x2545_f491_4f6c_dd1du64, (10, 12), selvedge_server::fuzzing::template);
 }
 
 /// The HTTP cache's rules (`selvedge_server::fuzzing::cache_control`): the committed corpus,
 /// then 20,000 inputs built from directive pieces and random bytes.
 #[test]
 fn cache_rules_hold_for_any_fields() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/cache_control");
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = e.unwrap().path();
-        if p.is_file() {
-            selvedge_server::fuzzing::cache_control(&std::fs::read(&p).unwrap());
-            n += 1;
-        }
-    }
-    assert!(n >= 5, "corpus too small: {n}");
+    replay("cache_control", 5, selvedge_server::fuzzing::cache_control);
     let pieces: &[&[u8]] = &[
         b"max-age=",
         b"s-maxage=",
@@ -194,21 +158,5 @@ fn cache_rules_hold_for_any_fields() {
         b"*",
         b"Accept-Encoding",
     ];
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    for _ in 0..20_000 {
-        let mut input = Vec::new();
-        for _ in 0..(next() % 14) {
-            input.extend_from_slice(pieces[(next() % pieces.len() as u64) as usize]);
-        }
-        for _ in 0..(next() % 6) {
-            input.push(next() as u8);
-        }
-        selvedge_server::fuzzing::cache_control(&input);
-    }
+    from_pieces(pieces, 0x9e37_79b9_7f4a_7c15u64, (14, 6), selvedge_server::fuzzing::cache_control);
 }
