@@ -20,6 +20,8 @@ pub struct SharedFields {
     /// encoding serves every response), made by the first response that needs them.
     #[cfg(feature = "http3")]
     h3: std::sync::OnceLock<bytes::Bytes>,
+    /// What a middleware derives from the fields, made by the first response that asks.
+    derived: std::sync::OnceLock<u8>,
 }
 
 impl SharedFields {
@@ -47,7 +49,16 @@ impl SharedFields {
             fields,
             #[cfg(feature = "http3")]
             h3: std::sync::OnceLock::new(),
+            derived: std::sync::OnceLock::new(),
         }
+    }
+
+    /// A fact about the fields that `derive` finds, found once for all the responses that
+    /// share them (the engine's compressor reads their type, coding, `Cache-Control` and
+    /// `Vary` this way).
+    #[doc(hidden)]
+    pub fn derived(&self, derive: impl FnOnce(&[(HeaderName, HeaderValue)]) -> u8) -> u8 {
+        *self.derived.get_or_init(|| derive(&self.fields))
     }
 
     /// The fields, in order.

@@ -744,9 +744,18 @@ impl RouteCache {
         }
         let asks = Asks::of(req);
         let dirs = self.directives(&asks);
-        let key = self.key(req);
-        let hash = self.zone.store.hash(&key);
-        let e = self.zone.store.get(hash, &key, |e| variant_matches(e, req))?;
+        let e = match &self.key {
+            Some(_) => {
+                let key = self.key(req);
+                self.zone.store.get(self.zone.store.hash(&key), &key, |e| variant_matches(e, req))
+            }
+            // The default key in a kept buffer: no allocation on a hit.
+            None => KEY.with_borrow_mut(|key| {
+                key.clear();
+                key_into(req, req.path_bytes(), req.query_bytes(), key);
+                self.zone.store.get(self.zone.store.hash(key), key, |e| variant_matches(e, req))
+            }),
+        }?;
         let now = now();
         match control::usable(&e.stored, e.lifetime, &dirs, now) {
             Use::Fresh { .. } => {
@@ -952,21 +961,56 @@ impl RouteCache {
 /// sent another.
 fn origin_of(req: &Request) -> Vec<u8> {
     let mut k = Vec::with_capacity(64);
+    origin_into(req, &mut k);
+    k
+}
+
+fn origin_into(req: &Request, k: &mut Vec<u8>) {
     k.extend_from_slice(if req.is_secure() { b"https://" } else { b"http://" });
     k.extend_from_slice(req.authority_bytes().unwrap_or_default());
-    k
+}
+
+thread_local! {
+    /// A hit's default key is built here.
+    static KEY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The default key: `scheme://host/path?query`, on the normalized path.
 fn key_for(req: &Request, path: &[u8], query: Option<&[u8]>) -> Vec<u8> {
-    let mut k = origin_of(req);
+    let mut k = Vec::with_capacity(64);
+    key_into(req, path, query, &mut k);
+    k
+}
+
+fn key_into(req: &Request, path: &[u8], query: Option<&[u8]>, k: &mut Vec<u8>) {
+    origin_into(req, k);
     k.extend_from_slice(path);
     if let Some(q) = query {
         k.push(b'?');
         k.extend_from_slice(q);
     }
-    k
 }
+
+/// An `Age` value: below [`AGES`] seconds a slice of one string made once, so that a hit
+/// formats and allocates nothing.
+fn age_value(age: Secs) -> HeaderValue {
+    static DIGITS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if age >= AGES {
+        return HeaderValue::from(age);
+    }
+    let all = DIGITS.get_or_init(|| (0..AGES).map(|n| n.to_string()).collect());
+    // 0–9 take one digit each, 10–99 two, 100–999 three.
+    let (at, len) = match age {
+        0..10 => (age, 1),
+        10..100 => (10 + (age - 10) * 2, 2),
+        _ => (190 + (age - 100) * 3, 3),
+    };
+    let (at, len) = (at as usize, len as usize);
+    HeaderValue::from_static(&all[at..at + len])
+}
+
+/// Ages [`age_value`] keeps.
+const AGES: Secs = 1000;
 
 /// A request's copy of the fields any `Vary` may name (all of them, lower-cased names).
 fn variant_fields(req: &Request) -> Vec<(String, Vec<u8>)> {
@@ -1369,7 +1413,7 @@ fn with_status(res: Response, note: &str) -> Response {
 
 /// The answer from entry `e` to `req`: `304` when its conditionals hold, `206` for a
 /// range, the whole response otherwise; with `Age` and `Cache-Status`.
-fn answer(e: &Entry, req: &Request, asks: &Asks<'_>, now: Secs, note: &Note) -> Response {
+fn answer(e: &Arc<Entry>, req: &Request, asks: &Asks<'_>, now: Secs, note: &Note) -> Response {
     let age = control::current_age(&e.stored, now);
     // A plain hit's is a constant: no formatting on the way that matters most.
     let status_text = match note {
@@ -1403,7 +1447,7 @@ fn answer(e: &Entry, req: &Request, asks: &Asks<'_>, now: Secs, note: &Note) -> 
                         res = res.header(n.clone(), v.clone());
                     }
                 }
-                return res.header(header::AGE, age).header(CACHE_STATUS.clone(), status_text);
+                return res.header(header::AGE, age_value(age)).header(CACHE_STATUS.clone(), status_text);
             }
             Precondition::Failed => {
                 return Response::error(StatusCode::PRECONDITION_FAILED).header(CACHE_STATUS.clone(), status_text);
@@ -1441,15 +1485,62 @@ fn answer(e: &Entry, req: &Request, asks: &Asks<'_>, now: Secs, note: &Note) -> 
         },
     };
     let _ = req;
+    if part.is_none() && matches!(note, Note::Hit) {
+        return res.shared_fields(hit_fields(e, age, status_text));
+    }
     res = res.shared_fields(e.fields.clone());
     if let Some(r) = part {
         res = res.header(header::CONTENT_RANGE, range::content_range(r, size));
     }
-    res.header(header::AGE, age).header(CACHE_STATUS.clone(), status_text)
+    res.header(header::AGE, age_value(age)).header(CACHE_STATUS.clone(), status_text)
+}
+
+/// A plain hit's fields: the entry's, `Age` and `Cache-Status`. Each thread keeps them for
+/// the entries it answered last (a small table by entry, for the current age), so that a
+/// hit's answer carries shared fields only: nothing is pushed or dropped per answer, and
+/// HTTP/2 sends again a head it has encoded before.
+fn hit_fields(e: &Arc<Entry>, age: Secs, status: HeaderValue) -> Arc<SharedFields> {
+    type Slot = Option<(std::sync::Weak<Entry>, Secs, Arc<SharedFields>)>;
+    const SLOTS: usize = 64;
+    thread_local! {
+        static HITS: std::cell::RefCell<Vec<Slot>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let i = (Arc::as_ptr(e) as usize >> 7) % SLOTS;
+    HITS.with_borrow_mut(|slots| {
+        if slots.is_empty() {
+            slots.resize(SLOTS, None);
+        }
+        // The weak reference keeps the entry's allocation, so an equal address is the same
+        // entry (an entry's fields never change).
+        if let Some((w, a, f)) = &slots[i] {
+            if *a == age && std::ptr::eq(w.as_ptr(), Arc::as_ptr(e)) {
+                return f.clone();
+            }
+        }
+        let own = [(header::AGE, age_value(age)), (CACHE_STATUS.clone(), status)];
+        let f = Arc::new(SharedFields::new(e.fields.fields().iter().cloned().chain(own)));
+        slots[i] = Some((Arc::downgrade(e), age, f.clone()));
+        f
+    })
 }
 
 /// Purges through the admin listener: `key` or `prefix` in `zone` (every zone when
 /// `None`). How many entries went.
 pub fn purge(zone: Option<&str>, key: Option<&[u8]>, prefix: Option<&[u8]>) -> usize {
     all_zones().iter().filter(|z| zone.is_none_or(|n| z.name() == n)).map(|z| z.purge(key, prefix)).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn age_values_are_the_decimal_numbers() {
+        for age in [0, 1, 9, 10, 11, 99, 100, 101, 998, 999, 1000, 1001, 86_400, u64::MAX] {
+            assert_eq!(age_value(age).as_bytes(), age.to_string().as_bytes(), "{age}");
+        }
+        for age in 0..AGES {
+            assert_eq!(age_value(age).to_str().unwrap().parse::<u64>().unwrap(), age);
+        }
+    }
 }

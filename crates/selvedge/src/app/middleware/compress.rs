@@ -375,31 +375,81 @@ impl<A: App> App for CompressApp<A> {
     }
 }
 
+/// A response's `Content-Type`, for the compressor.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+enum Type {
+    #[default]
+    Absent,
+    Compressible,
+    Other,
+}
+
+/// What the compressor reads in a response's fields.
+#[derive(Clone, Copy, Default)]
+struct Seen {
+    /// The first `Content-Type`'s.
+    ty: Type,
+    /// A `Content-Encoding`.
+    encoded: bool,
+    /// `Cache-Control: no-transform`.
+    no_transform: bool,
+    /// A `Vary` that names `Accept-Encoding` or is `*`.
+    varies: bool,
+}
+
+impl Seen {
+    /// `self` with `fields` read too (fields after the ones `self` saw).
+    fn scan(mut self, fields: &[(http::HeaderName, HeaderValue)]) -> Seen {
+        for (n, v) in fields {
+            if *n == CONTENT_TYPE {
+                if self.ty == Type::Absent {
+                    self.ty = if compressible(v.as_bytes()) { Type::Compressible } else { Type::Other };
+                }
+            } else if *n == CONTENT_ENCODING {
+                self.encoded = true;
+            } else if *n == CACHE_CONTROL {
+                self.no_transform |= has_token(v.as_bytes(), b"no-transform");
+            } else if *n == VARY {
+                self.varies |= has_token(v.as_bytes(), b"accept-encoding") || v.as_bytes() == b"*";
+            }
+        }
+        self
+    }
+
+    fn pack(self) -> u8 {
+        self.ty as u8 | u8::from(self.encoded) << 2 | u8::from(self.no_transform) << 3 | u8::from(self.varies) << 4
+    }
+
+    fn unpack(b: u8) -> Seen {
+        let ty = match b & 3 {
+            0 => Type::Absent,
+            1 => Type::Compressible,
+            _ => Type::Other,
+        };
+        Seen { ty, encoded: b & 4 != 0, no_transform: b & 8 != 0, varies: b & 16 != 0 }
+    }
+}
+
 fn compress(mut res: Response, choice: Choice, cfg: &Compress) -> Response {
     let status = res.status;
     if crate::message::bodiless(status) || status == StatusCode::PARTIAL_CONTENT {
         return res;
     }
-    // One pass over the fields for everything that decides (most responses a compressing
-    // route sends are left as they are, and each lookup would be a pass of its own).
-    let mut compressible_type = None;
-    let (mut encoded, mut no_transform, mut varies) = (false, false, false);
-    for (n, v) in res.headers() {
-        if *n == CONTENT_TYPE {
-            compressible_type.get_or_insert_with(|| compressible(v.as_bytes()));
-        } else if *n == CONTENT_ENCODING {
-            encoded = true;
-        } else if *n == CACHE_CONTROL {
-            no_transform |= has_token(v.as_bytes(), b"no-transform");
-        } else if *n == VARY {
-            varies |= has_token(v.as_bytes(), b"accept-encoding") || v.as_bytes() == b"*";
-        }
-    }
-    if encoded || compressible_type != Some(true) {
+    // What decides, found in one pass over the fields (most responses a compressing route
+    // sends are left as they are, and each lookup would be a pass of its own); fields shared
+    // with other responses are read once for all of them.
+    let shared = res
+        .shared
+        .as_deref()
+        .map_or(Seen::default(), |s| Seen::unpack(s.derived(|fields| Seen::default().scan(fields).pack())));
+    let Seen { ty, encoded, no_transform, varies } = shared.scan(&res.headers);
+    if encoded || ty != Type::Compressible {
         return res;
     }
     if !varies {
-        res.headers_mut().push((VARY, HeaderValue::from_static("accept-encoding")));
+        // Added after the shared fields, which stay shared.
+        res.reserve_headers(1);
+        res.headers.push((VARY, HeaderValue::from_static("accept-encoding")));
     }
     if no_transform {
         return res;
@@ -631,6 +681,53 @@ mod tests {
         assert!(!zipped(&r) && values(&r, VARY) == 0, "the first Content-Type decides");
         let r = run(res(&[]));
         assert!(!zipped(&r) && values(&r, VARY) == 0);
+    }
+
+    /// Fields shared with other responses decide as the response's own do, read once for all
+    /// of them; the `Vary` the compressor adds leaves them shared.
+    #[test]
+    fn shared_fields_decide_alike() {
+        let cases: [&[(&'static str, &'static str)]; 6] = [
+            &[("content-type", "text/html")],
+            &[("cache-control", "max-age=1"), ("content-type", "text/html"), ("cache-control", "no-transform")],
+            &[("vary", "Accept-Encoding"), ("content-type", "text/plain")],
+            &[("content-type", "text/plain"), ("content-encoding", "br")],
+            &[("content-type", "image/png"), ("content-type", "text/html")],
+            &[("content-type", "text/html"), ("vary", "*")],
+        ];
+        let choices = [Choice::default(), Choice { whole: Some(Coding::Gzip), streamed: Some(Coding::Gzip) }];
+        let seen = |r: &Response| {
+            let fields: Vec<_> = r.headers().map(|(n, v)| (n.clone(), v.clone())).collect();
+            let body = match &r.body {
+                ResponseBody::Bytes(b) => b.clone(),
+                _ => Bytes::new(),
+            };
+            (fields, body)
+        };
+        for fields in cases {
+            let pairs: Vec<_> =
+                fields.iter().map(|&(n, v)| (http::HeaderName::from_static(n), HeaderValue::from_static(v))).collect();
+            for choice in choices {
+                let mut own = Response::bytes(StatusCode::OK, vec![b'a'; 1000]);
+                own.headers_mut().extend(pairs.iter().cloned());
+                let want = seen(&compress(own, choice, &Compress::new()));
+                for k in 0..=pairs.len() {
+                    let shared = Arc::new(crate::app::response::SharedFields::new(pairs[..k].iter().cloned()));
+                    // Twice: the second answer reads what the first found.
+                    for _ in 0..2 {
+                        let mut r = Response::bytes(StatusCode::OK, vec![b'a'; 1000]).shared_fields(shared.clone());
+                        for (n, v) in &pairs[k..] {
+                            r = r.header(n.clone(), v.clone());
+                        }
+                        let r = compress(r, choice, &Compress::new());
+                        assert_eq!(seen(&r), want, "{fields:?}, {k} shared, {choice:?}");
+                        if choice.whole.is_none() && k == pairs.len() {
+                            assert!(r.shared.is_some(), "{fields:?}: still shared");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
