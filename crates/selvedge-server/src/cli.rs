@@ -21,6 +21,8 @@ Examples:
   selvedge serve ./public -b 0.0.0.0 -p 80 --user nobody
   selvedge run -c /etc/selvedge/selvedge.toml
   selvedge check -c /etc/selvedge/selvedge.toml
+  selvedge reload -c /etc/selvedge/selvedge.toml
+  selvedge config get vhost/0/route -c /etc/selvedge/selvedge.toml
 
 Signals: HUP reloads the configuration and certificates and reopens the logs; USR1 reopens
 the logs; USR2 starts the binary on disk on the same sockets, then this process drains and
@@ -69,6 +71,66 @@ pub enum Cmd {
     },
     /// Print the manual page (roff; `selvedge man | man -l -`)
     Man,
+    /// Reload the running server's configuration file: through its admin listener, else
+    /// SIGHUP to the process in its pid file
+    Reload(Remote),
+    /// Stop the running server gracefully (in-flight requests finish): through its admin
+    /// listener, else SIGTERM to the process in its pid file
+    Stop(Remote),
+    /// Read or change the running server's configuration through its admin listener
+    /// (docs/admin-api.md)
+    #[command(subcommand)]
+    Config(ConfigCmd),
+}
+
+/// How to reach a running server: its configuration file names its admin listener (and
+/// token) and its pid file.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Remote {
+    /// The running server's configuration file
+    #[arg(short = 'c', long = "config", value_name = "FILE", env = "SELVEDGE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The admin listener (HOST:PORT or unix:PATH), instead of the file's [admin] listen
+    #[arg(long, value_name = "ADDR", env = "SELVEDGE_ADMIN")]
+    pub admin: Option<String>,
+    /// The admin API's bearer token, instead of the file's [admin] token
+    #[arg(long, value_name = "TOKEN", env = "SELVEDGE_ADMIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+/// `selvedge config`'s commands.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCmd {
+    /// Print the configuration (or the part at PATH, such as vhost/0/route/1) as JSON
+    Get {
+        /// The path
+        path: Option<String>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Set the value at PATH to JSON (created or replaced)
+    Set {
+        /// The path
+        path: String,
+        /// The value, as JSON ('"1h"', '8', '{"status": 204}')
+        value: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Remove the value at PATH
+    Delete {
+        /// The path
+        path: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Load a whole configuration (TOML, or JSON if FILE ends in .json)
+    Load {
+        /// The file to load ("-": standard input, TOML)
+        file: PathBuf,
+        #[command(flatten)]
+        remote: Remote,
+    },
 }
 
 /// `selvedge serve`'s flags.
@@ -167,6 +229,8 @@ pub enum Action {
     Completions(clap_complete::Shell),
     /// Print the manual page.
     Man,
+    /// Talk to a running server.
+    Remote(Box<crate::admin::client::Call>),
 }
 
 /// The clap command (for completions and the manual page).
@@ -235,6 +299,9 @@ fn action(cli: Cli, matches: &clap::ArgMatches) -> Result<Action, String> {
         Some(Cmd::Check { config }) => Ok(Action::Check(config)),
         Some(Cmd::Completions { shell }) => Ok(Action::Completions(shell)),
         Some(Cmd::Man) => Ok(Action::Man),
+        Some(Cmd::Reload(r)) => crate::admin::client::Call::reload(r).map(|c| Action::Remote(Box::new(c))),
+        Some(Cmd::Stop(r)) => crate::admin::client::Call::stop(r).map(|c| Action::Remote(Box::new(c))),
+        Some(Cmd::Config(c)) => crate::admin::client::Call::config(c).map(|c| Action::Remote(Box::new(c))),
         Some(Cmd::Serve(args)) => {
             let sub = matches.subcommand_matches("serve");
             let defaulted =

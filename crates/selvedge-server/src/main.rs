@@ -35,6 +35,13 @@ fn main() -> ExitCode {
         }
         Action::Check(file) => check(&file),
         Action::Run(cfg) => supervise::run(*cfg, level.as_deref(), exe, args),
+        Action::Remote(call) => match call.run() {
+            Ok(out) => print_all(out.as_bytes()),
+            Err(e) => {
+                eprintln!("selvedge: {e}");
+                ExitCode::from(1)
+            }
+        },
     }
 }
 

@@ -5,13 +5,17 @@
 //! - `/healthz`: 200 while the process serves (liveness);
 //! - `/readyz`: 200 when ready, 503 while starting, draining or failed (readiness);
 //! - `/status`: a self-contained HTML page that polls `/status.json` and draws live charts;
-//! - `/status.json`: the numbers behind the page, with the last ten minutes' history.
+//! - `/status.json`: the numbers behind the page, with the last ten minutes' history;
+//! - `/config`, `/config/PATH`, `/load`, `/reload`, `/stop`: the configuration API
+//!   (`docs/admin-api.md`; the document in [`api`], applied by [`crate::supervise`]).
 //!
 //! None of these requests is counted in the metrics or written to the access log. The
 //! listener refuses a non-loopback TCP address unless `[admin] public = true` (checked when
 //! the configuration is loaded): metrics and the status page tell an attacker what runs and
 //! where (routes, upstreams, load), so exposing them is a decision, not a default.
 
+pub mod api;
+pub mod client;
 pub mod status;
 
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -22,13 +26,72 @@ use selvedge::{Listen, Request, Response, Server, ServerHandle, Settings, Worker
 
 use crate::metrics::expose::{self, EngineSeries, Extra, FileCacheStats};
 
-/// The admin listener (`[admin]`): `/metrics`, `/healthz`, `/readyz`, `/status`.
+/// The admin listener (`[admin]`): `/metrics`, `/healthz`, `/readyz`, `/status`, and the
+/// configuration API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdminConfig {
     /// Where it listens: a loopback address or a Unix socket, unless `public`.
     pub listen: Listen,
     /// Allow a non-loopback address (anyone who reaches it sees the metrics and status).
     pub public: bool,
+    /// The bearer token the configuration API asks for (`None`: none asked on a loopback
+    /// address or a Unix socket; the API is refused on any other).
+    pub token: Option<String>,
+    /// Where changes made through the API are written as TOML (`None`: kept in memory
+    /// until the next reload from the file).
+    pub persist: Option<std::path::PathBuf>,
+}
+
+/// The largest body `/load` and the configuration API read.
+pub const MAX_API_BODY: usize = 1 << 20;
+
+/// A request of the configuration API, for the supervisor.
+#[derive(Debug)]
+pub enum Cmd {
+    /// The document, or the part of it at a path.
+    Get { path: Vec<String>, reply: Reply },
+    /// A change, made if the document's tag is one of `if_match` (any, without).
+    Change { change: Change, if_match: Option<String>, who: String, what: String, reply: Reply },
+    /// Reload from the file (as SIGHUP).
+    Reload { who: String, reply: Reply },
+    /// Stop gracefully (as SIGTERM).
+    Stop { who: String, reply: Reply },
+}
+
+/// What a change to the configuration is.
+#[derive(Debug)]
+pub enum Change {
+    /// A change at a path.
+    Op(api::Op),
+    /// A whole configuration in TOML.
+    LoadToml(String),
+    /// A whole configuration in JSON.
+    LoadJson(serde_json::Value),
+}
+
+/// Where the supervisor answers a [`Cmd`].
+pub type Reply = tokio::sync::oneshot::Sender<ApiAnswer>;
+
+/// The supervisor's answer to a [`Cmd`].
+#[derive(Debug)]
+pub struct ApiAnswer {
+    /// The status.
+    pub status: StatusCode,
+    /// The JSON body.
+    pub body: serde_json::Value,
+    /// The document's tag after it.
+    pub etag: Option<String>,
+}
+
+/// The configuration API's way to the supervisor, and who may use it.
+#[derive(Debug, Clone)]
+pub struct ApiLink {
+    /// The supervisor's queue.
+    pub tx: tokio::sync::mpsc::UnboundedSender<Cmd>,
+    /// The bearer token asked for, if any.
+    pub token: Option<String>,
+    /// Whether the admin listener is a loopback address or a Unix socket.
+    pub local: bool,
 }
 
 /// The process's readiness, as `/readyz` reports it.
@@ -192,7 +255,7 @@ impl Admin {
     ///
     /// # Errors
     /// The address cannot be bound.
-    pub fn start(cfg: &AdminConfig, info: Info) -> std::io::Result<Admin> {
+    pub fn start(cfg: &AdminConfig, info: Info, link: ApiLink) -> std::io::Result<Admin> {
         crate::metrics::set_enabled(true);
         let info = Arc::new(Mutex::new(info));
         let history = status::History::start();
@@ -200,8 +263,18 @@ impl Admin {
         let app = {
             let info = info.clone();
             move |req: Request| {
-                let res = answer(&req, &info, &history);
-                async move { res }
+                let api = is_api(req.path()).then(|| link.clone());
+                let res = match api {
+                    None => Some(answer(&req, &info, &history)),
+                    Some(_) => None,
+                };
+                async move {
+                    match (res, api) {
+                        (Some(res), _) => res,
+                        (None, Some(link)) => api_answer(req, &link).await,
+                        (None, None) => unreachable!("one or the other"),
+                    }
+                }
             }
         };
         let handle = Server::new(settings).bind(cfg.listen.clone()).start(app)?;
@@ -256,6 +329,188 @@ fn purge(req: &Request) -> Response {
     text(StatusCode::OK, format!("{{\"purged\":{n}}}\n"), "application/json")
 }
 
+/// Whether `path` is the configuration API's.
+fn is_api(path: &str) -> bool {
+    path == "/config" || path.starts_with("/config/") || matches!(path, "/load" | "/reload" | "/stop")
+}
+
+fn json(status: StatusCode, body: &serde_json::Value) -> Response {
+    let mut out = serde_json::to_vec_pretty(body).unwrap_or_default();
+    out.push(b'\n');
+    text(status, out, "application/json")
+}
+
+fn refuse(status: StatusCode, why: &str) -> Response {
+    json(status, &serde_json::json!({ "error": why }))
+}
+
+/// Whether `req` may use the configuration API: never from a browser page (a request
+/// with `Origin` or `Sec-Fetch-Site` other than `none`: another site's page could reach a
+/// loopback address); with the token when one is set (compared in constant time);
+/// without one only on a loopback address or a Unix socket, and only with a `Host` that a
+/// local client sends (an IP address or `localhost`: a name another site controls could
+/// be pointed at 127.0.0.1).
+fn api_allowed(req: &Request, link: &ApiLink) -> Result<(), Response> {
+    let from_browser = req.header("origin").is_some()
+        || req.header("sec-fetch-site").is_some_and(|v| !v.eq_ignore_ascii_case(b"none"));
+    if from_browser {
+        return Err(refuse(StatusCode::FORBIDDEN, "the configuration API does not answer browser pages"));
+    }
+    if let Some(token) = &link.token {
+        let given = req.header("authorization").and_then(|v| {
+            let (scheme, rest) = v.split_at(v.len().min(7));
+            scheme.eq_ignore_ascii_case(b"bearer ").then_some(rest)
+        });
+        let ok = given.is_some_and(|g| crate::policy::auth::ct_eq(g, token.as_bytes()));
+        if !ok {
+            return Err(refuse(StatusCode::UNAUTHORIZED, "the configuration API needs `Authorization: Bearer TOKEN`")
+                .header(header::WWW_AUTHENTICATE, "Bearer realm=\"selvedge admin\""));
+        }
+        return Ok(());
+    }
+    if !link.local {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            "the configuration API on a non-loopback address needs [admin] token",
+        ));
+    }
+    let host = req.authority().unwrap_or("localhost");
+    let name = match host.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || host.starts_with('[') => match p.bytes().all(|b| b.is_ascii_digit()) {
+            true => h,
+            false => host,
+        },
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    if !name.eq_ignore_ascii_case("localhost") && name.parse::<std::net::IpAddr>().is_err() {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            "the configuration API answers Host: localhost or an IP address without [admin] token",
+        ));
+    }
+    Ok(())
+}
+
+/// Who made a request, for the log.
+fn who(req: &Request, link: &ApiLink) -> String {
+    let peer = match req.peer() {
+        selvedge::PeerAddr::Tcp(a) => a.to_string(),
+        selvedge::PeerAddr::Unix => "unix".to_string(),
+    };
+    match link.token {
+        Some(_) => format!("{peer} (token)"),
+        None => peer,
+    }
+}
+
+/// Serves the configuration API: the request checked and read here, the answer from the
+/// supervisor.
+async fn api_answer(mut req: Request, link: &ApiLink) -> Response {
+    if let Err(res) = api_allowed(&req, link) {
+        return res;
+    }
+    let m = req.method().clone();
+    let path = req.path().to_string();
+    let if_match = req.header_str("if-match").map(str::to_string);
+    let json_body = req.header("content-type").is_some_and(|v| {
+        let v = v.split(|&b| b == b';').next().unwrap_or_default();
+        v.trim_ascii().eq_ignore_ascii_case(b"application/json")
+    });
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let who = who(&req, link);
+    let what = format!("{m} {path}");
+    let body = if m == Method::GET || m == Method::HEAD || m == Method::DELETE {
+        bytes::Bytes::new()
+    } else {
+        match req.take_body().to_bytes(MAX_API_BODY).await {
+            Ok(b) => b,
+            Err(e) if e.status() == Some(StatusCode::PAYLOAD_TOO_LARGE) => {
+                return refused(refuse(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!("the body is over {MAX_API_BODY} bytes"),
+                ))
+            }
+            Err(e) => return refused(refuse(StatusCode::BAD_REQUEST, &format!("reading the body: {e}"))),
+        }
+    };
+    let parse_json = |b: &[u8]| {
+        serde_json::from_slice::<serde_json::Value>(b)
+            .map_err(|e| refused(refuse(StatusCode::BAD_REQUEST, &format!("the body is not JSON: {e}"))))
+    };
+    let allow =
+        |allow: &'static str| refuse(StatusCode::METHOD_NOT_ALLOWED, "method not allowed").header(header::ALLOW, allow);
+    let cmd = match path.as_str() {
+        "/load" if m == Method::POST => {
+            let change = if json_body {
+                match parse_json(&body) {
+                    Ok(j) => Change::LoadJson(j),
+                    Err(res) => return res,
+                }
+            } else {
+                match String::from_utf8(body.to_vec()) {
+                    Ok(t) => Change::LoadToml(t),
+                    Err(_) => return refused(refuse(StatusCode::BAD_REQUEST, "the body is not UTF-8")),
+                }
+            };
+            Cmd::Change { change, if_match, who, what, reply: tx }
+        }
+        "/load" => return allow("POST"),
+        "/reload" if m == Method::POST => Cmd::Reload { who, reply: tx },
+        "/stop" if m == Method::POST => Cmd::Stop { who, reply: tx },
+        "/reload" | "/stop" => return allow("POST"),
+        _ => {
+            let rest = &path["/config".len()..];
+            let p = match api::parse_path(rest) {
+                Ok(p) => p,
+                Err(e) => return refused(refuse(StatusCode::BAD_REQUEST, &e)),
+            };
+            let op = match m {
+                Method::GET | Method::HEAD => {
+                    let _ = link.tx.send(Cmd::Get { path: p, reply: tx });
+                    return reply(rx, m == Method::HEAD).await;
+                }
+                Method::DELETE => api::Op::Delete(p),
+                Method::PUT | Method::POST | Method::PATCH => {
+                    let j = match parse_json(&body) {
+                        Ok(j) => j,
+                        Err(res) => return res,
+                    };
+                    match m {
+                        Method::PUT => api::Op::Put(p, j),
+                        Method::POST => api::Op::Append(p, j),
+                        _ => api::Op::Patch(p, j),
+                    }
+                }
+                _ => return allow("GET, HEAD, PUT, POST, PATCH, DELETE"),
+            };
+            Cmd::Change { change: Change::Op(op), if_match, who, what, reply: tx }
+        }
+    };
+    if link.tx.send(cmd).is_err() {
+        return refuse(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping");
+    }
+    reply(rx, false).await
+}
+
+/// `res`, a change refused before it reached the supervisor, counted.
+fn refused(res: Response) -> Response {
+    crate::metrics::registry().events.api_changes_refused.fetch_add(1, Ordering::Relaxed);
+    res
+}
+
+async fn reply(rx: tokio::sync::oneshot::Receiver<ApiAnswer>, head: bool) -> Response {
+    let Ok(a) = rx.await else { return refuse(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping") };
+    let mut res = json(a.status, &a.body);
+    if head {
+        res = Response::new(a.status).header(header::CONTENT_TYPE, "application/json");
+    }
+    match a.etag {
+        Some(t) => res.header(header::ETAG, t),
+        None => res,
+    }
+}
+
 fn answer(req: &Request, info: &Mutex<Info>, history: &status::History) -> Response {
     if req.path() == "/cache/purge" {
         if req.method() == Method::POST || req.method() == Method::DELETE || req.method().as_str() == "PURGE" {
@@ -283,6 +538,10 @@ fn answer(req: &Request, info: &Mutex<Info>, history: &status::History) -> Respo
             text(StatusCode::OK, status::json(&info, history), "application/json")
         }
         "/" => Response::new(StatusCode::FOUND).header(header::LOCATION, "/status"),
-        _ => text(StatusCode::NOT_FOUND, "404 Not Found: /metrics /healthz /readyz /status /status.json\n", PLAIN),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "404 Not Found: /metrics /healthz /readyz /status /status.json /config /load /reload /stop\n",
+            PLAIN,
+        ),
     }
 }

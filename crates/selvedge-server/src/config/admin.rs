@@ -13,7 +13,12 @@ use crate::admin::AdminConfig;
 pub(super) struct RawAdmin {
     listen: Spanned<String>,
     public: Option<bool>,
+    token: Option<Spanned<String>>,
+    persist: Option<Spanned<String>>,
 }
+
+/// The shortest `[admin] token` taken (a guessable one would open the configuration).
+const MIN_TOKEN: usize = 16;
 
 /// The admin listener, if any: a loopback address or a Unix socket, unless `public`.
 pub(super) fn admin(src: &Source<'_>, raw: Option<&Spanned<RawAdmin>>) -> Result<Option<AdminConfig>, ConfigError> {
@@ -32,5 +37,20 @@ pub(super) fn admin(src: &Source<'_>, raw: Option<&Spanned<RawAdmin>>) -> Result
             ));
         }
     }
-    Ok(Some(AdminConfig { listen, public }))
+    let token = match &a.get_ref().token {
+        Some(t) if t.get_ref().len() < MIN_TOKEN || t.get_ref().bytes().any(|b| !b.is_ascii_graphic()) => {
+            return Err(src.err(
+                Some(t.span()),
+                format!("[admin] token must be at least {MIN_TOKEN} visible ASCII characters (no spaces)"),
+            ))
+        }
+        Some(t) => Some(t.get_ref().clone()),
+        None => None,
+    };
+    let persist = match &a.get_ref().persist {
+        Some(p) if p.get_ref().is_empty() => return Err(src.err(Some(p.span()), "[admin] persist: a file path".into())),
+        Some(p) => Some(src.abs(p.get_ref())),
+        None => None,
+    };
+    Ok(Some(AdminConfig { listen, public, token, persist }))
 }

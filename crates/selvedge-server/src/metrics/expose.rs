@@ -268,6 +268,15 @@ impl Collector for Scrape {
             "Configuration reloads (SIGHUP) by result",
             &[(vec![("result", "ok")], v(&ev.reloads_ok)), (vec![("result", "failed")], v(&ev.reloads_failed))],
         )?;
+        counter(
+            &mut e,
+            "selvedge_config_api_changes",
+            "Changes through the admin API's configuration endpoints, by result",
+            &[
+                (vec![("result", "applied")], v(&ev.api_changes_ok)),
+                (vec![("result", "refused")], v(&ev.api_changes_refused)),
+            ],
+        )?;
         gauge(
             &mut e,
             "selvedge_config_loaded_timestamp_seconds",

@@ -263,6 +263,10 @@ pub struct Events {
     pub reloads_ok: AtomicU64,
     /// Reloads refused (the running configuration kept).
     pub reloads_failed: AtomicU64,
+    /// Changes made through the configuration API.
+    pub api_changes_ok: AtomicU64,
+    /// Changes the configuration API refused (invalid, stale `If-Match`, no such path).
+    pub api_changes_refused: AtomicU64,
     /// When the configuration in force was loaded (seconds since the epoch).
     pub config_loaded: AtomicU64,
     /// CGI processes running now.

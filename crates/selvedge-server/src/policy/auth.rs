@@ -397,7 +397,7 @@ fn apr1(password: &[u8], salt: &[u8]) -> [u8; 22] {
 }
 
 /// Equality whose time does not depend on where the inputs differ.
-fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

@@ -8,6 +8,7 @@
 //! is ready (`upgrade`); SIGTERM, SIGINT and SIGQUIT stop gracefully (in-flight requests
 //! finish) and exit 0 (`signals`).
 
+mod api;
 mod reload;
 mod signals;
 mod start;
@@ -68,6 +69,10 @@ struct Running {
     admin: Option<Admin>,
     /// The listeners' URLs (for the status page).
     urls: Vec<String>,
+    /// The configuration API's document.
+    api: api::ApiState,
+    /// The configuration API's requests (`None` without an admin listener).
+    api_rx: Option<tokio::sync::mpsc::UnboundedReceiver<admin::Cmd>>,
 }
 
 /// Opens the error log and sends diagnostics to it, at `level` or the configured one.

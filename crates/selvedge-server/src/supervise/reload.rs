@@ -13,8 +13,10 @@ use crate::routes::{self, Site};
 
 /// SIGHUP: reread the configuration file (if any), swap in the new site, reload the
 /// certificates, reopen the logs. A bad file is reported and the running configuration
-/// kept; the logs are reopened all the same (logrotate may have moved them).
-pub(super) fn reload(r: &mut Running) {
+/// kept; the logs are reopened all the same (logrotate may have moved them). The file
+/// replaces changes made through the admin API that were not written to it (a warning
+/// says how many).
+pub(super) fn reload(r: &mut Running) -> Result<(), String> {
     let (new, site) = match load(&r.cfg) {
         Ok(b) => b,
         Err(e) => {
@@ -23,19 +25,38 @@ pub(super) fn reload(r: &mut Running) {
             reopen_logs(r, &log, &errors);
             error!("reload failed, keeping the running configuration (the logs were reopened): {e}");
             crate::metrics::registry().events.reloads_failed.fetch_add(1, Ordering::Relaxed);
-            return;
+            return Err(e);
         }
     };
     reopen_logs(r, &new.log, &new.error_log.target);
-    if new.listen != r.cfg.listen
+    apply(r, new, site);
+    if r.api.unsaved > 0 {
+        warn!(
+            "the configuration file replaced {} change(s) made through the admin API since it was loaded (set \
+             [admin] persist to the configuration file to keep them)",
+            r.api.unsaved
+        );
+    }
+    r.api.reset(&r.cfg);
+    crate::metrics::registry().events.reloads_ok.fetch_add(1, Ordering::Relaxed);
+    info!("reloaded configuration");
+    Ok(())
+}
+
+/// Puts `new` (and its `site`) in force as a reload does: the site swapped in, the
+/// certificates and ACME names reloaded, the listeners and workers kept. Whether `new`
+/// asks for what changes only on restart.
+pub(super) fn apply(r: &mut Running, new: Config, site: Site) -> bool {
+    let restart = new.listen != r.cfg.listen
         || new.workers != r.cfg.workers
         || new.user != r.cfg.user
         || new.proxy_protocol != r.cfg.proxy_protocol
         || new.shared != r.cfg.shared
-    {
+        || new.admin != r.cfg.admin;
+    if restart {
         warn!(
-            "listeners (and their proxy_protocol and reuse_port), workers and user change only on restart (or \
-             upgrade, SIGUSR2)"
+            "listeners (and their proxy_protocol and reuse_port), workers, user and [admin] change only on restart \
+             (or upgrade, SIGUSR2)"
         );
     }
     let log = Option::clone(&r.front.log.load());
@@ -50,12 +71,11 @@ pub(super) fn reload(r: &mut Running) {
         None => {}
     }
     keep_listeners(&mut r.cfg, new);
-    crate::metrics::registry().events.reloads_ok.fetch_add(1, Ordering::Relaxed);
     loaded_now();
     if let Some(a) = &r.admin {
         a.set_info(admin_info(&r.cfg, &r.front.site.load(), r.urls.clone()));
     }
-    info!("reloaded configuration");
+    restart
 }
 
 /// The configuration file read again (the same configuration without one) and its site.
@@ -71,6 +91,7 @@ fn load(cfg: &Config) -> Result<(Config, Site), String> {
 /// `new` in force, but for what changes only on restart: the listeners (with their
 /// `proxy_protocol` and `reuse_port`) and the workers.
 fn keep_listeners(cfg: &mut Config, new: Config) {
+    let admin = cfg.admin.take();
     let listen = std::mem::take(&mut cfg.listen);
     let proxy_protocol = std::mem::take(&mut cfg.proxy_protocol);
     let shared = std::mem::take(&mut cfg.shared);
@@ -80,6 +101,7 @@ fn keep_listeners(cfg: &mut Config, new: Config) {
     cfg.proxy_protocol = proxy_protocol;
     cfg.shared = shared;
     cfg.workers = workers;
+    cfg.admin = admin;
 }
 
 /// Reopens the access log (with `log`'s settings) and the error log (at `errors`).

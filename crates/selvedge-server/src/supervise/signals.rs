@@ -9,7 +9,7 @@ use tokio::runtime::Runtime;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing::info;
 
-use super::{release_startup_code, reload, upgrade, Running};
+use super::{api, release_startup_code, reload, upgrade, Running};
 use crate::admin;
 use crate::service::notify;
 
@@ -62,15 +62,28 @@ pub(super) fn watch(
     exe: Option<PathBuf>,
     args: Vec<OsString>,
 ) -> ExitCode {
+    let mut api_rx = r.api_rx.take();
     let stop = rt.block_on(async {
         loop {
+            let api_cmd = async {
+                match &mut api_rx {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                Some(cmd) = api_cmd => {
+                    if api::handle(&mut r, cmd) {
+                        return Stop::Graceful;
+                    }
+                    release_startup_code(&r.cfg);
+                }
                 _ = s.term.recv() => return Stop::Graceful,
                 _ = s.int.recv() => return Stop::Graceful,
                 _ = s.quit.recv() => return Stop::Graceful,
                 _ = s.hup.recv() => {
                     notify::reloading();
-                    reload::reload(&mut r);
+                    let _ = reload::reload(&mut r);
                     notify::ready("serving (reloaded)");
                     release_startup_code(&r.cfg);
                 }

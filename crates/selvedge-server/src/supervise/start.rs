@@ -54,6 +54,7 @@ pub(super) fn start(cfg: Config, errors: ErrorLog, rt: &Runtime) -> Result<Runni
     }
     let urls = urls(&cfg, &bound.names, &handle, redirect.as_ref());
     info!("{}", startup_line(&cfg, &urls, &app.routes_served, from_fds));
+    let api = super::api::ApiState::of(&cfg);
     let running = Running {
         cfg,
         front: app.front,
@@ -66,6 +67,8 @@ pub(super) fn start(cfg: Config, errors: ErrorLog, rt: &Runtime) -> Result<Runni
         redirect_names: bound.redirect_names,
         admin: app.admin,
         urls,
+        api,
+        api_rx: app.api_rx,
     };
     ready(&running, rt, &acme_specs)?;
     Ok(running)
@@ -79,6 +82,8 @@ struct App {
     /// The admin listener, if configured: it serves from here on (`/readyz` says
     /// "starting" until the public listeners serve).
     admin: Option<Admin>,
+    /// The configuration API's requests, from the admin listener.
+    api_rx: Option<tokio::sync::mpsc::UnboundedReceiver<admin::Cmd>>,
     /// The routes, for the startup line.
     routes_served: String,
 }
@@ -92,13 +97,16 @@ impl App {
         crate::files::mime::set_overrides(&cfg.mime);
         let log = open_log(&cfg.log).map_err(|e| format!("access log: {e}"))?;
         let routes_served = site.summary(8);
-        let admin = start_admin(cfg, &site)?;
+        let (admin, api_rx) = match start_admin(cfg, &site)? {
+            Some((a, rx)) => (Some(a), Some(rx)),
+            None => (None, None),
+        };
         let hsts = cfg.hsts.as_deref().and_then(|v| selvedge::http::HeaderValue::from_str(v).ok());
         let front = Front::new(site, routes::engine_pages(cfg), log, hsts);
         let mut settings = cfg.settings.clone();
         settings.error_response = Some(routes::error_hook(front.pages.clone()));
         settings.on_exception = Some(Arc::new(|e: &selvedge::Error| tracing::debug!("connection: {e}")));
-        Ok(App { front, settings, admin, routes_served })
+        Ok(App { front, settings, admin, api_rx, routes_served })
     }
 }
 
@@ -124,11 +132,19 @@ fn serve(
     Ok((handle, redirect))
 }
 
-/// The admin listener, if configured.
-fn start_admin(cfg: &Config, site: &Site) -> Result<Option<Admin>, String> {
+/// The admin listener, if configured, and the queue of its configuration API.
+type AdminAndApi = (Admin, tokio::sync::mpsc::UnboundedReceiver<admin::Cmd>);
+
+fn start_admin(cfg: &Config, site: &Site) -> Result<Option<AdminAndApi>, String> {
     let Some(a) = &cfg.admin else { return Ok(None) };
-    Admin::start(a, admin_info(cfg, site, Vec::new()))
-        .map(Some)
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let local = match &a.listen {
+        Listen::Tcp(addr) => addr.ip().is_loopback(),
+        Listen::Unix(_) => true,
+    };
+    let link = admin::ApiLink { tx, token: a.token.clone(), local };
+    Admin::start(a, admin_info(cfg, site, Vec::new()), link)
+        .map(|admin| Some((admin, rx)))
         .map_err(|e| format!("cannot listen on the admin address {:?}: {e}", a.listen))
 }
 

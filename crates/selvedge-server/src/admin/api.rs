@@ -1,0 +1,473 @@
+//! The configuration API's document: the configuration file as a tree (before `${VAR}`s are
+//! put in, so that a secret from the environment is neither shown nor written back), read
+//! and changed by path, rendered to TOML for the same checks a file gets.
+//!
+//! Pure: no sockets, no files, no clock. The admin listener turns requests into [`Op`]s,
+//! the supervisor applies them ([`crate::supervise`]).
+//!
+//! A path is the keys and array indexes from the root, `/`-separated:
+//! `vhost/0/route/2/proxy`. Values come and go as JSON (TOML has no `null`: a merge patch's
+//! `null` removes a key, anywhere else it is refused).
+
+use std::hash::{Hash, Hasher};
+
+use serde_json::Value as Json;
+use toml::{Table, Value};
+
+/// What a redacted value reads as; a document sent back with it keeps the running value.
+pub const REDACTED: &str = "[redacted]";
+
+/// A change to the document.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// Create or replace the value at the path (an array's index one past its end appends).
+    Put(Vec<String>, Json),
+    /// Append to the array at the path (created if absent).
+    Append(Vec<String>, Json),
+    /// Merge (RFC 7396) into the value at the path, which must exist.
+    Patch(Vec<String>, Json),
+    /// Remove the value at the path.
+    Delete(Vec<String>),
+}
+
+/// Why a change cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DocError {
+    /// The path names nothing (404).
+    NotFound(String),
+    /// The change is not well formed (400).
+    Bad(String),
+}
+
+/// The configuration as a document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Doc {
+    root: Table,
+}
+
+impl Doc {
+    /// A document from TOML text.
+    ///
+    /// # Errors
+    /// Not TOML.
+    pub fn parse(text: &str) -> Result<Doc, String> {
+        text.parse::<Table>().map(|root| Doc { root }).map_err(|e| e.message().trim().to_string())
+    }
+
+    /// A document from a JSON object.
+    ///
+    /// # Errors
+    /// Not an object, or a value TOML cannot hold.
+    pub fn from_json(j: &Json) -> Result<Doc, String> {
+        match to_toml(j)? {
+            Value::Table(root) => Ok(Doc { root }),
+            _ => Err("the configuration must be a JSON object".into()),
+        }
+    }
+
+    /// The document as TOML, for the configuration loader (and for a file).
+    pub fn render(&self) -> String {
+        toml::to_string(&self.root).unwrap_or_default()
+    }
+
+    /// Its entity tag: a hash of its rendering (equal documents, equal tags).
+    pub fn etag(&self) -> String {
+        // SipHash with fixed keys: the same document has the same tag in every process.
+        #[allow(deprecated)]
+        let mut h = std::hash::SipHasher::new();
+        self.render().hash(&mut h);
+        format!("\"{:016x}\"", h.finish())
+    }
+
+    /// The value at `path` as JSON, secrets redacted; `None`: nothing there.
+    pub fn get(&self, path: &[String]) -> Option<Json> {
+        let mut at = Node::Table(&self.root);
+        let mut key = "";
+        for seg in path {
+            at = at.child(seg)?;
+            key = seg;
+        }
+        Some(match at {
+            Node::Table(t) => table_json(t, true),
+            Node::Value(v) => to_json(v, key, true),
+        })
+    }
+
+    /// The document with `op` made.
+    ///
+    /// # Errors
+    /// The path names nothing, or the value is not one TOML can hold.
+    pub fn apply(&self, op: &Op) -> Result<Doc, DocError> {
+        let mut new = self.clone();
+        let (path, last) = match op {
+            Op::Put(p, _) | Op::Append(p, _) | Op::Patch(p, _) | Op::Delete(p) => match p.split_last() {
+                Some((last, parent)) => (parent, last),
+                None => match op {
+                    Op::Put(_, j) => {
+                        let mut d = Doc::from_json(j).map_err(DocError::Bad)?;
+                        restore_redacted(&mut d.root, &self.root);
+                        return Ok(d);
+                    }
+                    Op::Patch(_, j) => {
+                        let mut root = Value::Table(new.root);
+                        merge(&mut root, j).map_err(DocError::Bad)?;
+                        let Value::Table(mut t) = root else {
+                            return Err(DocError::Bad("the configuration must be a JSON object".into()));
+                        };
+                        restore_redacted(&mut t, &self.root);
+                        return Ok(Doc { root: t });
+                    }
+                    _ => return Err(DocError::Bad("a path is needed (the whole configuration: POST /load)".into())),
+                },
+            },
+        };
+        let parent = walk_mut(&mut new.root, path, matches!(op, Op::Put(..) | Op::Append(..)))?;
+        let missing = || DocError::NotFound(format!("nothing at /{}", join(path, last)));
+        match op {
+            Op::Put(_, j) => {
+                let v = to_toml(j).map_err(DocError::Bad)?;
+                match parent {
+                    Slot::Table(t) => {
+                        t.insert(last.clone(), v);
+                    }
+                    Slot::Array(a) => {
+                        let i = index(last, a.len() + 1).ok_or_else(missing)?;
+                        if i == a.len() {
+                            a.push(v);
+                        } else {
+                            a[i] = v;
+                        }
+                    }
+                }
+            }
+            Op::Append(_, j) => {
+                let v = to_toml(j).map_err(DocError::Bad)?;
+                let target = match parent {
+                    Slot::Table(t) => t.entry(last.clone()).or_insert_with(|| Value::Array(Vec::new())),
+                    Slot::Array(a) => {
+                        let i = index(last, a.len()).ok_or_else(missing)?;
+                        &mut a[i]
+                    }
+                };
+                match target {
+                    Value::Array(a) => a.push(v),
+                    _ => return Err(DocError::Bad(format!("/{} is not an array", join(path, last)))),
+                }
+            }
+            Op::Patch(_, j) => {
+                let target = match parent {
+                    Slot::Table(t) => t.get_mut(last.as_str()).ok_or_else(missing)?,
+                    Slot::Array(a) => {
+                        let i = index(last, a.len()).ok_or_else(missing)?;
+                        &mut a[i]
+                    }
+                };
+                merge(target, j).map_err(DocError::Bad)?;
+            }
+            Op::Delete(_) => match parent {
+                Slot::Table(t) => {
+                    t.remove(last.as_str()).ok_or_else(missing)?;
+                }
+                Slot::Array(a) => {
+                    let i = index(last, a.len()).ok_or_else(missing)?;
+                    a.remove(i);
+                }
+            },
+        }
+        restore_redacted(&mut new.root, &self.root);
+        Ok(new)
+    }
+
+    /// `self` with the values the sender could only have seen as [`REDACTED`] put back from
+    /// `running` (a document read, edited and loaded keeps its secrets).
+    pub fn keep_secrets_of(&mut self, running: &Doc) {
+        restore_redacted(&mut self.root, &running.root);
+    }
+}
+
+/// A path from the text after `/config`: `/vhost/0/route` → `["vhost", "0", "route"]`,
+/// each segment percent-decoded.
+///
+/// # Errors
+/// An empty segment (`//`) or one that is not UTF-8.
+pub fn parse_path(s: &str) -> Result<Vec<String>, String> {
+    let s = s.trim_start_matches('/');
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    let s = s.strip_suffix('/').unwrap_or(s);
+    s.split('/')
+        .map(|seg| {
+            if seg.is_empty() {
+                return Err("an empty path segment".to_string());
+            }
+            let d = selvedge::percent_decode(seg.as_bytes());
+            String::from_utf8(d.into_owned()).map_err(|_| "a path segment that is not UTF-8".to_string())
+        })
+        .collect()
+}
+
+enum Node<'a> {
+    Table(&'a Table),
+    Value(&'a Value),
+}
+
+impl<'a> Node<'a> {
+    fn child(self, seg: &str) -> Option<Node<'a>> {
+        let v = match self {
+            Node::Table(t) => t.get(seg)?,
+            Node::Value(Value::Table(t)) => t.get(seg)?,
+            Node::Value(Value::Array(a)) => a.get(index(seg, a.len())?)?,
+            Node::Value(_) => return None,
+        };
+        Some(match v {
+            Value::Table(t) => Node::Table(t),
+            v => Node::Value(v),
+        })
+    }
+}
+
+enum Slot<'a> {
+    Table(&'a mut Table),
+    Array(&'a mut Vec<Value>),
+}
+
+/// The table or array `path` names; with `create`, missing tables on the way are made.
+fn walk_mut<'a>(root: &'a mut Table, path: &[String], create: bool) -> Result<Slot<'a>, DocError> {
+    let mut at = Slot::Table(root);
+    for (k, seg) in path.iter().enumerate() {
+        let missing = || DocError::NotFound(format!("nothing at /{}", path[..=k].join("/")));
+        let next = match at {
+            Slot::Table(t) => {
+                if create && !t.contains_key(seg.as_str()) {
+                    t.insert(seg.clone(), Value::Table(Table::new()));
+                }
+                t.get_mut(seg.as_str()).ok_or_else(missing)?
+            }
+            Slot::Array(a) => {
+                let i = index(seg, a.len()).ok_or_else(missing)?;
+                &mut a[i]
+            }
+        };
+        at = match next {
+            Value::Table(t) => Slot::Table(t),
+            Value::Array(a) => Slot::Array(a),
+            _ => return Err(DocError::Bad(format!("/{} is neither a table nor an array", path[..=k].join("/")))),
+        };
+    }
+    Ok(at)
+}
+
+/// An array index below `len`, written in decimal without a sign or leading zeros.
+fn index(seg: &str, len: usize) -> Option<usize> {
+    if seg.is_empty() || (seg.len() > 1 && seg.starts_with('0')) || !seg.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    seg.parse().ok().filter(|&i| i < len)
+}
+
+fn join(path: &[String], last: &str) -> String {
+    let mut s = path.join("/");
+    if !s.is_empty() {
+        s.push('/');
+    }
+    s.push_str(last);
+    s
+}
+
+/// RFC 7396: objects merge key by key, `null` removes, anything else replaces.
+fn merge(target: &mut Value, patch: &Json) -> Result<(), String> {
+    let Json::Object(map) = patch else {
+        *target = to_toml(patch)?;
+        return Ok(());
+    };
+    if !target.is_table() {
+        *target = Value::Table(Table::new());
+    }
+    let Value::Table(t) = target else { unreachable!("made a table above") };
+    for (k, v) in map {
+        if v.is_null() {
+            t.remove(k);
+        } else if let Some(slot) = t.get_mut(k) {
+            merge(slot, v)?;
+        } else {
+            let mut slot = Value::Table(Table::new());
+            merge(&mut slot, v)?;
+            t.insert(k.clone(), slot);
+        }
+    }
+    Ok(())
+}
+
+/// A JSON value as TOML.
+fn to_toml(j: &Json) -> Result<Value, String> {
+    Ok(match j {
+        Json::Null => {
+            return Err("null is not a configuration value (remove a key with DELETE, or PATCH it to null)".into())
+        }
+        Json::Bool(b) => Value::Boolean(*b),
+        Json::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Value::Integer(i),
+            (None, Some(f)) if n.is_f64() => Value::Float(f),
+            _ => return Err(format!("{n} is out of range")),
+        },
+        Json::String(s) => Value::String(s.clone()),
+        Json::Array(a) => Value::Array(a.iter().map(to_toml).collect::<Result<_, _>>()?),
+        Json::Object(o) => {
+            Value::Table(o.iter().map(|(k, v)| Ok((k.clone(), to_toml(v)?))).collect::<Result<_, String>>()?)
+        }
+    })
+}
+
+/// Whether the value under `key` is a secret: a token, password or secret key, or a
+/// header value that carries credentials.
+fn secret(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    ["token", "password", "secret", "hmac"].iter().any(|s| k.contains(s))
+        || k == "authorization"
+        || k == "proxy-authorization"
+        || k == "cookie"
+}
+
+fn table_json(t: &Table, redact: bool) -> Json {
+    Json::Object(t.iter().map(|(k, v)| (k.clone(), to_json(v, k, redact))).collect())
+}
+
+/// A TOML value as JSON; a secret's strings (the value under a secret key) redacted.
+fn to_json(v: &Value, key: &str, redact: bool) -> Json {
+    match v {
+        Value::String(_) if redact && secret(key) => Json::String(REDACTED.into()),
+        Value::String(s) => Json::String(s.clone()),
+        Value::Integer(i) => Json::from(*i),
+        Value::Float(f) => serde_json::Number::from_f64(*f).map_or(Json::Null, Json::Number),
+        Value::Boolean(b) => Json::Bool(*b),
+        Value::Datetime(d) => Json::String(d.to_string()),
+        Value::Array(a) => Json::Array(a.iter().map(|x| to_json(x, key, redact)).collect()),
+        Value::Table(t) => table_json(t, redact),
+    }
+}
+
+/// Puts back, from `old`, every [`REDACTED`] string of `new` at a path `old` has.
+fn restore_redacted(new: &mut Table, old: &Table) {
+    for (k, v) in new.iter_mut() {
+        if let Some(o) = old.get(k.as_str()) {
+            restore_value(v, o);
+        }
+    }
+}
+
+fn restore_value(new: &mut Value, old: &Value) {
+    match (new, old) {
+        (n @ Value::String(_), o) if n.as_str() == Some(REDACTED) => *n = o.clone(),
+        (Value::Table(n), Value::Table(o)) => restore_redacted(n, o),
+        (Value::Array(n), Value::Array(o)) => {
+            for (n, o) in n.iter_mut().zip(o) {
+                restore_value(n, o);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const FILE: &str = r#"
+[server]
+workers = 2
+[admin]
+listen = "127.0.0.1:9000"
+token = "${ADMIN_TOKEN}"
+[[vhost]]
+hosts = ["a.example"]
+[[vhost.route]]
+path = "/"
+root = "/srv/a"
+[[vhost.route]]
+path = "/api/"
+proxy = { upstreams = ["http://127.0.0.1:3000"], header_up = { Authorization = "Bearer s3cret" } }
+"#;
+
+    fn p(s: &str) -> Vec<String> {
+        parse_path(s).unwrap()
+    }
+
+    #[test]
+    fn reads_by_path_with_secrets_redacted() {
+        let d = Doc::parse(FILE).unwrap();
+        assert_eq!(d.get(&p("/server/workers")), Some(json!(2)));
+        assert_eq!(d.get(&p("vhost/0/route/1/path")), Some(json!("/api/")));
+        assert_eq!(d.get(&p("vhost/0/route/2")), None);
+        assert_eq!(d.get(&p("vhost/00/route")), None, "no leading zeros");
+        assert_eq!(d.get(&p("vhost/-1")), None);
+        assert_eq!(d.get(&p("admin/token")), Some(json!(REDACTED)));
+        let all = d.get(&[]).unwrap();
+        assert_eq!(all["vhost"][0]["route"][1]["proxy"]["header_up"]["Authorization"], json!(REDACTED));
+        assert!(!all.to_string().contains("s3cret") && !all.to_string().contains("ADMIN_TOKEN"));
+        assert!(parse_path("/a//b").is_err());
+        assert_eq!(p("/vhost/0/route/"), ["vhost", "0", "route"]);
+        assert_eq!(p("/headers/X%2DA"), ["headers", "X-A"]);
+    }
+
+    #[test]
+    fn changes_by_path() {
+        let d = Doc::parse(FILE).unwrap();
+        let route = json!({"path": "/new/", "respond": {"status": 204}});
+        let d2 = d.apply(&Op::Append(p("vhost/0/route"), route.clone())).unwrap();
+        assert_eq!(d2.get(&p("vhost/0/route/2")), Some(route.clone()));
+        let d3 = d2.apply(&Op::Put(p("vhost/0/route/2/path"), json!("/other/"))).unwrap();
+        assert_eq!(d3.get(&p("vhost/0/route/2/path")), Some(json!("/other/")));
+        // An index one past the end appends; two past is nothing.
+        let d4 = d3.apply(&Op::Put(p("vhost/0/route/3"), route.clone())).unwrap();
+        assert_eq!(d4.get(&p("vhost/0/route/3")), Some(route.clone()));
+        assert!(matches!(d3.apply(&Op::Put(p("vhost/0/route/5"), route.clone())), Err(DocError::NotFound(_))));
+        let d5 = d4.apply(&Op::Delete(p("vhost/0/route/2"))).unwrap();
+        assert_eq!(d5.get(&p("vhost/0/route/2/path")), Some(json!("/new/")));
+        assert!(matches!(d5.apply(&Op::Delete(p("vhost/0/route/9"))), Err(DocError::NotFound(_))));
+        assert!(matches!(d5.apply(&Op::Delete(p("nothing"))), Err(DocError::NotFound(_))));
+        // A merge patch: keys merge, null removes; the target must exist.
+        let d6 = d.apply(&Op::Patch(p("server"), json!({"workers": 4, "pid_file": "/run/s.pid"}))).unwrap();
+        assert_eq!(d6.get(&p("server")), Some(json!({"workers": 4, "pid_file": "/run/s.pid"})));
+        let d7 = d6.apply(&Op::Patch(p("server"), json!({"pid_file": null}))).unwrap();
+        assert_eq!(d7.get(&p("server")), Some(json!({"workers": 4})));
+        assert!(matches!(d.apply(&Op::Patch(p("log"), json!({"a": 1}))), Err(DocError::NotFound(_))));
+        // Put creates the tables on the way.
+        let d8 = d.apply(&Op::Put(p("log/access"), json!("off"))).unwrap();
+        assert_eq!(d8.get(&p("log")), Some(json!({"access": "off"})));
+        // What TOML cannot hold.
+        assert!(matches!(d.apply(&Op::Put(p("server/workers"), json!(null))), Err(DocError::Bad(_))));
+        assert!(matches!(d.apply(&Op::Put(p("server/workers/x"), json!(1))), Err(DocError::Bad(_))));
+        assert!(matches!(d.apply(&Op::Append(p("server"), json!(1))), Err(DocError::Bad(_))));
+        assert!(matches!(d.apply(&Op::Delete(vec![])), Err(DocError::Bad(_))));
+        // The rendering reads back as the same document.
+        assert_eq!(Doc::parse(&d8.render()).unwrap(), d8);
+    }
+
+    #[test]
+    fn a_redacted_value_sent_back_keeps_the_running_one() {
+        let d = Doc::parse(FILE).unwrap();
+        let mut all = d.get(&[]).unwrap();
+        all["server"]["workers"] = json!(3);
+        let d2 = d.apply(&Op::Put(vec![], all.clone())).unwrap();
+        let text = d2.render();
+        assert!(text.contains("${ADMIN_TOKEN}") && text.contains("Bearer s3cret") && !text.contains(REDACTED));
+        assert_eq!(d2.get(&p("server/workers")), Some(json!(3)));
+        let mut loaded = Doc::from_json(&all).unwrap();
+        loaded.keep_secrets_of(&d);
+        assert!(loaded.render().contains("Bearer s3cret"));
+        // A new secret is taken as given.
+        let d3 = d.apply(&Op::Put(p("admin/token"), json!("another-token-of-enough-length"))).unwrap();
+        assert!(d3.render().contains("another-token-of-enough-length"));
+    }
+
+    #[test]
+    fn equal_documents_have_equal_tags() {
+        let (a, b) = (Doc::parse(FILE).unwrap(), Doc::parse(FILE).unwrap());
+        assert_eq!(a.etag(), b.etag());
+        let c = a.apply(&Op::Put(p("server/workers"), json!(3))).unwrap();
+        assert_ne!(a.etag(), c.etag());
+        assert!(a.etag().starts_with('"') && a.etag().ends_with('"'));
+    }
+}

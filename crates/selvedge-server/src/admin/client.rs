@@ -1,0 +1,219 @@
+//! The command line's side of the admin API (`selvedge reload`, `stop`, `config ...`): one
+//! HTTP/1.1 request to the running server's admin listener, found through its configuration
+//! file; `reload` and `stop` fall back to a signal to the process in the file's pid file
+//! when there is no admin listener or nothing answers on it.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use selvedge::Listen;
+
+use crate::cli::{ConfigCmd, Remote};
+use crate::config::Config;
+
+/// How long the command waits for the server (a reload of a large site takes a moment).
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The largest answer read.
+const MAX_ANSWER: u64 = 16 << 20;
+
+/// A request for the running server, with the signal that does the same without the API.
+#[derive(Debug)]
+pub struct Call {
+    admin: Option<Listen>,
+    token: Option<String>,
+    pid_file: Option<PathBuf>,
+    method: &'static str,
+    path: String,
+    body: Option<(&'static str, Vec<u8>)>,
+    signal: Option<(rustix::process::Signal, &'static str)>,
+}
+
+impl Call {
+    fn to(r: Remote, method: &'static str, path: String) -> Result<Call, String> {
+        let cfg = match &r.config {
+            Some(f) => Some(Config::load(f).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        let admin = match (&r.admin, &cfg) {
+            (Some(a), _) => Some(parse_addr(a)?),
+            (None, Some(c)) => c.admin.as_ref().map(|a| a.listen.clone()),
+            (None, None) => None,
+        };
+        let token = r.token.or_else(|| cfg.as_ref().and_then(|c| c.admin.as_ref()?.token.clone()));
+        let pid_file = cfg.as_ref().and_then(|c| c.pid_file.clone());
+        if admin.is_none() && pid_file.is_none() {
+            return Err("no admin listener to ask: give -c FILE (with [admin] listen) or --admin ADDR".into());
+        }
+        Ok(Call { admin, token, pid_file, method, path, body: None, signal: None })
+    }
+
+    /// `selvedge reload`.
+    ///
+    /// # Errors
+    /// The configuration file cannot be read, or names no way to the server.
+    pub fn reload(r: Remote) -> Result<Call, String> {
+        let mut c = Call::to(r, "POST", "/reload".into())?;
+        c.signal = Some((rustix::process::Signal::HUP, "SIGHUP"));
+        Ok(c)
+    }
+
+    /// `selvedge stop`.
+    ///
+    /// # Errors
+    /// As [`Call::reload`].
+    pub fn stop(r: Remote) -> Result<Call, String> {
+        let mut c = Call::to(r, "POST", "/stop".into())?;
+        c.signal = Some((rustix::process::Signal::TERM, "SIGTERM"));
+        Ok(c)
+    }
+
+    /// `selvedge config ...`.
+    ///
+    /// # Errors
+    /// As [`Call::reload`]; a value that is not JSON; a file that cannot be read.
+    pub fn config(c: ConfigCmd) -> Result<Call, String> {
+        let at = |p: &str| format!("/config/{}", p.trim_start_matches('/'));
+        let mut call = match c {
+            ConfigCmd::Get { path, remote } => Call::to(remote, "GET", at(path.as_deref().unwrap_or("")))?,
+            ConfigCmd::Set { path, value, remote } => {
+                serde_json::from_str::<serde_json::Value>(&value).map_err(|e| {
+                    format!("the value is not JSON ({e}); a string is written with its quotes: '\"1h\"'")
+                })?;
+                let mut call = Call::to(remote, "PUT", at(&path))?;
+                call.body = Some(("application/json", value.into_bytes()));
+                call
+            }
+            ConfigCmd::Delete { path, remote } => Call::to(remote, "DELETE", at(&path))?,
+            ConfigCmd::Load { file, remote } => {
+                let body = if file == Path::new("-") {
+                    let mut b = Vec::new();
+                    std::io::stdin().read_to_end(&mut b).map_err(|e| format!("standard input: {e}"))?;
+                    b
+                } else {
+                    std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?
+                };
+                let json = file.extension().is_some_and(|e| e == "json");
+                let mut call = Call::to(remote, "POST", "/load".into())?;
+                call.body = Some((if json { "application/json" } else { "application/toml" }, body));
+                call
+            }
+        };
+        if call.admin.is_none() {
+            call.pid_file = None;
+            return Err("the configuration API needs the admin listener ([admin] listen, or --admin ADDR)".into());
+        }
+        Ok(call)
+    }
+
+    /// Makes the call: the answer's body, or why it failed (an answer other than 2xx
+    /// included).
+    ///
+    /// # Errors
+    /// Nothing answered (and no signal could be sent), or the answer was an error.
+    pub fn run(&self) -> Result<String, String> {
+        let Some(admin) = &self.admin else { return self.by_signal("no admin listener") };
+        match self.request(admin) {
+            Ok((status, body)) if (200..300).contains(&status) => Ok(body),
+            Ok((status, body)) => Err(format!("the server answered {status}: {}", body.trim_end())),
+            Err(e) if self.signal.is_some() => self.by_signal(&format!("the admin listener: {e}")),
+            Err(e) => Err(format!("the admin listener: {e}")),
+        }
+    }
+
+    fn by_signal(&self, why: &str) -> Result<String, String> {
+        let (Some((sig, name)), Some(pid_file)) = (self.signal, &self.pid_file) else {
+            return Err(format!("{why}, and no pid file to signal"));
+        };
+        let text =
+            std::fs::read_to_string(pid_file).map_err(|e| format!("{why}; pid file {}: {e}", pid_file.display()))?;
+        let pid = text
+            .trim()
+            .parse::<i32>()
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .ok_or_else(|| format!("{why}; pid file {}: not a process id", pid_file.display()))?;
+        rustix::process::kill_process(pid, sig)
+            .map_err(|e| format!("{why}; signalling {}: {e}", pid.as_raw_nonzero()))?;
+        Ok(format!("{why}: sent {name} to process {}\n", pid.as_raw_nonzero()))
+    }
+
+    fn request(&self, admin: &Listen) -> std::io::Result<(u16, String)> {
+        let mut head = format!("{} {} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n", self.method, self.path);
+        if let Some(t) = &self.token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        let body: &[u8] = match &self.body {
+            Some((ct, b)) => {
+                head.push_str(&format!("Content-Type: {ct}\r\nContent-Length: {}\r\n", b.len()));
+                b
+            }
+            None if self.method != "GET" => {
+                head.push_str("Content-Length: 0\r\n");
+                &[]
+            }
+            None => &[],
+        };
+        head.push_str("\r\n");
+        let mut answer = Vec::new();
+        match admin {
+            Listen::Tcp(a) => {
+                let mut s = std::net::TcpStream::connect_timeout(a, TIMEOUT)?;
+                s.set_read_timeout(Some(TIMEOUT))?;
+                s.write_all(head.as_bytes())?;
+                s.write_all(body)?;
+                s.take(MAX_ANSWER).read_to_end(&mut answer)?;
+            }
+            Listen::Unix(p) => {
+                let mut s = std::os::unix::net::UnixStream::connect(p)?;
+                s.set_read_timeout(Some(TIMEOUT))?;
+                s.write_all(head.as_bytes())?;
+                s.write_all(body)?;
+                s.take(MAX_ANSWER).read_to_end(&mut answer)?;
+            }
+        }
+        parse_answer(&answer).ok_or_else(|| std::io::Error::other("not an HTTP answer"))
+    }
+}
+
+/// `HOST:PORT` or `unix:PATH`.
+fn parse_addr(s: &str) -> Result<Listen, String> {
+    if let Some(p) = s.strip_prefix("unix:") {
+        return Ok(Listen::Unix(PathBuf::from(p)));
+    }
+    s.parse().map(Listen::Tcp).map_err(|_| format!("--admin {s}: HOST:PORT (an IP address) or unix:PATH"))
+}
+
+/// The status and body of an HTTP/1.1 answer read to its end (the body by its
+/// `Content-Length`; the client sent `Connection: close`).
+fn parse_answer(a: &[u8]) -> Option<(u16, String)> {
+    let end = a.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&a[..end]).ok()?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let mut body = &a[end + 4..];
+    let len = head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.trim().eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok())?
+    });
+    if let Some(n) = len {
+        body = &body[..n.min(body.len())];
+    }
+    Some((status, String::from_utf8_lossy(body).into_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_and_addresses() {
+        let a = b"HTTP/1.1 412 Precondition Failed\r\ncontent-length: 5\r\nx: y\r\n\r\nhello, and more";
+        assert_eq!(parse_answer(a), Some((412, "hello".into())));
+        assert_eq!(parse_answer(b"HTTP/1.1 200 OK\r\n\r\nall"), Some((200, "all".into())));
+        assert_eq!(parse_answer(b"garbage"), None);
+        assert!(matches!(parse_addr("unix:/run/a.sock"), Ok(Listen::Unix(_))));
+        assert!(matches!(parse_addr("127.0.0.1:2019"), Ok(Listen::Tcp(_))));
+        assert!(parse_addr("localhost:2019").is_err());
+    }
+}

@@ -1,0 +1,365 @@
+//! The configuration API on the admin listener, with the binary run as a process: every
+//! command of docs/admin-api.md, checks that change nothing when they fail, versions,
+//! access rules, persistence and SIGHUP, the command line, and changes under load.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{admin_addr, eventually, request, Resp, Srv, TempDir, BIN};
+
+const DOC: &str = include_str!("../../../docs/admin-api.md");
+
+fn site(d: &TempDir) {
+    d.write("site/index.html", "home\n");
+}
+
+fn start(d: &TempDir, text: &str) -> (Srv, SocketAddr) {
+    let f = d.write("selvedge.toml", text);
+    let srv = Srv::start(&["run", "-c", f.to_str().unwrap()]);
+    let admin = admin_addr(&srv);
+    (srv, admin)
+}
+
+fn plain(admin: &str, extra: &str) -> String {
+    format!(
+        "[server]\nworkers = 1\npid_file = \"selvedge.pid\"\n[[listen]]\naddress = \"127.0.0.1:0\"\n[admin]\nlisten = \
+         \"{admin}\"\n{extra}\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"site\"\n"
+    )
+}
+
+/// One request to the admin listener: `METHOD PATH` with `headers` and a JSON `body`.
+fn call(admin: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> Resp {
+    let mut raw = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        raw.push_str("Host: localhost\r\n");
+    }
+    for (n, v) in headers {
+        raw.push_str(&format!("{n}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-type")) {
+            raw.push_str("Content-Type: application/json\r\n");
+        }
+        raw.push_str(&format!("Content-Length: {}\r\n\r\n{b}", b.len()));
+    } else {
+        raw.push_str("\r\n");
+    }
+    request(admin, &raw)
+}
+
+fn json(r: &Resp) -> serde_json::Value {
+    serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("{e}: {}", r.text()))
+}
+
+fn get(addr: SocketAddr, path: &str) -> u16 {
+    request(addr, &format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")).status
+}
+
+#[test]
+fn every_command_of_the_documentation_runs() {
+    let d = TempDir::new("api-doc");
+    site(&d);
+    let (_, rest) = DOC.split_once("## A session").unwrap();
+    let toml = rest.split("```toml\n").nth(1).unwrap().split("```").next().unwrap();
+    let quoted =
+        |t: &str| t.replace("\"127.0.0.1:8080\"", "\"127.0.0.1:0\"").replace("\"127.0.0.1:2019\"", "\"127.0.0.1:0\"");
+    let (srv, admin) = start(&d, &quoted(toml));
+    let mut ran = 0;
+    for block in rest.split("```sh\n").skip(1) {
+        let block = block.split("```").next().unwrap();
+        let mut lines = block.lines().peekable();
+        while let Some(cmd) = lines.next() {
+            if !cmd.starts_with("curl ") {
+                continue;
+            }
+            let want =
+                lines.next().and_then(|l| l.strip_prefix("# → ")).unwrap_or_else(|| panic!("no status for {cmd}"));
+            let cmd = quoted(cmd)
+                .replace("http://127.0.0.1:8080", &format!("http://{}", srv.addr))
+                .replace("http://127.0.0.1:2019", &format!("http://{admin}"));
+            let out =
+                Command::new("bash").arg("-c").arg(format!("{cmd} -o /dev/null -w '%{{http_code}}'")).output().unwrap();
+            let got = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(got.trim(), want, "{cmd}");
+            ran += 1;
+        }
+    }
+    assert!(ran >= 15, "{ran} commands");
+    // The error shown on the page is the one the server gives.
+    let shown = rest.split("```json\n").nth(1).unwrap().split("```").next().unwrap();
+    let shown: serde_json::Value = serde_json::from_str(shown).unwrap();
+    call(
+        admin,
+        "POST",
+        "/config/vhost/0/route",
+        &[],
+        Some(r#"{"path": "/health", "respond": {"status": 200, "body": "ok"}}"#),
+    );
+    let r = call(admin, "PUT", "/config/vhost/0/route/1/max_age", &[], Some("\"soon\""));
+    assert_eq!(json(&r), shown, "the page's example error");
+}
+
+#[test]
+fn a_change_that_fails_its_checks_changes_nothing() {
+    let d = TempDir::new("api-bad");
+    site(&d);
+    let (srv, admin) = start(&d, &plain("127.0.0.1:0", ""));
+    let before = call(admin, "GET", "/config", &[], None);
+    let etag = before.header("etag").unwrap().to_string();
+    let cases: [(&str, &str, Option<&str>, u16); 8] = [
+        ("PUT", "/config/server/workers", Some("\"many\""), 400),
+        ("PUT", "/config/vhost/0/route/0/root", Some("\"/no/such/dir\""), 400),
+        ("POST", "/config/vhost/0/route", Some(r#"{"path": "nope"}"#), 400),
+        ("PATCH", "/config/vhost/9", Some("{}"), 404),
+        ("DELETE", "/config/nothing/here", None, 404),
+        ("PUT", "/config/server/workers", Some("null"), 400),
+        ("PUT", "/config/server/workers", Some("{not json"), 400),
+        ("POST", "/load", Some("[[vhost]]\nbogus = 1\n"), 400),
+    ];
+    for (m, p, body, want) in cases {
+        let headers: &[(&str, &str)] = if p == "/load" { &[("Content-Type", "application/toml")] } else { &[] };
+        let r = call(admin, m, p, headers, body);
+        assert_eq!(r.status, want, "{m} {p}: {}", r.text());
+        assert!(json(&r)["error"].is_string(), "{}", r.text());
+    }
+    let r = call(admin, "POST", "/load", &[("Content-Type", "application/toml")], Some("[[vhost]]\nbogus = 1\n"));
+    let e = json(&r);
+    assert_eq!((e["line"].as_u64(), e["near"].as_str()), (Some(2), Some("bogus = 1")), "{e}");
+    let after = call(admin, "GET", "/config", &[], None);
+    assert_eq!(after.header("etag"), Some(etag.as_str()));
+    assert_eq!(after.body, before.body);
+    assert_eq!(get(srv.addr, "/index.html"), 200);
+    let big = "x".repeat(2 << 20);
+    assert_eq!(call(admin, "POST", "/load", &[], Some(&big)).status, 413);
+    assert_eq!(call(admin, "GET", "/load", &[], None).status, 405);
+    // Counted.
+    let m = call(admin, "GET", "/metrics", &[], None).text();
+    assert!(m.contains("selvedge_config_api_changes_total{result=\"refused\"} 10"), "{m}");
+    assert!(srv.said("configuration change refused by the admin API"));
+}
+
+#[test]
+fn two_writers_with_one_version_one_wins() {
+    let d = TempDir::new("api-etag");
+    site(&d);
+    let (srv, admin) = start(&d, &plain("127.0.0.1:0", ""));
+    for round in 0..5 {
+        let etag = call(admin, "GET", "/config", &[], None).header("etag").unwrap().to_string();
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let etag = etag.clone();
+                std::thread::spawn(move || {
+                    let body = format!(r#"{{"path": "/w{round}-{w}/", "respond": 204}}"#);
+                    call(admin, "POST", "/config/vhost/0/route", &[("If-Match", &etag)], Some(&body)).status
+                })
+            })
+            .collect();
+        let mut got: Vec<u16> = writers.into_iter().map(|t| t.join().unwrap()).collect();
+        got.sort_unstable();
+        assert_eq!(got, [200, 412], "round {round}");
+    }
+    // The winners are served; `*` matches any version.
+    let n = (0..5).filter(|r| (0..2).any(|w| get(srv.addr, &format!("/w{r}-{w}/")) == 204)).count();
+    assert_eq!(n, 5);
+    let r = call(admin, "DELETE", "/config/vhost/0/route/1", &[("If-Match", "*")], None);
+    assert_eq!(r.status, 200);
+    assert!(srv.said("configuration changed through the admin API"));
+}
+
+#[test]
+fn the_api_answers_only_whom_it_should() {
+    let d = TempDir::new("api-access");
+    site(&d);
+    let token = "0123456789abcdef-token";
+    let (_srv, admin) = start(&d, &plain("127.0.0.1:0", &format!("token = \"{token}\"")));
+    let bearer = format!("Bearer {token}");
+    assert_eq!(call(admin, "GET", "/config", &[], None).status, 401);
+    assert_eq!(call(admin, "GET", "/config", &[("Authorization", "Bearer wrong-token-0123456")], None).status, 401);
+    assert_eq!(call(admin, "GET", "/config", &[("Authorization", &format!("Bearer {token}x"))], None).status, 401);
+    let ok = call(admin, "GET", "/config", &[("Authorization", &bearer)], None);
+    assert_eq!(ok.status, 200);
+    assert_eq!(json(&ok)["admin"]["token"], "[redacted]", "the token is not shown");
+    assert!(!ok.text().contains(token));
+    // Any Host with the token; never a browser page.
+    assert_eq!(
+        call(admin, "GET", "/config", &[("Authorization", &bearer), ("Host", "admin.example")], None).status,
+        200
+    );
+    let page = [("Authorization", bearer.as_str()), ("Origin", "https://evil.example")];
+    assert_eq!(call(admin, "POST", "/reload", &page, Some("")).status, 403);
+    assert_eq!(call(admin, "GET", "/config", &[("Sec-Fetch-Site", "cross-site")], None).status, 403);
+    // Metrics ask for nothing.
+    assert_eq!(call(admin, "GET", "/metrics", &[], None).status, 200);
+
+    // Without a token: loopback, and a Host a local client sends.
+    let d2 = TempDir::new("api-access2");
+    site(&d2);
+    let (_srv2, admin2) = start(&d2, &plain("127.0.0.1:0", ""));
+    assert_eq!(call(admin2, "GET", "/config", &[], None).status, 200);
+    assert_eq!(call(admin2, "GET", "/config", &[("Host", &admin2.to_string())], None).status, 200);
+    assert_eq!(call(admin2, "GET", "/config", &[("Host", "[::1]:2019")], None).status, 200);
+    assert_eq!(call(admin2, "GET", "/config", &[("Host", "rebound.example:2019")], None).status, 403);
+    assert_eq!(call(admin2, "GET", "/config", &[("Host", "localhost.evil.example")], None).status, 403);
+
+    // A public listener without a token: status and metrics, never the API.
+    let d3 = TempDir::new("api-access3");
+    site(&d3);
+    let (_srv3, admin3) = start(&d3, &plain("0.0.0.0:0", "public = true"));
+    let admin3 = SocketAddr::from(([127, 0, 0, 1], admin3.port()));
+    assert_eq!(call(admin3, "GET", "/metrics", &[], None).status, 200);
+    assert_eq!(call(admin3, "GET", "/config", &[], None).status, 403);
+    assert_eq!(call(admin3, "POST", "/stop", &[], Some("")).status, 403);
+
+    // A short token is refused at load.
+    let short = d.write("short.toml", plain("127.0.0.1:0", "token = \"short\""));
+    let out = Command::new(BIN).args(["check", "-c", short.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16"));
+}
+
+#[test]
+fn persisted_changes_survive_a_reload_and_others_are_undone_with_a_warning() {
+    // persist = the configuration file: SIGHUP rereads what the API wrote.
+    let d = TempDir::new("api-persist");
+    site(&d);
+    let (srv, admin) = start(&d, &plain("127.0.0.1:0", "persist = \"selvedge.toml\""));
+    let r = call(admin, "POST", "/config/vhost/0/route", &[], Some(r#"{"path": "/kept/", "respond": 204}"#));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(json(&r)["persisted"].as_str().unwrap().ends_with("selvedge.toml"));
+    let file = std::fs::read_to_string(d.path().join("selvedge.toml")).unwrap();
+    assert!(file.contains("/kept/"), "{file}");
+    let bak = std::fs::read_to_string(d.path().join("selvedge.toml.bak")).unwrap();
+    assert!(!bak.contains("/kept/"));
+    let etag = call(admin, "GET", "/config", &[], None).header("etag").unwrap().to_string();
+    srv.signal("HUP");
+    eventually(10, "the reload", || srv.said("reloaded configuration"));
+    assert_eq!(get(srv.addr, "/kept/"), 204);
+    assert_eq!(call(admin, "GET", "/config", &[], None).header("etag"), Some(etag.as_str()));
+    assert!(!srv.said("replaced"));
+    // The file written is a valid configuration for `selvedge check`.
+    let out =
+        Command::new(BIN).args(["check", "-c", d.path().join("selvedge.toml").to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // In memory only: SIGHUP puts the file back, and says so.
+    let d2 = TempDir::new("api-memory");
+    site(&d2);
+    let (srv2, admin2) = start(&d2, &plain("127.0.0.1:0", ""));
+    call(admin2, "POST", "/config/vhost/0/route", &[], Some(r#"{"path": "/gone/", "respond": 204}"#));
+    assert_eq!(get(srv2.addr, "/gone/"), 204);
+    srv2.signal("HUP");
+    eventually(10, "the reload", || srv2.said("reloaded configuration"));
+    assert_eq!(get(srv2.addr, "/gone/"), 404);
+    assert!(srv2.said("replaced 1 change(s) made through the admin API"));
+    assert!(call(admin2, "GET", "/config/vhost/0/route/1", &[], None).status == 404);
+}
+
+#[test]
+fn the_command_line_talks_to_the_running_server() {
+    let d = TempDir::new("api-cli");
+    site(&d);
+    // The command reads the admin address from the file: a port of its own, not 0.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (mut srv, _) = start(&d, &plain(&format!("127.0.0.1:{port}"), "token = \"cli-token-0123456789\""));
+    let f = d.path().join("selvedge.toml");
+    let cli = |args: &[&str]| {
+        let out = Command::new(BIN).args(args).args(["-c", f.to_str().unwrap()]).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = cli(&["config", "set", "vhost/0/route/1", r#"{"path": "/cli/", "respond": 204}"#]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("etag"), "{out}");
+    assert_eq!(get(srv.addr, "/cli/"), 204);
+    let (code, out, _) = cli(&["config", "get", "vhost/0/route/1/path"]);
+    assert_eq!((code, out.trim()), (Some(0), "\"/cli/\""));
+    let (code, _, err) = cli(&["config", "set", "server/workers", "\"many\""]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("400") && err.contains("whole number"), "{err}");
+    let (code, _, err) = cli(&["config", "set", "server/workers", "many"]);
+    assert_eq!(code, Some(2), "not JSON: refused before asking: {err}");
+    let load = d.write("new.toml", plain("127.0.0.1:0", "").replace("root = \"site\"", "respond = 418"));
+    let (code, _, err) = cli(&["config", "load", load.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(get(srv.addr, "/anything"), 418);
+    let (code, _, err) = cli(&["reload"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(get(srv.addr, "/index.html"), 200, "the file again");
+    let (code, _, err) = cli(&["config", "delete", "vhost/0/route/7"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("404"), "{err}");
+    let (code, _, err) = cli(&["stop"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(srv.wait_exit(10), Some(0));
+
+    // No admin listener: reload and stop signal the process in the pid file.
+    let d2 = TempDir::new("api-cli-signal");
+    site(&d2);
+    let text = plain("127.0.0.1:0", "").replace("[admin]\nlisten = \"127.0.0.1:0\"\n", "");
+    let f2 = d2.write("selvedge.toml", &text);
+    let mut srv2 = Srv::start(&["run", "-c", f2.to_str().unwrap()]);
+    let out = Command::new(BIN).args(["reload", "-c", f2.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("sent SIGHUP"));
+    eventually(10, "the reload", || srv2.said("reloaded configuration"));
+    let out = Command::new(BIN).args(["stop", "-c", f2.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(srv2.wait_exit(10), Some(0));
+    let out = Command::new(BIN).args(["config", "get", "-c", f2.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "the API needs the admin listener");
+}
+
+#[test]
+fn fifty_changes_under_load_drop_nothing() {
+    if !common::have("wrk") {
+        return common::missing_tool("wrk", "fifty_changes_under_load_drop_nothing");
+    }
+    let d = TempDir::new("api-load");
+    site(&d);
+    let (srv, admin) = start(&d, &plain("127.0.0.1:0", "").replace("workers = 1", "workers = 2"));
+    let done = Arc::new(AtomicBool::new(false));
+    let wrk = {
+        let url = format!("http://{}/index.html", srv.addr);
+        std::thread::spawn(move || Command::new("wrk").args(["-t1", "-c20", "-d6s", &url]).output().unwrap())
+    };
+    let changer = {
+        let (done, addr) = (done.clone(), srv.addr);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            // The routes after the first, as the configuration has them.
+            let mut routes: Vec<usize> = Vec::new();
+            for i in 0..50 {
+                let body = format!(r#"{{"path": "/r{i}/", "respond": {{"status": 200, "body": "r{i}"}}}}"#);
+                let r = call(admin, "POST", "/config/vhost/0/route", &[], Some(&body));
+                assert_eq!(r.status, 200, "{}", r.text());
+                routes.push(i);
+                // In force as soon as the change is answered, whole.
+                assert_eq!(get(addr, &format!("/r{i}/")), 200, "change {i}");
+                if i % 2 == 1 {
+                    let at = routes.iter().position(|&r| r == i - 1).unwrap();
+                    routes.remove(at);
+                    let path = format!("/config/vhost/0/route/{}", at + 1);
+                    assert_eq!(call(admin, "DELETE", &path, &[], None).status, 200);
+                    assert_eq!(get(addr, &format!("/r{}/", i - 1)), 404);
+                    assert_eq!(get(addr, &format!("/r{i}/")), 200);
+                }
+                std::thread::sleep(Duration::from_millis(60));
+            }
+            done.store(true, Ordering::Relaxed);
+        })
+    };
+    changer.join().unwrap();
+    assert!(done.load(Ordering::Relaxed));
+    let out = wrk.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("Socket errors") && !text.contains("Non-2xx"), "{text}");
+    assert!(text.contains("requests in"), "{text}");
+}
