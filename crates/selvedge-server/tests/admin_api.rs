@@ -363,3 +363,119 @@ fn fifty_changes_under_load_drop_nothing() {
     assert!(!text.contains("Socket errors") && !text.contains("Non-2xx"), "{text}");
     assert!(text.contains("requests in"), "{text}");
 }
+
+/// A `selvedge` answering every request with `body`.
+fn answering(d: &TempDir, name: &str, body: &str) -> Srv {
+    let f = d.write(
+        &format!("{name}.toml"),
+        format!(
+            "[server]\nworkers = 1\n[[listen]]\naddress = \"127.0.0.1:0\"\n[[vhost]]\n[[vhost.route]]\npath = \
+             \"/\"\nrespond = {{ status = 200, body = \"{body}\" }}\n"
+        ),
+    );
+    Srv::start(&["run", "-c", f.to_str().unwrap()])
+}
+
+#[test]
+fn pool_servers_come_and_go_at_runtime_and_in_flight_requests_finish() {
+    let d = TempDir::new("api-pools");
+    site(&d);
+    // A: the scripted upstream (its echoes carry X-Conn; /slow takes 0.3 s); B and C answer "b", "c".
+    let mut a = Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/proxy_upstream.py"))
+        .arg("0")
+        .arg(d.path().join("capture.bin"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(a.stdout.take().unwrap()), &mut line).unwrap();
+    let a_port: u16 = line.trim().parse().unwrap();
+    let b = answering(&d, "b", "b");
+    let c = answering(&d, "c", "c");
+    let a_url = format!("http://127.0.0.1:{a_port}");
+    let extra = format!(
+        "[[vhost.route]]\npath = \"/app/\"\nproxy = {{ name = \"app\", strip_prefix = true, upstreams = [\"{a_url}\", \"http://{}\"] }}\n",
+        b.addr
+    );
+    let (srv, admin) = start(&d, &format!("{}{extra}", plain("127.0.0.1:0", "")));
+    let fetch = |path: &str| request(srv.addr, &format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"));
+
+    let list = json(&call(admin, "GET", "/upstreams", &[], None));
+    let app = &list["pools"][0];
+    assert_eq!((app["name"].as_str(), app["config"].as_str()), (Some("app"), Some("vhost/0/route/1/proxy")), "{list}");
+    assert_eq!(app["servers"][0]["url"], a_url);
+    assert_eq!(app["servers"][0]["members"][0]["healthy"], true, "{list}");
+
+    // Requests in flight on A when it is removed finish; none goes to A afterwards.
+    let started = std::time::Instant::now();
+    let slow: Vec<_> = (0..4)
+        .map(|_| {
+            let addr = srv.addr;
+            std::thread::spawn(move || {
+                let r = request(addr, "GET /app/slow HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+                // A takes 0.3 s; B answers at once.
+                (r.status, r.text() != "b", started.elapsed())
+            })
+        })
+        .collect();
+    let capture = d.path().join("capture.bin");
+    eventually(10, "A has requests in flight", || {
+        std::fs::read(&capture).is_ok_and(|b| b.windows(9).filter(|w| w == b"GET /slow").count() >= 2)
+    });
+    let removed_at = started.elapsed();
+    let removed = call(admin, "DELETE", &format!("/upstreams/app/servers/127.0.0.1:{a_port}"), &[], None);
+    assert_eq!(removed.status, 200, "{}", removed.text());
+    let answers: Vec<_> = slow.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(answers.iter().all(|(s, _, _)| *s == 200), "{answers:?}");
+    let on_a: Vec<_> = answers.iter().filter(|(_, a, _)| *a).collect();
+    assert!(!on_a.is_empty(), "round robin sent some to A: {answers:?}");
+    assert!(
+        on_a.iter().all(|(_, _, t)| *t > removed_at),
+        "A's answers came after its removal began: {answers:?} {removed_at:?}"
+    );
+    for _ in 0..20 {
+        let r = fetch("/app/x");
+        assert_eq!((r.status, r.header("x-conn").is_none()), (200, true), "{r:?}");
+    }
+    // C added: it takes its share.
+    let added = call(
+        admin,
+        "POST",
+        "/upstreams/app/servers",
+        &[],
+        Some(&format!("{{\"url\": \"http://{}\", \"weight\": 2}}", c.addr)),
+    );
+    assert_eq!(added.status, 200, "{}", added.text());
+    let bodies: Vec<String> = (0..30).map(|_| fetch("/app/x").text()).collect();
+    assert!(bodies.iter().any(|b| b == "c") && bodies.iter().any(|b| b == "b"), "{bodies:?}");
+    // Refusals: the last server, an unknown pool or server, a server already there.
+    let b_addr = b.addr.to_string();
+    assert_eq!(call(admin, "DELETE", &format!("/upstreams/app/servers/{b_addr}"), &[], None).status, 200);
+    assert_eq!(call(admin, "DELETE", &format!("/upstreams/app/servers/{}", c.addr), &[], None).status, 409);
+    assert_eq!(call(admin, "DELETE", "/upstreams/app/servers/127.0.0.1:1", &[], None).status, 404);
+    assert_eq!(call(admin, "POST", "/upstreams/nope/servers", &[], Some("\"http://127.0.0.1:1\"")).status, 404);
+    let again = format!("\"http://{}\"", c.addr);
+    assert_eq!(call(admin, "POST", "/upstreams/app/servers", &[], Some(&again)).status, 400);
+    assert_eq!(call(admin, "POST", "/upstreams/app/servers", &[], Some("\"ftp://x\"")).status, 400);
+    // Under load: servers added and removed twenty times, nothing fails.
+    if !common::have("wrk") {
+        return common::missing_tool("wrk", "pool_servers_come_and_go_at_runtime");
+    }
+    let url = format!("http://{}/app/x", srv.addr);
+    let wrk = std::thread::spawn(move || Command::new("wrk").args(["-t1", "-c16", "-d4s", &url]).output().unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    let b_json = format!("\"http://{b_addr}\"");
+    for _ in 0..20 {
+        assert_eq!(call(admin, "POST", "/upstreams/app/servers", &[], Some(&b_json)).status, 200);
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(call(admin, "DELETE", &format!("/upstreams/app/servers/{b_addr}"), &[], None).status, 200);
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    let out = wrk.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("Socket errors") && !text.contains("Non-2xx"), "{text}");
+    let _ = a.kill();
+    let _ = a.wait();
+}

@@ -185,6 +185,128 @@ impl Doc {
     }
 }
 
+/// A proxy route's pool in the document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolDoc {
+    /// Its `name`, or `V.R` (the virtual host's and the route's positions).
+    pub name: String,
+    /// The path of its `proxy` table.
+    pub at: Vec<String>,
+    /// Its servers as written (URL strings or `{ url, weight }` tables).
+    pub servers: Vec<Json>,
+}
+
+impl PoolDoc {
+    /// The URL of each server.
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().filter_map(server_url).map(str::to_string).collect()
+    }
+}
+
+/// A server's URL, written as a string or `{ url = ... }`.
+fn server_url(s: &Json) -> Option<&str> {
+    s.as_str().or_else(|| s.get("url")?.as_str())
+}
+
+/// Whether `addr` (as given in `/upstreams/NAME/servers/ADDR`) names server `url`: the URL
+/// itself, or its authority (`host:port`; `unix:PATH` for a socket).
+fn names_server(addr: &str, url: &str) -> bool {
+    if addr == url {
+        return true;
+    }
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    addr == authority || addr == url.trim_end_matches('/')
+}
+
+impl Doc {
+    /// Every proxy route's pool.
+    pub fn pools(&self) -> Vec<PoolDoc> {
+        let mut out = Vec::new();
+        let Some(Value::Array(vhosts)) = self.root.get("vhost") else { return out };
+        for (v, vh) in vhosts.iter().enumerate() {
+            let Some(Value::Array(routes)) = vh.get("route") else { continue };
+            for (r, route) in routes.iter().enumerate() {
+                let Some(Value::Table(p)) = route.get("proxy") else { continue };
+                let name = p.get("name").and_then(Value::as_str).map_or_else(|| format!("{v}.{r}"), str::to_string);
+                let servers = match (p.get("upstreams"), p.get("upstream")) {
+                    (Some(Value::Array(a)), _) => a.iter().map(|x| to_json(x, "", false)).collect(),
+                    (_, Some(u)) => vec![to_json(u, "", false)],
+                    _ => Vec::new(),
+                };
+                let at = vec!["vhost".into(), v.to_string(), "route".into(), r.to_string(), "proxy".into()];
+                out.push(PoolDoc { name, at, servers });
+            }
+        }
+        out
+    }
+
+    /// The pool called `name`.
+    ///
+    /// # Errors
+    /// There is none.
+    pub fn pool(&self, name: &str) -> Result<PoolDoc, DocError> {
+        self.pools()
+            .into_iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| DocError::NotFound(format!("no upstream pool {name:?} (GET /upstreams lists them)")))
+    }
+
+    /// The document with `server` (a URL, or `{ "url": ..., "weight": N }`) added to pool
+    /// `name` (a single `upstream` becomes `upstreams`).
+    ///
+    /// # Errors
+    /// No such pool; a server that is neither; one already in the pool.
+    pub fn add_server(&self, name: &str, server: &Json) -> Result<Doc, DocError> {
+        let pool = self.pool(name)?;
+        let url = server_url(server)
+            .ok_or_else(|| DocError::Bad("a server is a URL string or {\"url\": ..., \"weight\": N}".into()))?;
+        if pool.urls().iter().any(|u| u == url) {
+            return Err(DocError::Bad(format!("{url} is in pool {name:?} already")));
+        }
+        let mut servers = pool.servers.clone();
+        servers.push(server.clone());
+        let mut at = pool.at.clone();
+        let single = self.get(&at).is_some_and(|p| p.get("upstream").is_some());
+        let mut new = self.clone();
+        if single {
+            at.push("upstream".into());
+            new = new.apply(&Op::Delete(at.clone()))?;
+            at.pop();
+        }
+        at.push("upstreams".into());
+        new.apply(&Op::Put(at, Json::Array(servers)))
+    }
+
+    /// The document without server `addr` (its URL, or `host:port`) of pool `name`.
+    ///
+    /// # Errors
+    /// No such pool or server; the pool's last server.
+    pub fn remove_server(&self, name: &str, addr: &str) -> Result<Doc, DocError> {
+        let pool = self.pool(name)?;
+        let urls = pool.urls();
+        let i = urls
+            .iter()
+            .position(|u| names_server(addr, u))
+            .ok_or_else(|| DocError::NotFound(format!("no server {addr:?} in pool {name:?}")))?;
+        if urls.len() == 1 {
+            return Err(DocError::Bad(format!("{addr} is the last server of pool {name:?}: remove the route instead")));
+        }
+        let mut servers = pool.servers;
+        servers.remove(i);
+        let mut at = pool.at;
+        let single = self.get(&at).is_some_and(|p| p.get("upstream").is_some());
+        let mut new = self.clone();
+        if single {
+            at.push("upstream".into());
+            new = new.apply(&Op::Delete(at.clone()))?;
+            at.pop();
+        }
+        at.push("upstreams".into());
+        new.apply(&Op::Put(at, Json::Array(servers)))
+    }
+}
+
 /// A path from the text after `/config`: `/vhost/0/route` → `["vhost", "0", "route"]`,
 /// each segment percent-decoded.
 ///
@@ -460,6 +582,43 @@ proxy = { upstreams = ["http://127.0.0.1:3000"], header_up = { Authorization = "
         // A new secret is taken as given.
         let d3 = d.apply(&Op::Put(p("admin/token"), json!("another-token-of-enough-length"))).unwrap();
         assert!(d3.render().contains("another-token-of-enough-length"));
+    }
+
+    #[test]
+    fn pools_by_name_or_position() {
+        let text = r#"
+[[vhost]]
+[[vhost.route]]
+path = "/"
+root = "/srv"
+[[vhost.route]]
+path = "/a/"
+proxy = { upstream = "http://127.0.0.1:3000" }
+[[vhost.route]]
+path = "/b/"
+proxy = { name = "bees", upstreams = ["http://10.0.0.1:80", { url = "http://10.0.0.2:80", weight = 2 }] }
+"#;
+        let d = Doc::parse(text).unwrap();
+        let names: Vec<String> = d.pools().into_iter().map(|p| p.name).collect();
+        assert_eq!(names, ["0.1", "bees"]);
+        assert_eq!(d.pool("bees").unwrap().urls(), ["http://10.0.0.1:80", "http://10.0.0.2:80"]);
+        assert!(matches!(d.pool("nope"), Err(DocError::NotFound(_))));
+        // A single upstream becomes a list.
+        let d2 = d.add_server("0.1", &json!("http://127.0.0.1:3001")).unwrap();
+        assert_eq!(
+            d2.get(&p("vhost/0/route/1/proxy")),
+            Some(json!({"upstreams": ["http://127.0.0.1:3000", "http://127.0.0.1:3001"]}))
+        );
+        assert!(matches!(d2.add_server("0.1", &json!("http://127.0.0.1:3001")), Err(DocError::Bad(_))));
+        assert!(matches!(d2.add_server("0.1", &json!(5)), Err(DocError::Bad(_))));
+        let d3 = d2.remove_server("0.1", "127.0.0.1:3000").unwrap();
+        assert_eq!(d3.get(&p("vhost/0/route/1/proxy/upstreams")), Some(json!(["http://127.0.0.1:3001"])));
+        assert!(matches!(d3.remove_server("0.1", "127.0.0.1:3001"), Err(DocError::Bad(_))), "the last one");
+        assert!(matches!(d3.remove_server("0.1", "127.0.0.1:9"), Err(DocError::NotFound(_))));
+        let d4 = d.remove_server("bees", "http://10.0.0.2:80").unwrap();
+        assert_eq!(d4.pool("bees").unwrap().urls(), ["http://10.0.0.1:80"]);
+        let d5 = d.add_server("bees", &json!({"url": "http://10.0.0.3:80", "weight": 5})).unwrap();
+        assert_eq!(d5.pool("bees").unwrap().servers[2], json!({"url": "http://10.0.0.3:80", "weight": 5}));
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub enum Cmd {
     Get { path: Vec<String>, reply: Reply },
     /// A change, made if the document's tag is one of `if_match` (any, without).
     Change { change: Change, if_match: Option<String>, who: String, what: String, reply: Reply },
+    /// The upstream pools, their servers and health.
+    Upstreams { reply: Reply },
     /// Reload from the file (as SIGHUP).
     Reload { who: String, reply: Reply },
     /// Stop gracefully (as SIGTERM).
@@ -67,6 +69,10 @@ pub enum Change {
     LoadToml(String),
     /// A whole configuration in JSON.
     LoadJson(serde_json::Value),
+    /// A server added to an upstream pool.
+    AddServer { pool: String, server: serde_json::Value },
+    /// A server taken out of an upstream pool (its requests in flight finish).
+    RemoveServer { pool: String, addr: String },
 }
 
 /// Where the supervisor answers a [`Cmd`].
@@ -331,7 +337,11 @@ fn purge(req: &Request) -> Response {
 
 /// Whether `path` is the configuration API's.
 fn is_api(path: &str) -> bool {
-    path == "/config" || path.starts_with("/config/") || matches!(path, "/load" | "/reload" | "/stop")
+    path == "/config"
+        || path.starts_with("/config/")
+        || path == "/upstreams"
+        || path.starts_with("/upstreams/")
+        || matches!(path, "/load" | "/reload" | "/stop")
 }
 
 fn json(status: StatusCode, body: &serde_json::Value) -> Response {
@@ -459,6 +469,35 @@ async fn api_answer(mut req: Request, link: &ApiLink) -> Response {
         "/reload" if m == Method::POST => Cmd::Reload { who, reply: tx },
         "/stop" if m == Method::POST => Cmd::Stop { who, reply: tx },
         "/reload" | "/stop" => return allow("POST"),
+        "/upstreams" if m == Method::GET || m == Method::HEAD => {
+            let _ = link.tx.send(Cmd::Upstreams { reply: tx });
+            return reply(rx, m == Method::HEAD).await;
+        }
+        "/upstreams" => return allow("GET, HEAD"),
+        p if p.starts_with("/upstreams/") => {
+            let rest = &p["/upstreams/".len()..];
+            let (pool, tail) = rest.split_once('/').unwrap_or((rest, ""));
+            let pool = String::from_utf8_lossy(&selvedge::percent_decode(pool.as_bytes())).into_owned();
+            let change = match (tail, tail.strip_prefix("servers/")) {
+                ("servers", _) if m == Method::POST => match parse_json(&body) {
+                    Ok(server) => Change::AddServer { pool, server },
+                    Err(res) => return res,
+                },
+                ("servers", _) => return allow("POST"),
+                (_, Some(addr)) if !addr.is_empty() && m == Method::DELETE => {
+                    let addr = String::from_utf8_lossy(&selvedge::percent_decode(addr.as_bytes())).into_owned();
+                    Change::RemoveServer { pool, addr }
+                }
+                (_, Some(addr)) if !addr.is_empty() => return allow("DELETE"),
+                _ => {
+                    return refuse(
+                        StatusCode::NOT_FOUND,
+                        "/upstreams, /upstreams/NAME/servers (POST), /upstreams/NAME/servers/ADDR (DELETE)",
+                    )
+                }
+            };
+            Cmd::Change { change, if_match, who, what, reply: tx }
+        }
         _ => {
             let rest = &path["/config".len()..];
             let p = match api::parse_path(rest) {

@@ -209,6 +209,14 @@ impl Config {
             zones: zones.clone(),
         };
         let vhosts = vhost::vhosts(&src, raw.vhost, &route_ctx)?;
+        let mut names = std::collections::HashSet::new();
+        for r in vhosts.iter().flat_map(|v| &v.routes) {
+            if let RouteKind::Proxy(p) = &r.kind {
+                if let Some(n) = p.name.as_deref().filter(|n| !names.insert(*n)) {
+                    return Err(src.err(None, format!("proxy name {n:?} is on two routes")));
+                }
+            }
+        }
         let acme = acme(&src, raw.acme.as_ref(), &vhosts, &listeners)?;
         let admin = admin::admin(&src, raw.admin.as_ref())?;
         let mime = mime(&src, raw.mime.as_ref())?;

@@ -82,6 +82,14 @@ pub(super) fn handle(r: &mut Running, cmd: Cmd) -> bool {
             let _ = reply.send(a);
             false
         }
+        Cmd::Upstreams { reply } => {
+            let a = match &r.api.doc {
+                Err(e) => answer(StatusCode::CONFLICT, json!({ "error": e }), None),
+                Ok(d) => answer(StatusCode::OK, upstreams(d), Some(d.etag())),
+            };
+            let _ = reply.send(a);
+            false
+        }
         Cmd::Reload { who, reply } => {
             info!(who, "reload asked through the admin API");
             let a = match reload::reload(r) {
@@ -100,6 +108,34 @@ pub(super) fn handle(r: &mut Running, cmd: Cmd) -> bool {
             true
         }
     }
+}
+
+/// `GET /upstreams`: each proxy route's pool, its servers as configured and the health of
+/// their members (a host name's addresses are members of their own).
+fn upstreams(d: &Doc) -> serde_json::Value {
+    let health = crate::upstream::pool::health_states();
+    let pools: Vec<serde_json::Value> = d
+        .pools()
+        .into_iter()
+        .map(|p| {
+            let servers: Vec<serde_json::Value> = p
+                .servers
+                .iter()
+                .zip(p.urls())
+                .map(|(s, url)| {
+                    let members: Vec<serde_json::Value> = health
+                        .iter()
+                        .filter(|(n, _)| *n == url || n.strip_prefix(url.as_str()).is_some_and(|r| r.starts_with(" (")))
+                        .map(|(n, up)| json!({ "member": n, "healthy": up }))
+                        .collect();
+                    let weight = s.get("weight").cloned().unwrap_or(json!(1));
+                    json!({ "url": url, "weight": weight, "members": members })
+                })
+                .collect();
+            json!({ "name": p.name, "config": p.at.join("/"), "servers": servers })
+        })
+        .collect();
+    json!({ "pools": pools })
 }
 
 /// Whether an `If-Match` value names `etag` (or is `*`).
@@ -148,6 +184,22 @@ fn change_config(r: &mut Running, change: Change, if_match: Option<&str>, who: &
                 Err(ce) => return config_error(&ce, &t, "the body"),
                 Ok(_) => return bad(e),
             },
+        },
+        Change::AddServer { pool, server } => match doc.add_server(&pool, &server) {
+            Ok(d) => {
+                let t = d.render();
+                (d, t, "the configuration with the server added, as TOML")
+            }
+            Err(DocError::NotFound(e)) => return answer(StatusCode::NOT_FOUND, json!({ "error": e }), None),
+            Err(DocError::Bad(e)) => return bad(e),
+        },
+        Change::RemoveServer { pool, addr } => match doc.remove_server(&pool, &addr) {
+            Ok(d) => {
+                let t = d.render();
+                (d, t, "the configuration with the server removed, as TOML")
+            }
+            Err(DocError::NotFound(e)) => return answer(StatusCode::NOT_FOUND, json!({ "error": e }), None),
+            Err(DocError::Bad(e)) => return answer(StatusCode::CONFLICT, json!({ "error": e }), None),
         },
         Change::LoadJson(j) => match Doc::from_json(&j) {
             Ok(mut d) => {

@@ -88,6 +88,8 @@ const STREAM_READ: usize = 64 * 1024;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawProxy {
+    /// The pool's name in the admin API (read there, from the configuration document).
+    pub name: Option<String>,
     /// `http://host[:port][/base]`, `https://...` or `unix:/path/to.sock`: one upstream.
     pub upstream: Option<String>,
     /// Several upstreams (URLs, or `{ url, weight }` tables).
@@ -157,6 +159,8 @@ pub struct RawProxy {
 /// A checked proxy route configuration; every default is documented on its field.
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
+    /// The pool's name in the admin API, if given.
+    pub name: Option<String>,
     /// The upstreams as written (for the startup line).
     pub upstream: String,
     /// The pool: upstreams (host names resolved when the configuration is loaded, and
@@ -324,7 +328,14 @@ impl ProxyConfig {
             Some(v) => return Err(format!("proxy encoded_slashes {v:?}: \"refuse\" or \"keep\"")),
         };
         let max_head = raw.max_response_head.map_or(32 * 1024, Size::get_usize);
+        if let Some(n) = &raw.name {
+            let ok = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+            if n.is_empty() || n.len() > 64 || !n.bytes().all(ok) || n.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!("proxy name {n:?}: 1 to 64 letters, digits, '-' and '_', not only digits"));
+            }
+        }
         Ok(ProxyConfig {
+            name: raw.name.clone(),
             upstream: pool.targets.iter().map(|t| t.url.as_str()).collect::<Vec<_>>().join(","),
             pool,
             authorities,
