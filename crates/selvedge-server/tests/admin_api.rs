@@ -381,16 +381,18 @@ fn pool_servers_come_and_go_at_runtime_and_in_flight_requests_finish() {
     let d = TempDir::new("api-pools");
     site(&d);
     // A: the scripted upstream (its echoes carry X-Conn; /slow takes 0.3 s); B and C answer "b", "c".
-    let mut a = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/proxy_upstream.py"))
-        .arg("0")
-        .arg(d.path().join("capture.bin"))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut a = Reaped(
+        Command::new("python3")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/proxy_upstream.py"))
+            .arg("0")
+            .arg(d.path().join("capture.bin"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(a.stdout.take().unwrap()), &mut line).unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(a.0.stdout.take().unwrap()), &mut line).unwrap();
     let a_port: u16 = line.trim().parse().unwrap();
     let b = answering(&d, "b", "b");
     let c = answering(&d, "c", "c");
@@ -476,6 +478,14 @@ fn pool_servers_come_and_go_at_runtime_and_in_flight_requests_finish() {
     let out = wrk.join().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("Socket errors") && !text.contains("Non-2xx"), "{text}");
-    let _ = a.kill();
-    let _ = a.wait();
+}
+
+/// A child process killed and reaped when dropped.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
