@@ -489,3 +489,63 @@ impl Drop for Reaped {
         let _ = self.0.wait();
     }
 }
+
+#[test]
+fn client_certificates_open_the_api_on_a_public_address() {
+    if !common::have("openssl") || !common::have("curl") {
+        return common::missing_tool("openssl and curl", "client_certificates_open_the_api_on_a_public_address");
+    }
+    let d = TempDir::new("api-mtls");
+    site(&d);
+    let dir = d.path().to_str().unwrap().to_string();
+    let sh = |script: &str| {
+        let out = Command::new("bash").arg("-c").arg(script).current_dir(&dir).output().unwrap();
+        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let key = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2";
+    // Two CAs: the operators' and another; a client certificate from each; the server's own.
+    sh(&format!("{key} -subj /CN=operators -keyout ca.key -out ca.pem 2>/dev/null"));
+    sh(&format!("{key} -subj /CN=others -keyout other-ca.key -out other-ca.pem 2>/dev/null"));
+    // Version 3 client certificates (webpki takes no other).
+    d.write("ext.cnf", "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n");
+    for (name, ca) in [("client", "ca"), ("stranger", "other-ca")] {
+        sh(&format!(
+            "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN={name} -keyout {name}.key \
+             -out {name}.csr 2>/dev/null && openssl x509 -req -in {name}.csr -CA {ca}.pem -CAkey {ca}.key \
+             -CAcreateserial -days 2 -extfile ext.cnf -out {name}.pem 2>/dev/null"
+        ));
+    }
+    sh(&format!(
+        "{key} -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 -keyout srv.key -out srv.pem 2>/dev/null"
+    ));
+    let tls = "public = true\ntls = { cert = \"srv.pem\", key = \"srv.key\", client_ca = \"ca.pem\" }";
+    let f = d.write("selvedge.toml", plain("0.0.0.0:0", tls));
+    let srv = Srv::start(&["run", "-c", f.to_str().unwrap()]);
+    eventually(10, "the admin line", || srv.said("admin listener on https://"));
+    let line = srv.stderr.lock().unwrap().iter().find(|l| l.contains("admin listener on https://")).unwrap().clone();
+    let rest = &line[line.find("https://").unwrap() + 8..];
+    let port = rest[..rest.find('/').unwrap()].rsplit(':').next().unwrap().to_string();
+    let curl = |args: &str| {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "curl -s --cacert srv.pem -o /dev/null -w '%{{http_code}}' {args} https://127.0.0.1:{port}/config"
+            ))
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(curl("--cert client.pem --key client.key"), "200", "an operator's certificate");
+    assert_eq!(curl(""), "000", "no certificate: no handshake");
+    assert_eq!(curl("--cert stranger.pem --key stranger.key"), "000", "another CA's certificate");
+    assert_eq!(curl("--cert client.pem --key client.key -H 'Origin: https://evil.example'"), "403");
+
+    // A CA file that holds no certificate is refused at load.
+    let bad = d.write(
+        "bad.toml",
+        plain("127.0.0.1:0", "tls = { cert = \"srv.pem\", key = \"srv.key\", client_ca = \"srv.key\" }"),
+    );
+    let out = Command::new(BIN).args(["check", "-c", bad.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}

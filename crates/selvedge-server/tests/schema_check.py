@@ -79,23 +79,36 @@ def json_path(error):
     """The instance path of an error, as `$.vhost[0].route[1].proxy`."""
     path = "$"
     for p in error.absolute_path:
-        path += f"[{p}]" if isinstance(p, int) else f".{p}" if re.match(r"[A-Za-z_][A-Za-z0-9_-]*\Z", p) else f"[{json.dumps(p)}]"
+        if isinstance(p, int):
+            path += f"[{p}]"
+        elif re.match(r"[A-Za-z_][A-Za-z0-9_-]*\Z", p):
+            path += f".{p}"
+        else:
+            path += f"[{json.dumps(p)}]"
     return path
 
 
 def best_error(errors):
-    """The most telling error: the deepest one, the first of equally deep ones in the
-    document's order (jsonschema's own relevance ranking otherwise)."""
+    """The most telling error (jsonschema's relevance ranking), followed into anyOf/oneOf:
+    of their branches, one the value's type fits, then the one that got deepest into the
+    value, then the first."""
     errors = list(errors)
     if not errors:
         return None
     best = jsonschema.exceptions.best_match(errors)
-    # best_match prefers shallow errors of anyOf/oneOf; descend into their context.
     while best.context:
-        deeper = jsonschema.exceptions.best_match(best.context)
-        if deeper is None:
-            break
-        best = deeper
+        branches = {}
+        for e in best.context:
+            branches.setdefault(e.relative_schema_path[0], []).append(e)
+
+        def rank(item):
+            index, errs = item
+            type_fits = not any(e.validator == "type" and not e.relative_path for e in errs)
+            depth = max(len(e.relative_path) for e in errs)
+            return (type_fits, depth, -index if isinstance(index, int) else 0)
+
+        _, errs = max(branches.items(), key=rank)
+        best = jsonschema.exceptions.best_match(errs)
     return best
 
 
@@ -120,7 +133,22 @@ def check(validator, path):
     err = best_error(validator.iter_errors(doc))
     if err is None:
         return None
-    return f"{err.message} at {json_path(err)}"
+    return f"{message(err)} at {json_path(err)}"
+
+
+def message(err):
+    """jsonschema's message, or for `not` and `maxContains` the schema's own words (its
+    `description`) instead of a dump of the subschema."""
+    sub = err.schema.get(err.validator) if isinstance(err.schema, dict) else None
+    if err.validator == "not" and isinstance(sub, dict) and "description" in sub:
+        if isinstance(err.instance, (dict, list)):
+            return f"refused: {sub['description']}"
+        return f"{err.instance!r} is refused: {sub['description']}"
+    if err.validator == "maxContains":
+        what = err.schema.get("contains", {}).get("description")
+        if what:
+            return f"more than {err.validator_value} item(s) of the list are {what}"
+    return err.message
 
 
 def main(argv):

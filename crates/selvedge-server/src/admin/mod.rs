@@ -40,6 +40,65 @@ pub struct AdminConfig {
     /// Where changes made through the API are written as TOML (`None`: kept in memory
     /// until the next reload from the file).
     pub persist: Option<std::path::PathBuf>,
+    /// TLS on the listener, with client certificates asked for when `client_ca` is set.
+    pub tls: Option<AdminTls>,
+}
+
+/// `[admin] tls`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminTls {
+    /// The certificate chain (PEM).
+    pub cert: std::path::PathBuf,
+    /// Its key (PEM).
+    pub key: std::path::PathBuf,
+    /// The CAs whose client certificates are accepted (PEM); with it, a client without
+    /// one is refused in the handshake.
+    pub client_ca: Option<std::path::PathBuf>,
+}
+
+/// The admin listener's TLS settings: HTTP/1.1, its certificate, and client certificates
+/// verified against `client_ca` (required) when it is set.
+///
+/// # Errors
+/// A file that cannot be read or holds no certificate or key.
+pub fn tls_config(t: &AdminTls) -> std::io::Result<Arc<rustls::ServerConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+    };
+    let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(&t.cert)?)
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(format!("{}: {e}", t.cert.display())))?;
+    if chain.is_empty() {
+        return Err(bad(format!("{}: no certificate", t.cert.display())));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&read(&t.key)?).map_err(|e| bad(format!("{}: {e}", t.key.display())))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(std::io::Error::other)?;
+    let builder = match &t.client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(&read(ca)?) {
+                let c = c.map_err(|e| bad(format!("{}: {e}", ca.display())))?;
+                roots.add(c).map_err(|e| bad(format!("{}: {e}", ca.display())))?;
+            }
+            if roots.is_empty() {
+                return Err(bad(format!("{}: no certificate", ca.display())));
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| bad(format!("{}: {e}", ca.display())))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_single_cert(chain, key).map_err(|e| bad(format!("{}: {e}", t.key.display())))?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
 }
 
 /// The largest body `/load` and the configuration API read.
@@ -98,6 +157,8 @@ pub struct ApiLink {
     pub token: Option<String>,
     /// Whether the admin listener is a loopback address or a Unix socket.
     pub local: bool,
+    /// Whether every client presented a certificate from `[admin] tls.client_ca`.
+    pub verified_clients: bool,
 }
 
 /// The process's readiness, as `/readyz` reports it.
@@ -283,7 +344,11 @@ impl Admin {
                 }
             }
         };
-        let handle = Server::new(settings).bind(cfg.listen.clone()).start(app)?;
+        let server = match &cfg.tls {
+            Some(t) => Server::new(settings).bind_tls(cfg.listen.clone(), tls_config(t)?),
+            None => Server::new(settings).bind(cfg.listen.clone()),
+        };
+        let handle = server.start(app)?;
         Ok(Admin { handle, info })
     }
 
@@ -378,10 +443,14 @@ fn api_allowed(req: &Request, link: &ApiLink) -> Result<(), Response> {
         }
         return Ok(());
     }
+    if link.verified_clients {
+        // The handshake checked the client's certificate.
+        return Ok(());
+    }
     if !link.local {
         return Err(refuse(
             StatusCode::FORBIDDEN,
-            "the configuration API on a non-loopback address needs [admin] token",
+            "the configuration API on a non-loopback address needs [admin] token or tls.client_ca",
         ));
     }
     let host = req.authority().unwrap_or("localhost");

@@ -6,7 +6,7 @@ use toml::Spanned;
 
 use super::listen::parse_listen;
 use super::{ConfigError, Source};
-use crate::admin::AdminConfig;
+use crate::admin::{AdminConfig, AdminTls};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -15,6 +15,15 @@ pub(super) struct RawAdmin {
     public: Option<bool>,
     token: Option<Spanned<String>>,
     persist: Option<Spanned<String>>,
+    tls: Option<Spanned<RawAdminTls>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdminTls {
+    cert: String,
+    key: String,
+    client_ca: Option<String>,
 }
 
 /// The shortest `[admin] token` taken (a guessable one would open the configuration).
@@ -52,5 +61,23 @@ pub(super) fn admin(src: &Source<'_>, raw: Option<&Spanned<RawAdmin>>) -> Result
         Some(p) => Some(src.abs(p.get_ref())),
         None => None,
     };
-    Ok(Some(AdminConfig { listen, public, token, persist }))
+    let tls = match &a.get_ref().tls {
+        Some(t) => {
+            let r = t.get_ref();
+            let tls = AdminTls {
+                cert: src.abs(&r.cert),
+                key: src.abs(&r.key),
+                client_ca: r.client_ca.as_deref().map(|c| src.abs(c)),
+            };
+            if let Err(e) = crate::admin::tls_config(&tls) {
+                return Err(src.err(Some(t.span()), format!("[admin] tls: {e}")));
+            }
+            Some(tls)
+        }
+        None => None,
+    };
+    if matches!(listen, Listen::Unix(_)) && tls.is_some() {
+        return Err(src.err(Some(l.span()), "[admin] tls is for a TCP address, not a Unix socket".into()));
+    }
+    Ok(Some(AdminConfig { listen, public, token, persist, tls }))
 }

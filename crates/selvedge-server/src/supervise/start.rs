@@ -142,7 +142,8 @@ fn start_admin(cfg: &Config, site: &Site) -> Result<Option<AdminAndApi>, String>
         Listen::Tcp(addr) => addr.ip().is_loopback(),
         Listen::Unix(_) => true,
     };
-    let link = admin::ApiLink { tx, token: a.token.clone(), local };
+    let verified_clients = a.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+    let link = admin::ApiLink { tx, token: a.token.clone(), local, verified_clients };
     Admin::start(a, admin_info(cfg, site, Vec::new()), link)
         .map(|admin| Some((admin, rx)))
         .map_err(|e| format!("cannot listen on the admin address {:?}: {e}", a.listen))
@@ -419,12 +420,13 @@ fn ready(r: &Running, rt: &Runtime, acme_specs: &[Spec]) -> Result<(), String> {
     loaded_now();
     if let Some(a) = &r.admin {
         a.set_info(admin_info(&r.cfg, &r.front.site.load(), r.urls.clone()));
+        let scheme = if r.cfg.admin.as_ref().is_some_and(|a| a.tls.is_some()) { "https" } else { "http" };
         for l in a.local_addrs() {
             let shown = match l {
-                Listen::Tcp(a) => format!("http://{a}/"),
+                Listen::Tcp(a) => format!("{scheme}://{a}/"),
                 Listen::Unix(p) => format!("unix:{}", p.display()),
             };
-            info!("admin listener on {shown} (/metrics /healthz /readyz /status)");
+            info!("admin listener on {shown} (/metrics /healthz /readyz /status /config)");
         }
     }
     admin::set_state(admin::State::Ready);
