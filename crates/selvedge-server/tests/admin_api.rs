@@ -68,7 +68,7 @@ fn every_command_of_the_documentation_runs() {
     let toml = rest.split("```toml\n").nth(1).unwrap().split("```").next().unwrap();
     let quoted =
         |t: &str| t.replace("\"127.0.0.1:8080\"", "\"127.0.0.1:0\"").replace("\"127.0.0.1:2019\"", "\"127.0.0.1:0\"");
-    let (srv, admin) = start(&d, &quoted(toml));
+    let (mut srv, admin) = start(&d, &quoted(toml));
     let mut ran = 0;
     for block in rest.split("```sh\n").skip(1) {
         let block = block.split("```").next().unwrap();
@@ -89,8 +89,11 @@ fn every_command_of_the_documentation_runs() {
             ran += 1;
         }
     }
-    assert!(ran >= 15, "{ran} commands");
+    assert!(ran >= 20, "{ran} commands");
+    // The last one stopped the server.
+    assert_eq!(srv.wait_exit(10), Some(0));
     // The error shown on the page is the one the server gives.
+    let (_srv, admin) = start(&d, &quoted(toml));
     let shown = rest.split("```json\n").nth(1).unwrap().split("```").next().unwrap();
     let shown: serde_json::Value = serde_json::from_str(shown).unwrap();
     call(
