@@ -124,6 +124,8 @@ pub enum ConfigCmd {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Print the JSON Schema of the configuration file (for editors and CI)
+    Schema,
     /// Load a whole configuration (TOML, or JSON if FILE ends in .json)
     Load {
         /// The file to load ("-": standard input, TOML)
@@ -231,6 +233,8 @@ pub enum Action {
     Man,
     /// Talk to a running server.
     Remote(Box<crate::admin::client::Call>),
+    /// Print the configuration's JSON Schema.
+    Schema,
 }
 
 /// The clap command (for completions and the manual page).
@@ -301,6 +305,7 @@ fn action(cli: Cli, matches: &clap::ArgMatches) -> Result<Action, String> {
         Some(Cmd::Man) => Ok(Action::Man),
         Some(Cmd::Reload(r)) => crate::admin::client::Call::reload(r).map(|c| Action::Remote(Box::new(c))),
         Some(Cmd::Stop(r)) => crate::admin::client::Call::stop(r).map(|c| Action::Remote(Box::new(c))),
+        Some(Cmd::Config(ConfigCmd::Schema)) => Ok(Action::Schema),
         Some(Cmd::Config(c)) => crate::admin::client::Call::config(c).map(|c| Action::Remote(Box::new(c))),
         Some(Cmd::Serve(args)) => {
             let sub = matches.subcommand_matches("serve");

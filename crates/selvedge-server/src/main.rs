@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         }
         Action::Check(file) => check(&file),
         Action::Run(cfg) => supervise::run(*cfg, level.as_deref(), exe, args),
+        Action::Schema => print_all(selvedge_server::config::SCHEMA.as_bytes()),
         Action::Remote(call) => match call.run() {
             Ok(out) => print_all(out.as_bytes()),
             Err(e) => {

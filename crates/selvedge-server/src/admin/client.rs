@@ -86,6 +86,7 @@ impl Call {
                 call
             }
             ConfigCmd::Delete { path, remote } => Call::to(remote, "DELETE", at(&path))?,
+            ConfigCmd::Schema => return Err("`config schema` asks no server".into()),
             ConfigCmd::Load { file, remote } => {
                 let body = if file == Path::new("-") {
                     let mut b = Vec::new();

@@ -43,6 +43,10 @@ use crate::diag::ErrorLogConfig;
 use crate::files::compression::{CompressConfig, RawCompress};
 use crate::files::StaticOptions;
 
+/// The configuration file's JSON Schema (`selvedge config schema`), written by
+/// `scripts/config-schema.py`.
+pub const SCHEMA: &str = include_str!("schema.json");
+
 /// A configuration error, with its position in the file.
 #[derive(Debug)]
 pub struct ConfigError {
