@@ -519,6 +519,7 @@ admin = table(
         "listen": ref("listenAddress", description="Loopback \"IP:PORT\" or \"unix:PATH\"; another address "
                       "needs public = true."),
         "public": boolean("Allow a non-loopback listen address. Default false."),
+        "api": boolean("The configuration API (/config, /load, /upstreams, /reload, /stop). Default false."),
         "token": string("Bearer token of the configuration API: at least 16 visible ASCII characters.",
                         r"[!-~]{16,}"),
         "persist": string("File the configuration API writes the configuration to after each change.",

@@ -806,13 +806,17 @@ fn has_encoded_slash(path: &[u8]) -> bool {
 /// on its own (400, 413, 414, 431, 500...): swapped on reload like the site.
 pub type EnginePages = Arc<ArcSwap<HashMap<u16, (Bytes, &'static str)>>>;
 
-/// Reads the default virtual host's error pages (unreadable ones are skipped).
+/// The largest error page read into memory for the engine's own answers.
+pub const MAX_ERROR_PAGE: u64 = 1 << 20;
+
+/// Reads the default virtual host's error pages (unreadable ones, and anything but a
+/// regular file of at most [`MAX_ERROR_PAGE`] bytes, are skipped).
 pub fn engine_pages(cfg: &Config) -> HashMap<u16, (Bytes, &'static str)> {
     let mut out = HashMap::new();
     for v in cfg.vhosts.iter().filter(|v| v.hosts.is_empty()) {
         for r in &v.routes {
             for (code, path) in r.static_opts().map(|o| &o.error_pages).into_iter().flatten() {
-                if let Ok(b) = std::fs::read(path) {
+                if let Ok(b) = crate::files::read_small(path, MAX_ERROR_PAGE) {
                     out.entry(*code).or_insert((Bytes::from(b), crate::files::mime::for_path(path)));
                 }
             }

@@ -28,7 +28,7 @@ fn start(d: &TempDir, text: &str) -> (Srv, SocketAddr) {
 fn plain(admin: &str, extra: &str) -> String {
     format!(
         "[server]\nworkers = 1\npid_file = \"selvedge.pid\"\n[[listen]]\naddress = \"127.0.0.1:0\"\n[admin]\nlisten = \
-         \"{admin}\"\n{extra}\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"site\"\n"
+         \"{admin}\"\napi = true\n{extra}\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"site\"\n"
     )
 }
 
@@ -306,7 +306,7 @@ fn the_command_line_talks_to_the_running_server() {
     // No admin listener: reload and stop signal the process in the pid file.
     let d2 = TempDir::new("api-cli-signal");
     site(&d2);
-    let text = plain("127.0.0.1:0", "").replace("[admin]\nlisten = \"127.0.0.1:0\"\n", "");
+    let text = plain("127.0.0.1:0", "").replace("[admin]\nlisten = \"127.0.0.1:0\"\napi = true\n", "");
     let f2 = d2.write("selvedge.toml", &text);
     let mut srv2 = Srv::start(&["run", "-c", f2.to_str().unwrap()]);
     let out = Command::new(BIN).args(["reload", "-c", f2.to_str().unwrap()]).output().unwrap();
@@ -551,4 +551,177 @@ fn client_certificates_open_the_api_on_a_public_address() {
     );
     let out = Command::new(BIN).args(["check", "-c", bad.to_str().unwrap()]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn what_an_attacker_tried_is_refused() {
+    let d = TempDir::new("api-attacks");
+    site(&d);
+    let extra = "[[vhost.route]]\npath = \"/p/\"\nproxy = { upstream = \"http://127.0.0.1:9\", header_up = { Authorization = \"Bearer s3cretUpstreamPw\" } }\n";
+    let (srv, admin) = start(&d, &format!("{}{extra}", plain("127.0.0.1:0", "")));
+    // A path deep enough to overflow a stack when its tables are made: refused.
+    let deep = "/a".repeat(3000);
+    let r = call(admin, "PUT", &format!("/config{deep}"), &[], Some("1"));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(call(admin, "GET", "/config/server", &[], None).status, 200, "alive");
+    // The environment is the file's: a new ${VAR} is refused and nothing of it comes back.
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    for v in ["\"${HOME}\"", "\"${HOME:-\\n\\n\\n\\n}\"", "\"x${PATH}\""] {
+        let r = call(admin, "PUT", "/config/server/workers", &[], Some(v));
+        assert_eq!(r.status, 400, "{v}: {}", r.text());
+        assert!(!r.text().contains(&home) && r.text().contains("references"), "{v}: {}", r.text());
+    }
+    // A refused change of a rendered document names no line's text (it could be a secret's).
+    let r = call(admin, "PUT", "/config/vhost/0/route/1/proxy/retries", &[], Some("\"many\""));
+    assert_eq!(r.status, 400);
+    assert!(json(&r).get("near").is_none() && !r.text().contains("s3cret"), "{}", r.text());
+    assert!(!call(admin, "GET", "/config", &[], None).text().contains("s3cret"));
+    // Versions are keyed per process: another server with the same file has other tags.
+    let (_srv2, admin2) = start(&d, &format!("{}{extra}", plain("127.0.0.1:0", "")));
+    let tag = |a| call(a, "GET", "/config", &[], None).header("etag").unwrap().to_string();
+    assert_ne!(tag(admin), tag(admin2));
+    // A FIFO or an endless file as an error page does not stall the change.
+    let fifo = d.path().join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let t = std::time::Instant::now();
+    for page in [fifo.to_str().unwrap(), "/dev/zero"] {
+        let body = format!("{{\"404\": \"{page}\"}}");
+        let r = call(admin, "PUT", "/config/vhost/0/route/0/error_pages", &[], Some(&body));
+        assert!(r.status == 200 || r.status == 400, "{}", r.text());
+    }
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // A user that does not exist is refused (the server could not restart with it).
+    let r = call(admin, "PUT", "/config/server/user", &[], Some("\"no-such-user-here\""));
+    assert_eq!(r.status, 400, "{}", r.text());
+    // The access log set through the API is opened at once.
+    let log = d.path().join("api-access.log");
+    let body = format!("{{\"access\": \"{}\"}}", log.display());
+    assert_eq!(call(admin, "PUT", "/config/log", &[], Some(&body)).status, 200);
+    get(srv.addr, "/index.html");
+    eventually(10, "the access log line", || std::fs::read_to_string(&log).is_ok_and(|t| t.contains("/index.html")));
+    // A purge follows the API's rules.
+    let purge = |h: &[(&str, &str)]| call(admin, "POST", "/cache/purge?prefix=http", h, Some("")).status;
+    assert_eq!(purge(&[("Origin", "https://evil.example")]), 403);
+    assert_eq!(purge(&[("Host", "evil.example")]), 403);
+    assert_eq!(purge(&[]), 200);
+    // Refusals are logged.
+    assert!(srv.said("admin API request refused"));
+}
+
+#[test]
+fn the_api_is_off_unless_asked_for() {
+    let d = TempDir::new("api-off");
+    site(&d);
+    let text = plain("127.0.0.1:0", "").replace("api = true\n", "");
+    let (_srv, admin) = start(&d, &text);
+    assert_eq!(call(admin, "GET", "/config", &[], None).status, 404);
+    assert_eq!(call(admin, "POST", "/stop", &[], Some("")).status, 404);
+    assert_eq!(call(admin, "GET", "/upstreams", &[], None).status, 404);
+    assert_eq!(call(admin, "GET", "/metrics", &[], None).status, 200);
+}
+
+#[test]
+fn a_unix_socket_needs_no_local_host_name() {
+    if !common::have("curl") {
+        return common::missing_tool("curl", "a_unix_socket_needs_no_local_host_name");
+    }
+    let d = TempDir::new("api-unix");
+    site(&d);
+    let sock = d.path().join("admin.sock");
+    let text = plain(&format!("unix:{}", sock.display()), "");
+    let f = d.write("selvedge.toml", text);
+    let _srv = Srv::start(&["run", "-c", f.to_str().unwrap()]);
+    eventually(10, "the socket", || sock.exists());
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--unix-socket",
+            sock.to_str().unwrap(),
+            "http://x/config",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+}
+
+#[test]
+fn persisting_keeps_the_file_private_and_follows_no_link() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = TempDir::new("api-persist-safe");
+    site(&d);
+    let (_srv, admin) =
+        start(&d, &plain("127.0.0.1:0", "persist = \"selvedge.toml\"\ntoken = \"private-token-0123456789\""));
+    let f = d.path().join("selvedge.toml");
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Links planted where the backup goes: replaced, their targets untouched.
+    let victim = d.write("victim", "untouched");
+    std::os::unix::fs::symlink(&victim, d.path().join("selvedge.toml.bak")).unwrap();
+    let auth = [("Authorization", "Bearer private-token-0123456789")];
+    let r = call(admin, "PUT", "/config/server/workers", &auth, Some("1"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(json(&r)["persisted"].is_string(), "{}", r.text());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+    let bak = d.path().join("selvedge.toml.bak");
+    assert!(std::fs::symlink_metadata(&bak).unwrap().is_file());
+    for p in [&f, &bak] {
+        let mode = std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", p.display());
+    }
+    assert!(std::fs::read_to_string(&f).unwrap().contains("private-token-0123456789"), "the token is kept");
+    // No temporary file left behind.
+    let left: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn the_command_line_encodes_paths_and_checks_the_pid_it_signals() {
+    let d = TempDir::new("api-cli-safe");
+    site(&d);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (srv, admin) = start(&d, &plain(&format!("127.0.0.1:{port}"), ""));
+    let f = d.path().join("selvedge.toml");
+    let out = Command::new(BIN)
+        .args(["config", "set", "vhost/0/route/0/headers/X#Y", "\"v\"", "-c", f.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let headers = json(&call(admin, "GET", "/config/vhost/0/route/0/headers", &[], None));
+    assert_eq!(headers, serde_json::json!({ "X#Y": "v" }));
+    // A line break in a path is a key's, not a second request.
+    let out = Command::new(BIN)
+        .args([
+            "config",
+            "get",
+            "vhost HTTP/1.1\r\nHost: localhost\r\n\r\nPOST /stop HTTP/1.1\r\nX: y",
+            "-c",
+            f.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(get(srv.addr, "/index.html"), 200, "still serving");
+    // A stale pid file naming another process: not signalled.
+    let mut other = Reaped(Command::new("sleep").arg("30").spawn().unwrap());
+    let d2 = TempDir::new("api-cli-stale");
+    let f2 = d2.write(
+        "selvedge.toml",
+        format!(
+            "[server]\npid_file = \"{}\"\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nrespond = 204\n",
+            d2.path().join("s.pid").display()
+        ),
+    );
+    d2.write("s.pid", other.0.id().to_string());
+    let out = Command::new(BIN).args(["stop", "-c", f2.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not selvedge"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(other.0.try_wait().unwrap().is_none(), "the other process lives");
 }

@@ -9,13 +9,17 @@
 //! `vhost/0/route/2/proxy`. Values come and go as JSON (TOML has no `null`: a merge patch's
 //! `null` removes a key, anywhere else it is refused).
 
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
 
 use serde_json::Value as Json;
 use toml::{Table, Value};
 
 /// What a redacted value reads as; a document sent back with it keeps the running value.
 pub const REDACTED: &str = "[redacted]";
+
+/// The most path segments taken (a configuration is a few levels deep; tables made on the
+/// way to a deep path would nest without bound).
+pub const MAX_DEPTH: usize = 32;
 
 /// A change to the document.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,13 +74,29 @@ impl Doc {
         toml::to_string(&self.root).unwrap_or_default()
     }
 
-    /// Its entity tag: a hash of its rendering (equal documents, equal tags).
+    /// Its entity tag: a keyed hash of its rendering, the key random per process (equal
+    /// documents have equal tags in one process; a tag tells nothing about a redacted
+    /// value, which could otherwise be guessed offline against it).
     pub fn etag(&self) -> String {
-        // SipHash with fixed keys: the same document has the same tag in every process.
-        #[allow(deprecated)]
-        let mut h = std::hash::SipHasher::new();
-        self.render().hash(&mut h);
-        format!("\"{:016x}\"", h.finish())
+        static KEY: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+        format!("\"{:016x}\"", KEY.get_or_init(std::hash::RandomState::new).hash_one(self.render()))
+    }
+
+    /// Every string value of the document that holds a `${VAR}` reference.
+    pub fn references(&self) -> std::collections::HashSet<String> {
+        fn walk(v: &Value, out: &mut std::collections::HashSet<String>) {
+            match v {
+                Value::String(s) if s.contains("${") => {
+                    out.insert(s.clone());
+                }
+                Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+                Value::Table(t) => t.values().for_each(|x| walk(x, out)),
+                _ => {}
+            }
+        }
+        let mut out = std::collections::HashSet::new();
+        self.root.values().for_each(|v| walk(v, &mut out));
+        out
     }
 
     /// The value at `path` as JSON, secrets redacted; `None`: nothing there.
@@ -313,11 +333,14 @@ impl Doc {
 /// # Errors
 /// An empty segment (`//`) or one that is not UTF-8.
 pub fn parse_path(s: &str) -> Result<Vec<String>, String> {
-    let s = s.trim_start_matches('/');
-    if s.is_empty() {
+    if s.is_empty() || s == "/" {
         return Ok(Vec::new());
     }
+    let Some(s) = s.strip_prefix('/') else { return Err("a path starts with '/'".into()) };
     let s = s.strip_suffix('/').unwrap_or(s);
+    if s.split('/').count() > MAX_DEPTH {
+        return Err(format!("a path of more than {MAX_DEPTH} segments"));
+    }
     s.split('/')
         .map(|seg| {
             if seg.is_empty() {
@@ -441,24 +464,42 @@ fn to_toml(j: &Json) -> Result<Value, String> {
     })
 }
 
-/// Whether the value under `key` is a secret: a token, password or secret key, or a
-/// header value that carries credentials.
+/// Whether a key or a variable name names a secret: a token, password, secret, key for an
+/// API, credentials, or a header that carries them (`Authorization`, `Cookie`, also as
+/// `+Authorization` in a header rewrite).
 fn secret(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    ["token", "password", "secret", "hmac"].iter().any(|s| k.contains(s))
-        || k == "authorization"
-        || k == "proxy-authorization"
-        || k == "cookie"
+    let k = key.trim_start_matches(['+', '-', '?']).to_ascii_lowercase();
+    const WORDS: [&str; 11] = [
+        "token",
+        "password",
+        "passwd",
+        "secret",
+        "hmac",
+        "authorization",
+        "cookie",
+        "credential",
+        "api-key",
+        "api_key",
+        "apikey",
+    ];
+    WORDS.iter().any(|w| k.contains(w)) || k == "private_key"
 }
 
 fn table_json(t: &Table, redact: bool) -> Json {
     Json::Object(t.iter().map(|(k, v)| (k.clone(), to_json(v, k, redact))).collect())
 }
 
-/// A TOML value as JSON; a secret's strings (the value under a secret key) redacted.
+/// A TOML value as JSON. Redacted: every string under a secret key (however deep: a
+/// header rewrite's `{ search, replace }` too), and a `NAME=value` string whose name is a
+/// secret's (an environment list).
 fn to_json(v: &Value, key: &str, redact: bool) -> Json {
+    if redact && secret(key) {
+        return redacted(v);
+    }
     match v {
-        Value::String(_) if redact && secret(key) => Json::String(REDACTED.into()),
+        Value::String(s) if redact && s.split_once('=').is_some_and(|(n, _)| !n.is_empty() && secret(n)) => {
+            Json::String(REDACTED.into())
+        }
         Value::String(s) => Json::String(s.clone()),
         Value::Integer(i) => Json::from(*i),
         Value::Float(f) => serde_json::Number::from_f64(*f).map_or(Json::Null, Json::Number),
@@ -466,6 +507,16 @@ fn to_json(v: &Value, key: &str, redact: bool) -> Json {
         Value::Datetime(d) => Json::String(d.to_string()),
         Value::Array(a) => Json::Array(a.iter().map(|x| to_json(x, key, redact)).collect()),
         Value::Table(t) => table_json(t, redact),
+    }
+}
+
+/// `v` with every string in it redacted.
+fn redacted(v: &Value) -> Json {
+    match v {
+        Value::String(_) => Json::String(REDACTED.into()),
+        Value::Array(a) => Json::Array(a.iter().map(redacted).collect()),
+        Value::Table(t) => Json::Object(t.iter().map(|(k, v)| (k.clone(), redacted(v))).collect()),
+        other => to_json(other, "", false),
     }
 }
 
@@ -513,7 +564,8 @@ proxy = { upstreams = ["http://127.0.0.1:3000"], header_up = { Authorization = "
 "#;
 
     fn p(s: &str) -> Vec<String> {
-        parse_path(s).unwrap()
+        let s = if s.starts_with('/') { s.to_string() } else { format!("/{s}") };
+        parse_path(&s).unwrap()
     }
 
     #[test]
@@ -529,8 +581,33 @@ proxy = { upstreams = ["http://127.0.0.1:3000"], header_up = { Authorization = "
         assert_eq!(all["vhost"][0]["route"][1]["proxy"]["header_up"]["Authorization"], json!(REDACTED));
         assert!(!all.to_string().contains("s3cret") && !all.to_string().contains("ADMIN_TOKEN"));
         assert!(parse_path("/a//b").is_err());
+        assert!(parse_path("//vhost").is_err() && parse_path("///").is_err() && parse_path("vhost").is_err());
+        assert!(parse_path(&"/a".repeat(MAX_DEPTH)).is_ok());
+        assert!(parse_path(&"/a".repeat(MAX_DEPTH + 1)).is_err(), "deep paths refused");
         assert_eq!(p("/vhost/0/route/"), ["vhost", "0", "route"]);
         assert_eq!(p("/headers/X%2DA"), ["headers", "X-A"]);
+    }
+
+    #[test]
+    fn every_form_of_a_secret_is_redacted() {
+        let text = r#"
+[[vhost]]
+[[vhost.route]]
+path = "/"
+cgi = { root = "/srv/cgi", env = ["DB_PASSWORD=hunter2", "MODE=prod"] }
+[[vhost.route]]
+path = "/p/"
+proxy = { upstream = "http://127.0.0.1:1", header_up = { "+Authorization" = "Bearer plus", "Proxy-Authorization" = { search = "^.*$", replace = "Basic repl" }, "X-Api-Key" = "k3y", "X-Trace" = "on" } }
+"#;
+        let d = Doc::parse(text).unwrap();
+        let all = d.get(&[]).unwrap().to_string();
+        for s in ["hunter2", "Bearer plus", "Basic repl", "k3y"] {
+            assert!(!all.contains(s), "{s} in {all}");
+        }
+        assert!(all.contains("MODE=prod") && all.contains("\"X-Trace\":\"on\""), "{all}");
+        // Sent back as read: every secret kept.
+        let back = d.apply(&Op::Put(vec![], d.get(&[]).unwrap())).unwrap();
+        assert_eq!(back, d);
     }
 
     #[test]

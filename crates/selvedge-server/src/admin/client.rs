@@ -74,7 +74,7 @@ impl Call {
     /// # Errors
     /// As [`Call::reload`]; a value that is not JSON; a file that cannot be read.
     pub fn config(c: ConfigCmd) -> Result<Call, String> {
-        let at = |p: &str| format!("/config/{}", p.trim_start_matches('/'));
+        let at = |p: &str| format!("/config/{}", encode_path(p.trim_start_matches('/')));
         let mut call = match c {
             ConfigCmd::Get { path, remote } => Call::to(remote, "GET", at(path.as_deref().unwrap_or("")))?,
             ConfigCmd::Set { path, value, remote } => {
@@ -135,6 +135,16 @@ impl Call {
             .ok()
             .and_then(rustix::process::Pid::from_raw)
             .ok_or_else(|| format!("{why}; pid file {}: not a process id", pid_file.display()))?;
+        // The pid file may be stale (the server was killed) and its number another
+        // process's now.
+        let comm = std::fs::read_to_string(format!("/proc/{}/comm", pid.as_raw_nonzero())).unwrap_or_default();
+        if !comm.trim().starts_with("selvedge") {
+            return Err(format!(
+                "{why}; pid file {}: process {} is not selvedge (a stale pid file?)",
+                pid_file.display(),
+                pid.as_raw_nonzero()
+            ));
+        }
         rustix::process::kill_process(pid, sig)
             .map_err(|e| format!("{why}; signalling {}: {e}", pid.as_raw_nonzero()))?;
         Ok(format!("{why}: sent {name} to process {}\n", pid.as_raw_nonzero()))
@@ -178,6 +188,21 @@ impl Call {
     }
 }
 
+/// A configuration path for a request line: `/` kept between segments, every byte but
+/// letters, digits and `-._~` percent-encoded (a key with `?`, `#`, a space or a line
+/// break is a key, not the end of the path or of the request).
+fn encode_path(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    for &b in p.as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// `HOST:PORT` or `unix:PATH`.
 fn parse_addr(s: &str) -> Result<Listen, String> {
     if let Some(p) = s.strip_prefix("unix:") {
@@ -216,5 +241,8 @@ mod tests {
         assert!(matches!(parse_addr("unix:/run/a.sock"), Ok(Listen::Unix(_))));
         assert!(matches!(parse_addr("127.0.0.1:2019"), Ok(Listen::Tcp(_))));
         assert!(parse_addr("localhost:2019").is_err());
+        assert_eq!(encode_path("vhost/0/headers/X?Y"), "vhost/0/headers/X%3FY");
+        assert_eq!(encode_path("a b\r\nPOST /stop"), "a%20b%0D%0APOST%20/stop");
+        assert_eq!(encode_path("100%"), "100%25");
     }
 }

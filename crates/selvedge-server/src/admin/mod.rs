@@ -42,6 +42,8 @@ pub struct AdminConfig {
     pub persist: Option<std::path::PathBuf>,
     /// TLS on the listener, with client certificates asked for when `client_ca` is set.
     pub tls: Option<AdminTls>,
+    /// The configuration API (`/config`, `/load`, `/upstreams`, `/reload`, `/stop`) on.
+    pub api: bool,
 }
 
 /// `[admin] tls`.
@@ -159,6 +161,8 @@ pub struct ApiLink {
     pub local: bool,
     /// Whether every client presented a certificate from `[admin] tls.client_ca`.
     pub verified_clients: bool,
+    /// Whether the configuration API is on (`[admin] api`).
+    pub enabled: bool,
 }
 
 /// The process's readiness, as `/readyz` reports it.
@@ -332,7 +336,7 @@ impl Admin {
             move |req: Request| {
                 let api = is_api(req.path()).then(|| link.clone());
                 let res = match api {
-                    None => Some(answer(&req, &info, &history)),
+                    None => Some(answer(&req, &info, &history, &link)),
                     Some(_) => None,
                 };
                 async move {
@@ -426,19 +430,21 @@ fn refuse(status: StatusCode, why: &str) -> Response {
 /// local client sends (an IP address or `localhost`: a name another site controls could
 /// be pointed at 127.0.0.1).
 fn api_allowed(req: &Request, link: &ApiLink) -> Result<(), Response> {
-    let from_browser = req.header("origin").is_some()
-        || req.header("sec-fetch-site").is_some_and(|v| !v.eq_ignore_ascii_case(b"none"));
+    let from_browser = req.header_bytes().any(|(n, v)| {
+        n.eq_ignore_ascii_case(b"origin")
+            || (n.eq_ignore_ascii_case(b"sec-fetch-site") && !v.eq_ignore_ascii_case(b"none"))
+    });
     if from_browser {
-        return Err(refuse(StatusCode::FORBIDDEN, "the configuration API does not answer browser pages"));
+        return Err(refuse(StatusCode::FORBIDDEN, "the admin API does not answer browser pages"));
     }
     if let Some(token) = &link.token {
         let given = req.header("authorization").and_then(|v| {
             let (scheme, rest) = v.split_at(v.len().min(7));
-            scheme.eq_ignore_ascii_case(b"bearer ").then_some(rest)
+            scheme.eq_ignore_ascii_case(b"bearer ").then(|| rest.trim_ascii())
         });
         let ok = given.is_some_and(|g| crate::policy::auth::ct_eq(g, token.as_bytes()));
         if !ok {
-            return Err(refuse(StatusCode::UNAUTHORIZED, "the configuration API needs `Authorization: Bearer TOKEN`")
+            return Err(refuse(StatusCode::UNAUTHORIZED, "the admin API needs `Authorization: Bearer TOKEN`")
                 .header(header::WWW_AUTHENTICATE, "Bearer realm=\"selvedge admin\""));
         }
         return Ok(());
@@ -450,25 +456,38 @@ fn api_allowed(req: &Request, link: &ApiLink) -> Result<(), Response> {
     if !link.local {
         return Err(refuse(
             StatusCode::FORBIDDEN,
-            "the configuration API on a non-loopback address needs [admin] token or tls.client_ca",
+            "the admin API on a non-loopback address needs [admin] token or tls.client_ca",
         ));
     }
-    let host = req.authority().unwrap_or("localhost");
-    let name = match host.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || host.starts_with('[') => match p.bytes().all(|b| b.is_ascii_digit()) {
-            true => h,
-            false => host,
+    // A browser cannot reach a Unix socket; over TCP, a name could be pointed at 127.0.0.1.
+    if matches!(req.peer(), selvedge::PeerAddr::Unix) || local_host(req.authority().unwrap_or("localhost")) {
+        return Ok(());
+    }
+    Err(refuse(StatusCode::FORBIDDEN, "the admin API answers Host: localhost or an IP address without [admin] token"))
+}
+
+/// Whether `host` (a `Host` value: name or address, and maybe a port) is `localhost` or an
+/// IP address.
+fn local_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        // `[v6]` or `[v6]:port`.
+        Some(rest) => match rest.split_once(']') {
+            Some((v6, port)) if port.is_empty() || port.strip_prefix(':').is_some_and(is_port) => {
+                return v6.parse::<std::net::Ipv6Addr>().is_ok();
+            }
+            _ => return false,
         },
-        _ => host,
+        None => match host.rsplit_once(':') {
+            Some((h, port)) if is_port(port) => h,
+            Some(_) => return false,
+            None => host,
+        },
     };
-    let name = name.trim_start_matches('[').trim_end_matches(']');
-    if !name.eq_ignore_ascii_case("localhost") && name.parse::<std::net::IpAddr>().is_err() {
-        return Err(refuse(
-            StatusCode::FORBIDDEN,
-            "the configuration API answers Host: localhost or an IP address without [admin] token",
-        ));
-    }
-    Ok(())
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
+}
+
+fn is_port(p: &str) -> bool {
+    !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Who made a request, for the log.
@@ -486,11 +505,20 @@ fn who(req: &Request, link: &ApiLink) -> String {
 /// Serves the configuration API: the request checked and read here, the answer from the
 /// supervisor.
 async fn api_answer(mut req: Request, link: &ApiLink) -> Response {
-    if let Err(res) = api_allowed(&req, link) {
-        return res;
-    }
     let m = req.method().clone();
     let path = req.path().to_string();
+    if let Err(res) = api_allowed(&req, link) {
+        tracing::info!(
+            who = who(&req, link),
+            what = format!("{m} {path}"),
+            status = res.status().as_u16(),
+            "admin API request refused"
+        );
+        return refused(res);
+    }
+    if !link.enabled {
+        return refuse(StatusCode::NOT_FOUND, "the configuration API is off ([admin] api = true turns it on)");
+    }
     let if_match = req.header_str("if-match").map(str::to_string);
     let json_body = req.header("content-type").is_some_and(|v| {
         let v = v.split(|&b| b == b';').next().unwrap_or_default();
@@ -619,9 +647,19 @@ async fn reply(rx: tokio::sync::oneshot::Receiver<ApiAnswer>, head: bool) -> Res
     }
 }
 
-fn answer(req: &Request, info: &Mutex<Info>, history: &status::History) -> Response {
+fn answer(req: &Request, info: &Mutex<Info>, history: &status::History, link: &ApiLink) -> Response {
     if req.path() == "/cache/purge" {
         if req.method() == Method::POST || req.method() == Method::DELETE || req.method().as_str() == "PURGE" {
+            // A change: the API's rules on who may make it.
+            if let Err(res) = api_allowed(req, link) {
+                tracing::info!(
+                    who = who(req, link),
+                    what = "purge",
+                    status = res.status().as_u16(),
+                    "admin API request refused"
+                );
+                return res;
+            }
             return purge(req);
         }
         return text(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed\n", "text/plain; charset=utf-8")

@@ -16,6 +16,7 @@ pub(super) struct RawAdmin {
     token: Option<Spanned<String>>,
     persist: Option<Spanned<String>>,
     tls: Option<Spanned<RawAdminTls>>,
+    api: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -79,5 +80,6 @@ pub(super) fn admin(src: &Source<'_>, raw: Option<&Spanned<RawAdmin>>) -> Result
     if matches!(listen, Listen::Unix(_)) && tls.is_some() {
         return Err(src.err(Some(l.span()), "[admin] tls is for a TCP address, not a Unix socket".into()));
     }
-    Ok(Some(AdminConfig { listen, public, token, persist, tls }))
+    let api = a.get_ref().api.unwrap_or(false);
+    Ok(Some(AdminConfig { listen, public, token, persist, tls, api }))
 }

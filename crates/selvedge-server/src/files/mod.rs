@@ -786,6 +786,32 @@ fn read_exact_at(file: &std::fs::File, mut buf: &mut [u8], mut offset: u64) -> O
     Some(())
 }
 
+/// Reads a small regular file that the configuration names (an error page, an htpasswd
+/// file): opened without blocking (a FIFO cannot stall a reload), refused if it is not a
+/// regular file or is over `max` bytes.
+///
+/// # Errors
+/// It cannot be opened or read, it is not a regular file, or it is too large.
+pub fn read_small(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f =
+        std::fs::OpenOptions::new().read(true).custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32).open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    if meta.len() > max {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("over {max} bytes")));
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    f.take(max + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("over {max} bytes")));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -271,7 +271,7 @@ impl Collector for Scrape {
         counter(
             &mut e,
             "selvedge_config_api_changes",
-            "Changes through the admin API's configuration endpoints, by result",
+            "Admin API requests: changes applied, and requests refused (invalid, stale If-Match, not allowed)",
             &[
                 (vec![("result", "applied")], v(&ev.api_changes_ok)),
                 (vec![("result", "refused")], v(&ev.api_changes_refused)),

@@ -106,8 +106,13 @@ impl AuthConfig {
 }
 
 /// Parses an htpasswd file.
+/// The largest htpasswd file read (about 100,000 users).
+const MAX_HTPASSWD: u64 = 16 << 20;
+
 fn load_htpasswd(file: &Path) -> Result<HashMap<Vec<u8>, Hash>, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("auth: htpasswd {}: {e}", file.display()))?;
+    let bytes =
+        crate::files::read_small(file, MAX_HTPASSWD).map_err(|e| format!("auth: htpasswd {}: {e}", file.display()))?;
+    let text = String::from_utf8(bytes).map_err(|_| format!("auth: htpasswd {}: not UTF-8", file.display()))?;
     let mut users = HashMap::new();
     for (i, line) in text.lines().enumerate() {
         let at = |why: String| format!("auth: {}:{}: {why}", file.display(), i + 1);

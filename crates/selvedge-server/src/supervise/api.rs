@@ -21,8 +21,8 @@ use crate::routes::Site;
 #[derive(Debug)]
 pub(super) struct ApiState {
     /// The configuration as a document (why there is none: started without a file, a file
-    /// that is not TOML before its `${VAR}`s are put in).
-    doc: Result<Doc, String>,
+    /// that is not TOML before its `${VAR}`s are put in), and its tag.
+    doc: Result<(Doc, String), String>,
     /// Changes made through the API and not written to the configuration file.
     pub unsaved: u64,
 }
@@ -30,7 +30,12 @@ pub(super) struct ApiState {
 impl ApiState {
     /// The document of `cfg`'s file.
     pub fn of(cfg: &Config) -> ApiState {
-        ApiState { doc: doc_of(cfg), unsaved: 0 }
+        ApiState { doc: doc_of(cfg).map(tagged), unsaved: 0 }
+    }
+
+    /// The document's tag, if there is one.
+    pub fn etag(&self) -> Option<String> {
+        self.doc.as_ref().ok().map(|(_, t)| t.clone())
     }
 
     /// The document read again from `cfg`'s file (after a reload).
@@ -47,6 +52,14 @@ fn doc_of(cfg: &Config) -> Result<Doc, String> {
     })
 }
 
+fn tagged(d: Doc) -> (Doc, String) {
+    let t = d.etag();
+    (d, t)
+}
+
+/// The largest configuration the API keeps, as TOML.
+const MAX_DOC: usize = 4 << 20;
+
 fn answer(status: StatusCode, body: serde_json::Value, etag: Option<String>) -> ApiAnswer {
     ApiAnswer { status, body, etag }
 }
@@ -57,12 +70,12 @@ pub(super) fn handle(r: &mut Running, cmd: Cmd) -> bool {
         Cmd::Get { path, reply } => {
             let a = match &r.api.doc {
                 Err(e) => answer(StatusCode::CONFLICT, json!({ "error": e }), None),
-                Ok(d) => match d.get(&path) {
-                    Some(v) => answer(StatusCode::OK, v, Some(d.etag())),
+                Ok((d, tag)) => match d.get(&path) {
+                    Some(v) => answer(StatusCode::OK, v, Some(tag.clone())),
                     None => answer(
                         StatusCode::NOT_FOUND,
                         json!({ "error": format!("nothing at /{}", path.join("/")) }),
-                        Some(d.etag()),
+                        Some(tag.clone()),
                     ),
                 },
             };
@@ -85,7 +98,7 @@ pub(super) fn handle(r: &mut Running, cmd: Cmd) -> bool {
         Cmd::Upstreams { reply } => {
             let a = match &r.api.doc {
                 Err(e) => answer(StatusCode::CONFLICT, json!({ "error": e }), None),
-                Ok(d) => answer(StatusCode::OK, upstreams(d), Some(d.etag())),
+                Ok((d, tag)) => answer(StatusCode::OK, upstreams(d), Some(tag.clone())),
             };
             let _ = reply.send(a);
             false
@@ -93,10 +106,7 @@ pub(super) fn handle(r: &mut Running, cmd: Cmd) -> bool {
         Cmd::Reload { who, reply } => {
             info!(who, "reload asked through the admin API");
             let a = match reload::reload(r) {
-                Ok(()) => {
-                    let etag = r.api.doc.as_ref().ok().map(Doc::etag);
-                    answer(StatusCode::OK, json!({ "reloaded": true }), etag)
-                }
+                Ok(()) => answer(StatusCode::OK, json!({ "reloaded": true }), r.api.etag()),
                 Err(e) => answer(StatusCode::BAD_REQUEST, json!({ "reloaded": false, "error": e }), None),
             };
             let _ = reply.send(a);
@@ -144,11 +154,10 @@ fn matches(if_match: &str, etag: &str) -> bool {
 }
 
 fn change_config(r: &mut Running, change: Change, if_match: Option<&str>, who: &str, what: &str) -> ApiAnswer {
-    let doc = match &r.api.doc {
-        Ok(d) => d,
+    let (doc, before) = match &r.api.doc {
+        Ok((d, t)) => (d, t.clone()),
         Err(e) => return answer(StatusCode::CONFLICT, json!({ "error": e }), None),
     };
-    let before = doc.etag();
     if let Some(m) = if_match.filter(|m| !matches(m, &before)) {
         return answer(
             StatusCode::PRECONDITION_FAILED,
@@ -173,7 +182,7 @@ fn change_config(r: &mut Running, change: Change, if_match: Option<&str>, who: &
                 let sent = d.clone();
                 d.keep_secrets_of(doc);
                 if d == sent {
-                    (d, t, "the body")
+                    (d, t, BODY)
                 } else {
                     let t = d.render();
                     (d, t, "the body with its redacted values put back, as TOML")
@@ -181,7 +190,7 @@ fn change_config(r: &mut Running, change: Change, if_match: Option<&str>, who: &
             }
             // The loader's error, with its line and column in the body.
             Err(e) => match Config::parse(&file, &t) {
-                Err(ce) => return config_error(&ce, &t, "the body"),
+                Err(ce) => return config_error(&ce, &t, BODY),
                 Ok(_) => return bad(e),
             },
         },
@@ -210,14 +219,33 @@ fn change_config(r: &mut Running, change: Change, if_match: Option<&str>, who: &
             Err(e) => return bad(e),
         },
     };
+    if text.len() > MAX_DOC {
+        return answer(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!({ "error": format!("the configuration would be over {MAX_DOC} bytes") }),
+            None,
+        );
+    }
+    // `${VAR}`s are the file's: one sent through the API would read the server's
+    // environment (and echo it in an error or an answer).
+    let known = doc.references();
+    if let Some(s) = new.references().into_iter().find(|s| !known.contains(s)) {
+        return bad(format!(
+            "{s:?}: ${{VAR}} references are written in the configuration file, not sent through the API"
+        ));
+    }
     let cfg = match Config::parse(&file, &text) {
         Ok(c) => c,
         Err(e) => return config_error(&e, &text, source),
     };
+    if let Err(e) = crate::service::identity(cfg.user.as_deref(), cfg.group.as_deref()) {
+        return bad(e);
+    }
     let site = match Site::build(&cfg) {
         Ok(s) => s,
         Err(e) => return bad(e.to_string()),
     };
+    reload::reopen_logs(r, &cfg.log, &cfg.error_log.target);
     let restart = reload::apply(r, cfg, site);
     let after = new.etag();
     let mut body = json!({ "etag": after, "restart_needed": restart });
@@ -239,7 +267,7 @@ fn change_config(r: &mut Running, change: Change, if_match: Option<&str>, who: &
         r.api.unsaved += 1;
     }
     info!(who, what, before, after, "configuration changed through the admin API");
-    r.api.doc = Ok(new);
+    r.api.doc = Ok((new, after.clone()));
     answer(StatusCode::OK, body, Some(after))
 }
 
@@ -250,32 +278,83 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// A loader's error as JSON: the reason, its line and column in `text`, that line.
+/// A loader's error as JSON: the reason, its line and column in `text`, and that line
+/// (at most [`MAX_NEAR`] bytes of it) when `text` is the sender's own (a line of a
+/// rendered document may hold a value the sender only sees redacted).
 fn config_error(e: &ConfigError, text: &str, source: &str) -> ApiAnswer {
     let mut body = json!({ "error": e.reason, "in": source });
     if e.line > 0 {
         body["line"] = json!(e.line);
         body["column"] = json!(e.col);
-        if let Some(l) = text.lines().nth(e.line - 1) {
-            body["near"] = json!(l);
+        match text.lines().nth(e.line - 1) {
+            Some(l) if source == BODY => {
+                let mut end = l.len().min(MAX_NEAR);
+                while !l.is_char_boundary(end) {
+                    end -= 1;
+                }
+                body["near"] = json!(&l[..end]);
+            }
+            _ => {}
         }
     }
     answer(StatusCode::BAD_REQUEST, body, None)
 }
 
+/// The longest `near` line given back.
+const MAX_NEAR: usize = 200;
+
+/// Where an error is when the TOML checked is the body as sent.
+const BODY: &str = "the body";
+
 /// Writes `doc` to `path` as TOML: the file before it kept as `PATH.bak`, the new one
-/// written beside it and renamed over it (a reader sees one or the other whole).
+/// written beside it under a fresh name and renamed over it (a reader sees one or the
+/// other whole). The new file takes the old one's permissions and, where the process may
+/// give it, its owner; nothing on the way follows a symbolic link (a link planted as the
+/// temporary or the backup file is refused or replaced, never written through).
 fn write_config(path: &Path, doc: &Doc) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
+    // The file replaced, if it is one (a link at `path` is replaced by the file, its target
+    // left alone).
+    let old = std::fs::symlink_metadata(path).ok().filter(std::fs::Metadata::is_file);
+    let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_file_name(format!(".{name}.{}.{seq}.tmp", std::process::id()));
+    let mode = old.as_ref().map_or(0o600, |m| m.mode() & 0o7777);
+    let result = (|| {
+        let mut f =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(nofollow).open(&tmp)?;
         writeln!(f, "# Written by selvedge's admin API; the file it replaced is {name}.bak.")?;
         f.write_all(doc.render().as_bytes())?;
+        if let Some(m) = &old {
+            f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
+            // Only root may give a file away; otherwise it stays the server's.
+            let _ = std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()));
+        }
         f.sync_all()?;
+        if old.is_some() {
+            let bak = path.with_file_name(format!("{name}.bak"));
+            // A link (or anything) at the backup's name is replaced, not written through.
+            match std::fs::remove_file(&bak) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            let mut b = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .custom_flags(nofollow)
+                .open(&bak)?;
+            let mut src = std::fs::OpenOptions::new().read(true).custom_flags(nofollow).open(path)?;
+            std::io::copy(&mut src, &mut b)?;
+            let _ =
+                std::os::unix::fs::fchown(&b, old.as_ref().map(MetadataExt::uid), old.as_ref().map(MetadataExt::gid));
+        }
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    if path.exists() {
-        std::fs::copy(path, path.with_file_name(format!("{name}.bak")))?;
-    }
-    std::fs::rename(&tmp, path)
+    result
 }

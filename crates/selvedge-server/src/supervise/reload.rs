@@ -52,11 +52,12 @@ pub(super) fn apply(r: &mut Running, new: Config, site: Site) -> bool {
         || new.user != r.cfg.user
         || new.proxy_protocol != r.cfg.proxy_protocol
         || new.shared != r.cfg.shared
-        || new.admin != r.cfg.admin;
+        || new.admin != r.cfg.admin
+        || new.pid_file != r.cfg.pid_file;
     if restart {
         warn!(
-            "listeners (and their proxy_protocol and reuse_port), workers, user and [admin] change only on restart \
-             (or upgrade, SIGUSR2)"
+            "listeners (and their proxy_protocol and reuse_port), workers, user, pid_file and [admin] change only on \
+             restart (or upgrade, SIGUSR2)"
         );
     }
     let log = Option::clone(&r.front.log.load());

@@ -143,7 +143,7 @@ fn start_admin(cfg: &Config, site: &Site) -> Result<Option<AdminAndApi>, String>
         Listen::Unix(_) => true,
     };
     let verified_clients = a.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
-    let link = admin::ApiLink { tx, token: a.token.clone(), local, verified_clients };
+    let link = admin::ApiLink { tx, token: a.token.clone(), local, verified_clients, enabled: a.api };
     Admin::start(a, admin_info(cfg, site, Vec::new()), link)
         .map(|admin| Some((admin, rx)))
         .map_err(|e| format!("cannot listen on the admin address {:?}: {e}", a.listen))
