@@ -353,6 +353,7 @@ impl Site {
                     )),
                     None => None,
                 };
+                let policy = Policy::new(&r.policy, &format!("{label} {route_label}")).map(Box::new);
                 routes.push(Route {
                     forward_auth,
                     cache,
@@ -361,7 +362,7 @@ impl Site {
                     when: r.when.clone(),
                     try_files: r.try_files.clone(),
                     app,
-                    policy: Policy::new(&r.policy).map(Box::new),
+                    policy,
                     compress,
                     slot,
                 });

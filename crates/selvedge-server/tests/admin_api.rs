@@ -725,3 +725,27 @@ fn the_command_line_encodes_paths_and_checks_the_pid_it_signals() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not selvedge"), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(other.0.try_wait().unwrap().is_none(), "the other process lives");
 }
+
+#[test]
+fn rate_limits_count_on_across_changes() {
+    let d = TempDir::new("api-rate");
+    site(&d);
+    let text = plain("127.0.0.1:0", "")
+        .replace("root = \"site\"\n", "root = \"site\"\nrate = { requests = 3, per = \"1h\" }\n");
+    let (srv, admin) = start(&d, &text);
+    let statuses = |n| (0..n).map(|_| get(srv.addr, "/index.html")).collect::<Vec<_>>();
+    assert_eq!(statuses(4), [200, 200, 200, 429]);
+    // Other routes change; the limited one's clients stay counted.
+    for i in 0..3 {
+        let body = format!(r#"{{"path": "/x{i}/", "respond": 204}}"#);
+        assert_eq!(call(admin, "POST", "/config/vhost/0/route", &[], Some(&body)).status, 200);
+        assert_eq!(get(srv.addr, "/index.html"), 429, "after change {i}");
+    }
+    srv.signal("HUP");
+    eventually(10, "the reload", || srv.said("reloaded configuration"));
+    assert_eq!(get(srv.addr, "/index.html"), 429, "after a reload");
+    // A new limit is a new count.
+    let r = call(admin, "PUT", "/config/vhost/0/route/0/rate", &[], Some(r#"{"requests": 5, "per": "1h"}"#));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(get(srv.addr, "/index.html"), 200);
+}

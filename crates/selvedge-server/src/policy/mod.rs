@@ -111,7 +111,7 @@ impl PolicyConfig {
 #[derive(Debug)]
 pub struct Policy {
     ip: Option<ip::IpRules>,
-    rate: Option<rate::RateLimiter>,
+    rate: Option<Arc<rate::RateLimiter>>,
     cors: Option<cors::Cors>,
     auth: Option<auth::BasicAuth>,
     max_body: Option<u64>,
@@ -140,14 +140,15 @@ pub enum Check {
 }
 
 impl Policy {
-    /// The checks of `cfg` (`None`: there are none).
-    pub fn new(cfg: &PolicyConfig) -> Option<Policy> {
+    /// The checks of `cfg` (`None`: there are none); `route` names the route across
+    /// rebuilds of the site (its rate limiter's counts are kept while its settings stay).
+    pub fn new(cfg: &PolicyConfig, route: &str) -> Option<Policy> {
         if cfg.is_empty() {
             return None;
         }
         Some(Policy {
             ip: (!cfg.ip.is_empty()).then(|| cfg.ip.clone()),
-            rate: cfg.rate.as_ref().map(rate::RateLimiter::new),
+            rate: cfg.rate.as_ref().map(|r| rate::RateLimiter::shared(route, r)),
             cors: cfg.cors.as_ref().map(cors::Cors::new),
             auth: cfg.auth.as_ref().map(auth::BasicAuth::new),
             max_body: cfg.max_body,

@@ -116,7 +116,25 @@ fn key(ip: Option<IpAddr>) -> u128 {
     }
 }
 
+/// Every route's limiter, by route and settings: a rebuilt site (a reload, a change through
+/// the admin API) takes over the running limiter of a route whose `rate` did not change,
+/// so its clients' counts go on (a change every few seconds would otherwise lift every
+/// limit). Entries go with the last site that used them.
+static LIMITERS: Mutex<Vec<(String, RateConfig, std::sync::Weak<RateLimiter>)>> = Mutex::new(Vec::new());
+
 impl RateLimiter {
+    /// The limiter of `route` with `cfg`: the running one if there is one, else a new one.
+    pub fn shared(route: &str, cfg: &RateConfig) -> std::sync::Arc<RateLimiter> {
+        let mut all = LIMITERS.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|(_, _, w)| w.strong_count() > 0);
+        if let Some(l) = all.iter().find(|(r, c, _)| r == route && c == cfg).and_then(|(_, _, w)| w.upgrade()) {
+            return l;
+        }
+        let l = std::sync::Arc::new(RateLimiter::new(cfg));
+        all.push((route.to_string(), *cfg, std::sync::Arc::downgrade(&l)));
+        l
+    }
+
     /// A limiter for `cfg`.
     pub fn new(cfg: &RateConfig) -> RateLimiter {
         let interval = u64::try_from(cfg.per.as_nanos() / u128::from(cfg.requests)).unwrap_or(u64::MAX).max(1);
