@@ -749,3 +749,74 @@ fn rate_limits_count_on_across_changes() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(get(srv.addr, "/index.html"), 200);
 }
+
+#[test]
+fn what_a_second_attacker_tried_is_refused() {
+    let d = TempDir::new("api-attacks2");
+    site(&d);
+    let extra = "[[vhost.route]]\npath = \"/p/\"\nproxy = { name = \"p\", upstreams = [\"http://127.0.0.1:9\", \"unix:/tmp/nowhere.sock\"], header_up = { Authorization = \"Bearer ${SELVEDGE_TEST_SECRET}\" } }\n";
+    let f = d.write("selvedge.toml", format!("{}{extra}", plain("127.0.0.1:0", "")));
+    let mut cmd = Command::new(BIN);
+    common::clean_env(&mut cmd);
+    cmd.args(["run", "-c", f.to_str().unwrap()]).env("SELVEDGE_TEST_SECRET", "topsecret123");
+    let srv = Srv::spawn(cmd);
+    let admin = admin_addr(&srv);
+    let leaks = |r: &Resp| r.text().contains("topsecret123");
+    // ${VAR} in keys, in a loaded file's comments, or copied to a second place: refused.
+    let tries: [(&str, &str, &str, &str); 5] = [
+        ("PATCH", "/config/server", "application/json", r#"{"${SELVEDGE_TEST_SECRET}": 1}"#),
+        ("PUT", "/config/vhost/0/route/0/headers", "application/json", r#"{"X-${SELVEDGE_TEST_SECRET}": "1"}"#),
+        (
+            "POST",
+            "/load",
+            "application/toml",
+            "[server]\nworkers = 1\n# ${HOME}\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nrespond = 204\n",
+        ),
+        ("POST", "/load", "application/toml", "[server]\n\"${HOME}\" = 1\n"),
+        (
+            "POST",
+            "/config/vhost/0/route",
+            "application/json",
+            r#"{"path": "/leak/", "respond": {"status": 200, "body": "Bearer ${SELVEDGE_TEST_SECRET}"}}"#,
+        ),
+    ];
+    for (m, p, ct, body) in tries {
+        let r = call(admin, m, p, &[("Content-Type", ct)], Some(body));
+        assert_eq!(r.status, 400, "{m} {p} {body}: {}", r.text());
+        assert!(!leaks(&r) && !r.text().contains("/root"), "{}", r.text());
+    }
+    assert_eq!(get(srv.addr, "/leak/"), 404);
+    // A redirect's captures are not the environment's.
+    let r = call(admin, "POST", "/config/vhost/0/redirect", &[], Some(r#"{"from": "^/old/(.*)$", "to": "/new/${1}"}"#));
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Moving a route that reads a variable keeps it (the count stays).
+    let route = call(admin, "GET", "/config/vhost/0/route/1", &[], None);
+    assert_eq!(route.status, 200);
+    // Under a secret's key, every path down is redacted.
+    for p in ["/config/vhost/0/route/1/proxy/header_up/Authorization", "/config/vhost/0/route/1/proxy/header_up"] {
+        let r = call(admin, "GET", p, &[], None);
+        assert!(r.status == 200 && !leaks(&r) && !r.text().contains("SELVEDGE_TEST_SECRET"), "{p}: {}", r.text());
+    }
+    // A FIFO as a certificate: the change fails within the check's time, the server stays
+    // whole and stops on SIGTERM.
+    let fifo = d.path().join("cert.fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let body = format!(r#"{{"hosts": ["a.example"], "tls": {{"cert": "{0}", "key": "{0}"}}}}"#, fifo.display());
+    let t = std::time::Instant::now();
+    let r = call(admin, "PATCH", "/config/vhost/0", &[], Some(&body));
+    assert!(r.status == 400 || r.status == 503, "{}", r.text());
+    assert!(t.elapsed() < Duration::from_secs(12), "{:?}", t.elapsed());
+    assert_eq!(get(srv.addr, "/index.html"), 200);
+    // A unix: server is named by its path, never by the scheme alone.
+    assert_eq!(call(admin, "DELETE", "/upstreams/p/servers/unix:", &[], None).status, 404);
+    assert_eq!(call(admin, "DELETE", "/upstreams/p/servers/%2Ftmp%2Fnowhere.sock", &[], None).status, 200);
+    // Too many upstreams in one pool.
+    let many: Vec<String> = (0..1100).map(|i| format!("\"http://127.0.0.1:{}\"", 10000 + i)).collect();
+    let r = call(admin, "PUT", "/config/vhost/0/route/1/proxy/upstreams", &[], Some(&format!("[{}]", many.join(","))));
+    assert_eq!(r.status, 400, "{}", r.text());
+    // Every answer names the version in force.
+    assert!(r.header("etag").is_some());
+    let mut srv = srv;
+    srv.signal("TERM");
+    assert_eq!(srv.wait_exit(15), Some(0));
+}

@@ -239,7 +239,7 @@ fn check_storage(p: &Path) -> Result<(), String> {
 /// The file cannot be read or is not PEM.
 pub fn load_roots(p: &Path) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
     use rustls::pki_types::pem::PemObject;
-    let pem = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let pem = crate::files::read_small(p, selvedge::tls::MAX_PEM).map_err(|e| format!("{}: {e}", p.display()))?;
     rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{}: {e}", p.display()))

@@ -82,23 +82,6 @@ impl Doc {
         format!("\"{:016x}\"", KEY.get_or_init(std::hash::RandomState::new).hash_one(self.render()))
     }
 
-    /// Every string value of the document that holds a `${VAR}` reference.
-    pub fn references(&self) -> std::collections::HashSet<String> {
-        fn walk(v: &Value, out: &mut std::collections::HashSet<String>) {
-            match v {
-                Value::String(s) if s.contains("${") => {
-                    out.insert(s.clone());
-                }
-                Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
-                Value::Table(t) => t.values().for_each(|x| walk(x, out)),
-                _ => {}
-            }
-        }
-        let mut out = std::collections::HashSet::new();
-        self.root.values().for_each(|v| walk(v, &mut out));
-        out
-    }
-
     /// The value at `path` as JSON, secrets redacted; `None`: nothing there.
     pub fn get(&self, path: &[String]) -> Option<Json> {
         let mut at = Node::Table(&self.root);
@@ -107,7 +90,11 @@ impl Doc {
             at = at.child(seg)?;
             key = seg;
         }
+        // Under a secret's key, however deep the path goes, everything is the secret's.
+        let hidden = path.iter().any(|seg| secret(seg));
         Some(match at {
+            Node::Table(t) if hidden => redacted(&Value::Table(t.clone())),
+            Node::Value(v) if hidden => redacted(v),
             Node::Table(t) => table_json(t, true),
             Node::Value(v) => to_json(v, key, true),
         })
@@ -233,6 +220,9 @@ fn server_url(s: &Json) -> Option<&str> {
 fn names_server(addr: &str, url: &str) -> bool {
     if addr == url {
         return true;
+    }
+    if let Some(path) = url.strip_prefix("unix:") {
+        return addr == path;
     }
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let authority = rest.split('/').next().unwrap_or(rest);
@@ -471,18 +461,39 @@ fn secret(key: &str) -> bool {
     let k = key.trim_start_matches(['+', '-', '?']).to_ascii_lowercase();
     const WORDS: [&str; 11] = [
         "token",
-        "password",
-        "passwd",
+        "pass",
         "secret",
         "hmac",
         "authorization",
         "cookie",
         "credential",
-        "api-key",
-        "api_key",
         "apikey",
+        "signature",
+        "private",
+        "session",
     ];
-    WORDS.iter().any(|w| k.contains(w)) || k == "private_key"
+    // Keys of the configuration's own that end like a secret's name and are not one.
+    const NOT: [&str; 4] = ["key", "hash_key", "cache_key", "forward_auth"];
+    WORDS.iter().any(|w| k.contains(w))
+        || (["key", "-auth", "_auth"].iter().any(|e| k.ends_with(e)) && !NOT.contains(&k.as_str()))
+}
+
+/// Whether a string value holds a secret of its own: `NAME=value` with a secret's name (an
+/// environment list), a URL with a password (`scheme://user:pw@host`), or a URL whose
+/// query has a secret's name (`?key=...`).
+fn secret_value(s: &str) -> bool {
+    if s.split_once('=').is_some_and(|(n, _)| !n.is_empty() && !n.contains(['?', '&', '/']) && secret(n)) {
+        return true;
+    }
+    if let Some((_, rest)) = s.split_once("://") {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        if authority.rsplit_once('@').is_some_and(|(user, _)| user.contains(':')) {
+            return true;
+        }
+    }
+    s.split_once('?').is_some_and(|(_, q)| {
+        q.split('&').any(|p| p.split_once('=').is_some_and(|(n, _)| secret(n) || n.eq_ignore_ascii_case("key")))
+    })
 }
 
 fn table_json(t: &Table, redact: bool) -> Json {
@@ -497,9 +508,7 @@ fn to_json(v: &Value, key: &str, redact: bool) -> Json {
         return redacted(v);
     }
     match v {
-        Value::String(s) if redact && s.split_once('=').is_some_and(|(n, _)| !n.is_empty() && secret(n)) => {
-            Json::String(REDACTED.into())
-        }
+        Value::String(s) if redact && secret_value(s) => Json::String(REDACTED.into()),
         Value::String(s) => Json::String(s.clone()),
         Value::Integer(i) => Json::from(*i),
         Value::Float(f) => serde_json::Number::from_f64(*f).map_or(Json::Null, Json::Number),
@@ -603,6 +612,33 @@ proxy = { upstream = "http://127.0.0.1:1", header_up = { "+Authorization" = "Bea
         let all = d.get(&[]).unwrap().to_string();
         for s in ["hunter2", "Bearer plus", "Basic repl", "k3y"] {
             assert!(!all.contains(s), "{s} in {all}");
+        }
+        // Read by a path under the secret's key: still the secret's.
+        let under = d.get(&p("vhost/0/route/1/proxy/header_up/Proxy-Authorization/replace")).unwrap();
+        assert_eq!(under, json!(REDACTED));
+        let table = d.get(&p("vhost/0/route/1/proxy/header_up/Proxy-Authorization")).unwrap();
+        assert_eq!(table, json!({"search": REDACTED, "replace": REDACTED}));
+        for (v, hidden) in [
+            ("DB_PASS=x", true),
+            ("SIGNING_KEY=x", true),
+            ("DATABASE_URL=postgres://u:pw@db/app", true),
+            ("http://auth.example/check?key=abc", true),
+            ("http://auth.example/check?page=2", false),
+            ("MODE=prod", false),
+            ("/srv/www", false),
+        ] {
+            assert_eq!(secret_value(v), hidden, "{v}");
+        }
+        for (k, hidden) in [
+            ("X-Upstream-Key", true),
+            ("X-Auth", true),
+            ("APP_KEY", true),
+            ("key", false),
+            ("hash_key", false),
+            ("forward_auth", false),
+            ("root", false),
+        ] {
+            assert_eq!(secret(k), hidden, "{k}");
         }
         assert!(all.contains("MODE=prod") && all.contains("\"X-Trace\":\"on\""), "{all}");
         // Sent back as read: every secret kept.

@@ -127,22 +127,27 @@ impl Call {
         let (Some((sig, name)), Some(pid_file)) = (self.signal, &self.pid_file) else {
             return Err(format!("{why}, and no pid file to signal"));
         };
-        let text =
-            std::fs::read_to_string(pid_file).map_err(|e| format!("{why}; pid file {}: {e}", pid_file.display()))?;
+        let text = crate::files::read_small(pid_file, 64)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| format!("{why}; pid file {}: {e}", pid_file.display()))?;
         let pid = text
             .trim()
             .parse::<i32>()
             .ok()
+            .filter(|&p| p > 1)
             .and_then(rustix::process::Pid::from_raw)
             .ok_or_else(|| format!("{why}; pid file {}: not a process id", pid_file.display()))?;
         // The pid file may be stale (the server was killed) and its number another
-        // process's now.
-        let comm = std::fs::read_to_string(format!("/proc/{}/comm", pid.as_raw_nonzero())).unwrap_or_default();
-        if !comm.trim().starts_with("selvedge") {
+        // process's now: signalled only if it runs this program, or one named selvedge.
+        let n = pid.as_raw_nonzero();
+        let exe = std::fs::read_link(format!("/proc/{n}/exe")).ok();
+        let ours = exe.is_some() && exe == std::env::current_exe().ok();
+        let named =
+            exe.as_deref().and_then(Path::file_name).is_some_and(|f| f.to_string_lossy().starts_with("selvedge"));
+        if !ours && !named {
             return Err(format!(
-                "{why}; pid file {}: process {} is not selvedge (a stale pid file?)",
-                pid_file.display(),
-                pid.as_raw_nonzero()
+                "{why}; pid file {}: process {n} is not selvedge (a stale pid file?)",
+                pid_file.display()
             ));
         }
         rustix::process::kill_process(pid, sig)

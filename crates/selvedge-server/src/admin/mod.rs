@@ -67,7 +67,8 @@ pub fn tls_config(t: &AdminTls) -> std::io::Result<Arc<rustls::ServerConfig>> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let read = |p: &std::path::Path| {
-        std::fs::read(p).map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+        crate::files::read_small(p, selvedge::tls::MAX_PEM)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))
     };
     let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(&t.cert)?)

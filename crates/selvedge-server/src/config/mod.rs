@@ -47,6 +47,12 @@ use crate::files::StaticOptions;
 /// `scripts/config-schema.py`.
 pub const SCHEMA: &str = include_str!("schema.json");
 
+/// The environment variables a configuration's text reads (`${NAME}`, `${NAME:-default}`),
+/// once per reference.
+pub fn env_references(text: &str) -> Vec<String> {
+    substitute::references(text)
+}
+
 /// A configuration error, with its position in the file.
 #[derive(Debug)]
 pub struct ConfigError {

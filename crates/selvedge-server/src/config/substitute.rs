@@ -1,6 +1,17 @@
 //! `${VAR}` substitution in the file's text, before it is read as TOML, and positions in
 //! that text.
 
+/// The names of the environment variables `text` reads (each time it reads one), by the
+/// rules of [`substitute`].
+pub(super) fn references(text: &str) -> Vec<String> {
+    let names = std::cell::RefCell::new(Vec::new());
+    let _ = substitute(text, &|name| {
+        names.borrow_mut().push(name.to_string());
+        Some(String::new())
+    });
+    names.into_inner()
+}
+
 /// The file's text with environment variables put in: `${NAME}` is the variable's value
 /// (an error if it is not set), `${NAME:-default}` the value or, unset or empty, `default`;
 /// `$${` writes `${`. `NAME` is upper case, digits and `_`, starting with a letter or `_`:

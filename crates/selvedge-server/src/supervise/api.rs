@@ -83,7 +83,11 @@ pub(super) fn handle(r: &mut Running, cmd: Cmd) -> bool {
             false
         }
         Cmd::Change { change, if_match, who, what, reply } => {
-            let a = change_config(r, change, if_match.as_deref(), &who, &what);
+            let mut a = change_config(r, change, if_match.as_deref(), &who, &what);
+            // Every answer names the version now in force (a refused change left it).
+            if a.etag.is_none() {
+                a.etag = r.api.etag();
+            }
             let events = &crate::metrics::registry().events;
             match a.status {
                 StatusCode::OK => events.api_changes_ok.fetch_add(1, Ordering::Relaxed),
@@ -123,7 +127,12 @@ pub(super) fn handle(r: &mut Running, cmd: Cmd) -> bool {
 /// `GET /upstreams`: each proxy route's pool, its servers as configured and the health of
 /// their members (a host name's addresses are members of their own).
 fn upstreams(d: &Doc) -> serde_json::Value {
-    let health = crate::upstream::pool::health_states();
+    let mut health: std::collections::HashMap<String, Vec<(String, bool)>> = std::collections::HashMap::new();
+    for (n, up) in crate::upstream::pool::health_states() {
+        // A member is its URL, or `URL (address)` for each address of a host name.
+        let url = n.split_once(" (").map_or(n.as_str(), |(u, _)| u).to_string();
+        health.entry(url).or_default().push((n, up));
+    }
     let pools: Vec<serde_json::Value> = d
         .pools()
         .into_iter()
@@ -134,8 +143,9 @@ fn upstreams(d: &Doc) -> serde_json::Value {
                 .zip(p.urls())
                 .map(|(s, url)| {
                     let members: Vec<serde_json::Value> = health
-                        .iter()
-                        .filter(|(n, _)| *n == url || n.strip_prefix(url.as_str()).is_some_and(|r| r.starts_with(" (")))
+                        .get(&url)
+                        .into_iter()
+                        .flatten()
                         .map(|(n, up)| json!({ "member": n, "healthy": up }))
                         .collect();
                     let weight = s.get("weight").cloned().unwrap_or(json!(1));
@@ -226,24 +236,18 @@ fn change_config(r: &mut Running, change: Change, if_match: Option<&str>, who: &
             None,
         );
     }
-    // `${VAR}`s are the file's: one sent through the API would read the server's
-    // environment (and echo it in an error or an answer).
-    let known = doc.references();
-    if let Some(s) = new.references().into_iter().find(|s| !known.contains(s)) {
+    // `${VAR}`s are the file's: one sent through the API, in a value, a key or a comment,
+    // would read the server's environment (and echo it in an error or an answer), and one
+    // copied to another place could show what the running one hides. Each variable may be
+    // read as many times as the running configuration reads it, no more.
+    if let Some(name) = new_reference(&doc.render(), &text) {
         return bad(format!(
-            "{s:?}: ${{VAR}} references are written in the configuration file, not sent through the API"
+            "${{{name}}}: environment references are written in the configuration file, not sent through the API"
         ));
     }
-    let cfg = match Config::parse(&file, &text) {
-        Ok(c) => c,
-        Err(e) => return config_error(&e, &text, source),
-    };
-    if let Err(e) = crate::service::identity(cfg.user.as_deref(), cfg.group.as_deref()) {
-        return bad(e);
-    }
-    let site = match Site::build(&cfg) {
-        Ok(s) => s,
-        Err(e) => return bad(e.to_string()),
+    let (cfg, site) = match check(file, text, source) {
+        Ok(b) => b,
+        Err(a) => return a,
     };
     reload::reopen_logs(r, &cfg.log, &cfg.error_log.target);
     let restart = reload::apply(r, cfg, site);
@@ -269,6 +273,78 @@ fn change_config(r: &mut Running, change: Change, if_match: Option<&str>, who: &
     info!(who, what, before, after, "configuration changed through the admin API");
     r.api.doc = Ok((new, after.clone()));
     answer(StatusCode::OK, body, Some(after))
+}
+
+/// How long a change's checks may take: they read the files the configuration names, and
+/// a path that blocks (a FIFO) must not hold the signal loop.
+const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether a change's checks are running (one at a time: a check stuck on a path keeps
+/// the others out, so at most one thread is ever stuck).
+static CHECKING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The checks a file gets (`Config::parse`, the user, `Site::build`), on a thread of their
+/// own, within [`CHECK_TIMEOUT`]: the configuration and its site, or the answer that
+/// refuses it.
+fn check(file: std::path::PathBuf, text: String, source: &'static str) -> Result<(Config, Site), ApiAnswer> {
+    let busy = || {
+        answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "error": format!("the checks of a change did not finish within {CHECK_TIMEOUT:?}: a path that blocks (a FIFO?); nothing changed") }),
+            None,
+        )
+    };
+    if CHECKING.swap(true, Ordering::AcqRel) {
+        return Err(busy());
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new().name("config-check".into()).spawn(move || {
+        let result = (|| {
+            let cfg = Config::parse(&file, &text).map_err(|e| config_error(&e, &text, source))?;
+            let bad = |e: String| answer(StatusCode::BAD_REQUEST, json!({ "error": e }), None);
+            crate::service::identity(cfg.user.as_deref(), cfg.group.as_deref()).map_err(bad)?;
+            for p in log_paths(&cfg) {
+                use std::os::unix::fs::FileTypeExt;
+                if std::fs::metadata(&p).is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_socket()) {
+                    return Err(bad(format!("log {}: not a file", p.display())));
+                }
+            }
+            let site = Site::build(&cfg).map_err(|e| bad(e.to_string()))?;
+            Ok((cfg, site))
+        })();
+        CHECKING.store(false, Ordering::Release);
+        let _ = tx.send(result);
+    });
+    if spawned.is_err() {
+        CHECKING.store(false, Ordering::Release);
+        return Err(answer(StatusCode::SERVICE_UNAVAILABLE, json!({ "error": "no thread for the checks" }), None));
+    }
+    rx.recv_timeout(CHECK_TIMEOUT).unwrap_or_else(|_| Err(busy()))
+}
+
+/// The log files a configuration writes.
+fn log_paths(cfg: &Config) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let crate::access_log::LogTarget::File(p) = &cfg.log.target {
+        out.push(p.clone());
+    }
+    if let crate::diag::ErrorTarget::File(p) = &cfg.error_log.target {
+        out.push(p.clone());
+    }
+    out
+}
+
+/// A variable `new` reads more often than `old` does.
+fn new_reference(old: &str, new: &str) -> Option<String> {
+    let mut counts = std::collections::HashMap::<String, i64>::new();
+    for n in crate::config::env_references(old) {
+        *counts.entry(n).or_default() += 1;
+    }
+    crate::config::env_references(new).into_iter().find(|n| {
+        let c = counts.entry(n.clone()).or_default();
+        *c -= 1;
+        *c < 0
+    })
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

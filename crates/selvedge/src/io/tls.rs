@@ -33,6 +33,27 @@ pub struct CertKey {
     key: Arc<CertifiedKey>,
 }
 
+/// The largest PEM file [`CertKey::from_pem_files`] reads.
+pub const MAX_PEM: u64 = 4 << 20;
+
+/// A PEM file: a regular file of at most [`MAX_PEM`] bytes, opened without blocking (a
+/// FIFO named by mistake fails instead of stalling a reload).
+fn read_pem(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut out = Vec::new();
+    f.take(MAX_PEM + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > MAX_PEM {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("over {MAX_PEM} bytes")));
+    }
+    Ok(out)
+}
+
 impl CertKey {
     /// Loads a PEM certificate chain and a PEM private key (PKCS#8, PKCS#1 or SEC1).
     ///
@@ -40,8 +61,8 @@ impl CertKey {
     /// The files cannot be read or hold no certificate or key, or the key does not suit
     /// the provider.
     pub fn from_pem_files(names: Vec<String>, cert: &Path, key: &Path) -> io::Result<CertKey> {
-        let certs = std::fs::read(cert).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", cert.display())))?;
-        let key_pem = std::fs::read(key).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", key.display())))?;
+        let certs = read_pem(cert).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", cert.display())))?;
+        let key_pem = read_pem(key).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", key.display())))?;
         CertKey::from_pem(names, &certs, &key_pem)
     }
 

@@ -84,6 +84,9 @@ const SMALL_BODY: u64 = 64 * 1024;
 /// Room made in the receive buffer for each read of a streamed body.
 const STREAM_READ: usize = 64 * 1024;
 
+/// The most upstreams a pool lists (each host name may stand for several members).
+pub const MAX_UPSTREAMS: usize = 1024;
+
 /// A route's `proxy = { ... }` table as written in the file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -233,6 +236,9 @@ impl ProxyConfig {
     pub fn from_raw(raw: &RawProxy, ctx: &ProxyContext) -> Result<ProxyConfig, String> {
         let list: Vec<(&str, u32)> = match (&raw.upstream, &raw.upstreams) {
             (Some(u), None) => vec![(u.as_str(), 1)],
+            (None, Some(v)) if v.len() > MAX_UPSTREAMS => {
+                return Err(format!("proxy upstreams: at most {MAX_UPSTREAMS}, not {}", v.len()))
+            }
             (None, Some(v)) if !v.is_empty() => v.iter().map(RawUpstream::parts).collect(),
             (None, Some(_)) => return Err("proxy upstreams: at least one".into()),
             (Some(_), Some(_)) => return Err("proxy: `upstream` or `upstreams`, not both".into()),

@@ -108,7 +108,9 @@ impl TlsTarget {
         let mut config = match (&raw.client_cert, &raw.client_key) {
             (Some(cert), Some(key)) => {
                 let chain = read_certs(cert)?;
-                let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls client_key {key}: {e}"))?;
+                let pem = crate::files::read_small(Path::new(key), selvedge::tls::MAX_PEM)
+                    .map_err(|e| format!("tls client_key {key}: {e}"))?;
+                let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| format!("tls client_key {key}: {e}"))?;
                 builder.with_client_auth_cert(chain, key).map_err(|e| format!("tls client certificate: {e}"))?
             }
             (None, None) => builder.with_no_client_auth(),
@@ -123,9 +125,10 @@ impl TlsTarget {
 }
 
 fn read_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs: Vec<_> = CertificateDer::pem_file_iter(Path::new(path))
-        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .map_err(|e| format!("tls {path}: {e}"))?;
+    let pem =
+        crate::files::read_small(Path::new(path), selvedge::tls::MAX_PEM).map_err(|e| format!("tls {path}: {e}"))?;
+    let certs: Vec<_> =
+        CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>().map_err(|e| format!("tls {path}: {e}"))?;
     if certs.is_empty() {
         return Err(format!("tls {path}: no certificate"));
     }
