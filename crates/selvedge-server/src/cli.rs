@@ -90,10 +90,10 @@ pub struct Remote {
     /// The running server's configuration file
     #[arg(short = 'c', long = "config", value_name = "FILE", env = "SELVEDGE_CONFIG")]
     pub config: Option<PathBuf>,
-    /// The admin listener (HOST:PORT or unix:PATH), instead of the file's [admin] listen
+    /// The admin listener (HOST:PORT or unix:PATH), instead of the one the file names
     #[arg(long, value_name = "ADDR", env = "SELVEDGE_ADMIN")]
     pub admin: Option<String>,
-    /// The admin API's bearer token, instead of the file's [admin] token
+    /// The admin API's bearer token, instead of the one the file names
     #[arg(long, value_name = "TOKEN", env = "SELVEDGE_ADMIN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 }

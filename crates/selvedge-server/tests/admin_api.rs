@@ -412,6 +412,7 @@ fn pool_servers_come_and_go_at_runtime_and_in_flight_requests_finish() {
     assert_eq!((app["name"].as_str(), app["config"].as_str()), (Some("app"), Some("vhost/0/route/1/proxy")), "{list}");
     assert_eq!(app["servers"][0]["url"], a_url);
     assert_eq!(app["servers"][0]["members"][0]["healthy"], true, "{list}");
+    assert_eq!(app["requests"], 0, "{list}");
 
     // Requests in flight on A when it is removed finish; none goes to A afterwards.
     let started = std::time::Instant::now();
@@ -444,6 +445,8 @@ fn pool_servers_come_and_go_at_runtime_and_in_flight_requests_finish() {
         let r = fetch("/app/x");
         assert_eq!((r.status, r.header("x-conn").is_none()), (200, true), "{r:?}");
     }
+    let list = json(&call(admin, "GET", "/upstreams", &[], None));
+    assert!(list["pools"][0]["requests"].as_u64().unwrap() >= 24, "the route's counters: {list}");
     // C added: it takes its share.
     let added = call(
         admin,

@@ -133,6 +133,7 @@ fn upstreams(d: &Doc) -> serde_json::Value {
         let url = n.split_once(" (").map_or(n.as_str(), |(u, _)| u).to_string();
         health.entry(url).or_default().push((n, up));
     }
+    let totals = crate::metrics::registry().totals();
     let pools: Vec<serde_json::Value> = d
         .pools()
         .into_iter()
@@ -152,7 +153,34 @@ fn upstreams(d: &Doc) -> serde_json::Value {
                     json!({ "url": url, "weight": weight, "members": members })
                 })
                 .collect();
-            json!({ "name": p.name, "config": p.at.join("/"), "servers": servers })
+            // The route's counters (`selvedge_upstream_*` on /metrics), by its labels: the
+            // virtual host's first name (or `default`) and the route's path.
+            // `p.at` is `vhost/V/route/R/proxy`.
+            let text = |path: Vec<String>| d.get(&path).and_then(|v| v.as_str().map(str::to_string));
+            let hosts = vec![p.at[0].clone(), p.at[1].clone(), "hosts".into(), "0".into()];
+            let vhost = text(hosts).unwrap_or_else(|| "default".into());
+            let route = text(vec![p.at[0].clone(), p.at[1].clone(), p.at[2].clone(), p.at[3].clone(), "path".into()])
+                .unwrap_or_default();
+            // A route's label is its prefix without the trailing slash (`/` stays).
+            let route = match route.trim_end_matches('/') {
+                "" => "/".to_string(),
+                r => r.to_string(),
+            };
+            let (mut requests, mut errors) = (0, 0);
+            for t in totals.iter().filter(|t| {
+                *t.vhost == *vhost
+                    && (*t.route == *route || t.route.strip_prefix(route.as_str()).is_some_and(|r| r.starts_with(" [")))
+            }) {
+                requests += t.upstream_requests;
+                errors += t.upstream_errors;
+            }
+            json!({
+                "name": p.name,
+                "config": p.at.join("/"),
+                "servers": servers,
+                "requests": requests,
+                "errors": errors,
+            })
         })
         .collect();
     json!({ "pools": pools })
