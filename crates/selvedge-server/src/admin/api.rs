@@ -276,16 +276,7 @@ impl Doc {
         }
         let mut servers = pool.servers.clone();
         servers.push(server.clone());
-        let mut at = pool.at.clone();
-        let single = self.get(&at).is_some_and(|p| p.get("upstream").is_some());
-        let mut new = self.clone();
-        if single {
-            at.push("upstream".into());
-            new = new.apply(&Op::Delete(at.clone()))?;
-            at.pop();
-        }
-        at.push("upstreams".into());
-        new.apply(&Op::Put(at, Json::Array(servers)))
+        self.with_servers(&pool.at, servers)
     }
 
     /// The document without server `addr` (its URL, or `host:port`) of pool `name`.
@@ -304,16 +295,21 @@ impl Doc {
         }
         let mut servers = pool.servers;
         servers.remove(i);
-        let mut at = pool.at;
-        let single = self.get(&at).is_some_and(|p| p.get("upstream").is_some());
+        self.with_servers(&pool.at, servers)
+    }
+
+    /// The document with the proxy table at `at` listing `servers` as its `upstreams` (a
+    /// single `upstream` taken off).
+    fn with_servers(&self, at: &[String], servers: Vec<Json>) -> Result<Doc, DocError> {
+        let mut path = at.to_vec();
         let mut new = self.clone();
-        if single {
-            at.push("upstream".into());
-            new = new.apply(&Op::Delete(at.clone()))?;
-            at.pop();
+        if self.get(at).is_some_and(|p| p.get("upstream").is_some()) {
+            path.push("upstream".into());
+            new = new.apply(&Op::Delete(path.clone()))?;
+            path.pop();
         }
-        at.push("upstreams".into());
-        new.apply(&Op::Put(at, Json::Array(servers)))
+        path.push("upstreams".into());
+        new.apply(&Op::Put(path, Json::Array(servers)))
     }
 }
 
