@@ -318,6 +318,19 @@ fn the_command_line_talks_to_the_running_server() {
     assert_eq!(srv2.wait_exit(10), Some(0));
     let out = Command::new(BIN).args(["config", "get", "-c", f2.to_str().unwrap()]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "the API needs the admin listener");
+
+    // An admin listener without the API: the signal too.
+    let d3 = TempDir::new("api-cli-off");
+    site(&d3);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let text = plain(&format!("127.0.0.1:{port}"), "").replace("api = true\n", "");
+    let f3 = d3.write("selvedge.toml", &text);
+    let mut srv3 = Srv::start(&["run", "-c", f3.to_str().unwrap()]);
+    admin_addr(&srv3);
+    let out = Command::new(BIN).args(["stop", "-c", f3.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("sent SIGTERM"));
+    assert_eq!(srv3.wait_exit(10), Some(0));
 }
 
 #[test]

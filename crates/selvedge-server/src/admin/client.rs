@@ -117,6 +117,8 @@ impl Call {
         let Some(admin) = &self.admin else { return self.by_signal("no admin listener") };
         match self.request(admin) {
             Ok((status, body)) if (200..300).contains(&status) => Ok(body),
+            // An admin listener without the API (`api` off): the signal does it.
+            Ok((404, _)) if self.signal.is_some() => self.by_signal("the admin listener has no configuration API"),
             Ok((status, body)) => Err(format!("the server answered {status}: {}", body.trim_end())),
             Err(e) if self.signal.is_some() => self.by_signal(&format!("the admin listener: {e}")),
             Err(e) => Err(format!("the admin listener: {e}")),
