@@ -10,6 +10,7 @@ use clap::builder::BoolishValueParser;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::access_log::{LogConfig, LogTarget};
+use crate::admin::client::{Call, ConfigAsk, Target};
 use crate::config::{Config, TlsListen};
 
 const ABOUT: &str = "selvedge: a fast HTTP/1.1, HTTP/2 and HTTP/3 web server (static files, TLS with automatic \
@@ -96,6 +97,12 @@ pub struct Remote {
     /// The admin API's bearer token, instead of the one the file names
     #[arg(long, value_name = "TOKEN", env = "SELVEDGE_ADMIN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+}
+
+impl From<Remote> for Target {
+    fn from(r: Remote) -> Target {
+        Target { config: r.config, admin: r.admin, token: r.token }
+    }
 }
 
 /// `selvedge config`'s commands.
@@ -232,7 +239,7 @@ pub enum Action {
     /// Print the manual page.
     Man,
     /// Talk to a running server.
-    Remote(Box<crate::admin::client::Call>),
+    Remote(Box<Call>),
     /// Print the configuration's JSON Schema.
     Schema,
 }
@@ -303,10 +310,18 @@ fn action(cli: Cli, matches: &clap::ArgMatches) -> Result<Action, String> {
         Some(Cmd::Check { config }) => Ok(Action::Check(config)),
         Some(Cmd::Completions { shell }) => Ok(Action::Completions(shell)),
         Some(Cmd::Man) => Ok(Action::Man),
-        Some(Cmd::Reload(r)) => crate::admin::client::Call::reload(r).map(|c| Action::Remote(Box::new(c))),
-        Some(Cmd::Stop(r)) => crate::admin::client::Call::stop(r).map(|c| Action::Remote(Box::new(c))),
-        Some(Cmd::Config(ConfigCmd::Schema)) => Ok(Action::Schema),
-        Some(Cmd::Config(c)) => crate::admin::client::Call::config(c).map(|c| Action::Remote(Box::new(c))),
+        Some(Cmd::Reload(r)) => Call::reload(r.into()).map(|c| Action::Remote(Box::new(c))),
+        Some(Cmd::Stop(r)) => Call::stop(r.into()).map(|c| Action::Remote(Box::new(c))),
+        Some(Cmd::Config(c)) => {
+            let (ask, remote) = match c {
+                ConfigCmd::Schema => return Ok(Action::Schema),
+                ConfigCmd::Get { path, remote } => (ConfigAsk::Get(path.unwrap_or_default()), remote),
+                ConfigCmd::Set { path, value, remote } => (ConfigAsk::Set(path, value), remote),
+                ConfigCmd::Delete { path, remote } => (ConfigAsk::Delete(path), remote),
+                ConfigCmd::Load { file, remote } => (ConfigAsk::Load(file), remote),
+            };
+            Call::config(ask, remote.into()).map(|c| Action::Remote(Box::new(c)))
+        }
         Some(Cmd::Serve(args)) => {
             let sub = matches.subcommand_matches("serve");
             let defaulted =

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use selvedge::Listen;
 
-use crate::cli::{ConfigCmd, Remote};
 use crate::config::Config;
 
 /// How long the command waits for the server (a reload of a large site takes a moment).
@@ -17,6 +16,31 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The largest answer read.
 const MAX_ANSWER: u64 = 16 << 20;
+
+/// Where the running server is: its configuration file (its admin listener, token and pid
+/// file), or an admin address and token given instead.
+#[derive(Debug, Clone, Default)]
+pub struct Target {
+    /// The configuration file.
+    pub config: Option<PathBuf>,
+    /// The admin listener (`HOST:PORT` or `unix:PATH`).
+    pub admin: Option<String>,
+    /// The bearer token.
+    pub token: Option<String>,
+}
+
+/// What `selvedge config` asks of the running server.
+#[derive(Debug, Clone)]
+pub enum ConfigAsk {
+    /// The value at a path (`""`: all of it).
+    Get(String),
+    /// A path and a JSON value to set there.
+    Set(String, String),
+    /// A path to remove.
+    Delete(String),
+    /// A file to load (`-`: standard input).
+    Load(PathBuf),
+}
 
 /// A request for the running server, with the signal that does the same without the API.
 #[derive(Debug)]
@@ -31,7 +55,7 @@ pub struct Call {
 }
 
 impl Call {
-    fn to(r: Remote, method: &'static str, path: String) -> Result<Call, String> {
+    fn to(r: Target, method: &'static str, path: String) -> Result<Call, String> {
         let cfg = match &r.config {
             Some(f) => Some(Config::load(f).map_err(|e| e.to_string())?),
             None => None,
@@ -53,7 +77,7 @@ impl Call {
     ///
     /// # Errors
     /// The configuration file cannot be read, or names no way to the server.
-    pub fn reload(r: Remote) -> Result<Call, String> {
+    pub fn reload(r: Target) -> Result<Call, String> {
         let mut c = Call::to(r, "POST", "/reload".into())?;
         c.signal = Some((rustix::process::Signal::HUP, "SIGHUP"));
         Ok(c)
@@ -63,7 +87,7 @@ impl Call {
     ///
     /// # Errors
     /// As [`Call::reload`].
-    pub fn stop(r: Remote) -> Result<Call, String> {
+    pub fn stop(r: Target) -> Result<Call, String> {
         let mut c = Call::to(r, "POST", "/stop".into())?;
         c.signal = Some((rustix::process::Signal::TERM, "SIGTERM"));
         Ok(c)
@@ -73,11 +97,11 @@ impl Call {
     ///
     /// # Errors
     /// As [`Call::reload`]; a value that is not JSON; a file that cannot be read.
-    pub fn config(c: ConfigCmd) -> Result<Call, String> {
+    pub fn config(ask: ConfigAsk, remote: Target) -> Result<Call, String> {
         let at = |p: &str| format!("/config/{}", encode_path(p.trim_start_matches('/')));
-        let mut call = match c {
-            ConfigCmd::Get { path, remote } => Call::to(remote, "GET", at(path.as_deref().unwrap_or("")))?,
-            ConfigCmd::Set { path, value, remote } => {
+        let mut call = match ask {
+            ConfigAsk::Get(path) => Call::to(remote, "GET", at(&path))?,
+            ConfigAsk::Set(path, value) => {
                 serde_json::from_str::<serde_json::Value>(&value).map_err(|e| {
                     format!("the value is not JSON ({e}); a string is written with its quotes: '\"1h\"'")
                 })?;
@@ -85,9 +109,8 @@ impl Call {
                 call.body = Some(("application/json", value.into_bytes()));
                 call
             }
-            ConfigCmd::Delete { path, remote } => Call::to(remote, "DELETE", at(&path))?,
-            ConfigCmd::Schema => return Err("`config schema` asks no server".into()),
-            ConfigCmd::Load { file, remote } => {
+            ConfigAsk::Delete(path) => Call::to(remote, "DELETE", at(&path))?,
+            ConfigAsk::Load(file) => {
                 let body = if file == Path::new("-") {
                     let mut b = Vec::new();
                     std::io::stdin().read_to_end(&mut b).map_err(|e| format!("standard input: {e}"))?;
