@@ -8,7 +8,7 @@ set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SERVERS=${SERVERS:-$DEFAULT_SERVERS}
+SERVERS=${SERVERS:-"$DEFAULT_SERVERS floor-h1"}
 need wrk
 
 bench_init h1

@@ -11,7 +11,7 @@ set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SERVERS=${SERVERS:-"selvedge selvedge-hello nginx h2o lighttpd mighttpd2"}
+SERVERS=${SERVERS:-"selvedge selvedge-hello nginx h2o lighttpd mighttpd2 caddy"}
 CASES=${CASES:-small}
 need h2load
 

@@ -7,7 +7,13 @@
 # `[server] release_startup_code`), read the RSS of its process
 # tree, open CONNS connections that each GET the 612-byte page once and then idle, wait
 # SETTLE seconds, read the RSS again: bytes per idle connection = RSS growth / CONNS.
-# See bench/README.md. Env: SERVERS PROTOS CONNS WARM SETTLE ROUNDS SELVEDGE_BIN
+#
+# MODE=burst adds, per server and protocol, a burst: after the same warm-up, CONNS
+# connections are opened first and then all send their request at once (every request in
+# flight together), then idle. RSS is read at its peak, AFTER seconds after the last answer
+# (the connections still open), and AFTER seconds after they all closed. The report sets
+# these beside the idle cost of the paced run, per connection.
+# See bench/README.md. Env: MODE SERVERS PROTOS CONNS WARM SETTLE AFTER ROUNDS SELVEDGE_BIN
 # SELVEDGE_BUILD SERVER_CPU CLIENT_CPU KEEP_TMP.
 set -euo pipefail
 # lib.sh has its own defaults for these (for the load scripts): ours are set first.
@@ -21,6 +27,9 @@ SERVERS=${SERVERS:-"selvedge h2o nginx lighttpd"}
 PROTOS=${PROTOS:-"h1 h2c tls-h1 tls-h2"}
 WARM=${WARM:-1000}
 SETTLE=${SETTLE:-2}
+MODE=${MODE:-idle}
+AFTER=${AFTER:-10}
+[[ $MODE == idle || $MODE == burst ]] || die "MODE is idle or burst"
 need python3 openssl
 
 # Every server and the client need a descriptor per connection (and some to spare).
@@ -96,12 +105,12 @@ client_bg() {
         --path "$REQ_PATH" "$@"
 }
 
-# clients_open PROTO N OUT: N client connections that each make one request and then
+# clients_open PROTO N OUT [ARGS...]: N client connections that each make one request and then
 # idle, in the background (output in OUT); returns once they are all open ("ready N" in
 # OUT), the client has exited, or 120 s have passed. clients_close ends them.
 clients_open() {
     local i
-    (client_bg --mode "$1" --conns "$2") >"$3" 2>&1 &
+    (client_bg --mode "$1" --conns "$2" "${@:4}") >"$3" 2>&1 &
     CLIENT_PID=$!
     _LOAD_PID=$CLIENT_PID   # lib.sh's exit trap stops it if we are interrupted
     for ((i = 0; i < 1200; i++)); do
@@ -116,6 +125,22 @@ clients_close() {
     _LOAD_PID=
 }
 
+# warm_up NAME PROTO OUT: WARM connections that each make one request, idle a second and
+# close; then a second's pause. Returns 1 (the server stopped, the failure noted) if they
+# were not all answered.
+warm_up() {
+    clients_open "$2" "$WARM" "$3"
+    sleep 1
+    clients_close
+    if ! grep -q "^ready $WARM$" "$3"; then
+        log "$1 $2: warm-up failed: $(tail -n 2 "$3" | tr '\n' ' ')"
+        SRV_FAILED[$1/$2]="warm-up failed: $(grep -m1 errors "$3" || tail -n 1 "$3")"
+        server_stop "$SRV_PID"
+        return 1
+    fi
+    sleep 1
+}
+
 # idle_round NAME PROTO ROUND: one measurement, appended to $RESULTS as
 # "round server proto conns rss0 rss1 bytes/conn".
 idle_round() {
@@ -128,16 +153,7 @@ idle_round() {
         return 0
     fi
     out=$SRV_DIR/client.out
-    clients_open "$proto" "$WARM" "$out"
-    sleep 1
-    clients_close
-    if ! grep -q "^ready $WARM$" "$out"; then
-        log "$name $proto: warm-up failed: $(tail -n 2 "$out" | tr '\n' ' ')"
-        SRV_FAILED[$name/$proto]="warm-up failed: $(grep -m1 errors "$out" || tail -n 1 "$out")"
-        server_stop "$SRV_PID"
-        return 0
-    fi
-    sleep 1
+    warm_up "$name" "$proto" "$out" || return 0
     rss0=$(rss_kib "$SRV_PID")
     clients_open "$proto" "$CONNS" "$out"
     held=$(awk '/^ready/ { print $2 }' "$out")
@@ -160,10 +176,48 @@ idle_round() {
     log "[round $round] $name $proto: $held idle connections, RSS $rss0 -> $rss1 KiB = $(((rss1 - rss0) * 1024 / held)) bytes per connection"
 }
 
-log "idle: servers: $SERVERS; protocols: $PROTOS; $CONNS connections after a $WARM-connection warm-up; $ROUNDS round(s)"
+# burst_round NAME PROTO ROUND: the burst, appended to $BURSTS as "round server proto
+# conns rss0 peak held closed" (KiB; held: AFTER s after the answers, closed: AFTER s after
+# the connections closed).
+BURSTS=$WORK/bursts.tsv
+: >"$BURSTS"
+burst_round() {
+    local name=$1 proto=$2 round=$3 rss0 peak held closed out n sampler
+    [[ -z ${SRV_FAILED[$name/$proto]:-} ]] || return 0
+    server_start "$name" "$(server_proto "$name" "$proto")" || return 0
+    out=$SRV_DIR/client.out
+    warm_up "$name" "$proto" "$out" || return 0
+    rss0=$(rss_kib "$SRV_PID")
+    # The peak: RSS sampled every 50 ms while the burst runs.
+    (while :; do rss_kib "$SRV_PID"; sleep 0.05; done) >"$SRV_DIR/rss.samples" 2>/dev/null &
+    sampler=$!
+    clients_open "$proto" "$CONNS" "$out" --burst --parallel 256
+    n=$(awk '/^ready/ { print $2 }' "$out")
+    sleep "$AFTER"
+    kill "$sampler" 2>/dev/null || true
+    wait "$sampler" 2>/dev/null || true
+    peak=$(sort -n "$SRV_DIR/rss.samples" | tail -n 1)
+    held=$(rss_kib "$SRV_PID")
+    clients_close
+    sleep "$AFTER"
+    closed=$(rss_kib "$SRV_PID")
+    server_stop "$SRV_PID"
+    if [[ ${n:-0} != "$CONNS" ]]; then
+        log "$name $proto burst: only ${n:-0} of $CONNS answered: $(grep -m1 errors "$out" || tail -n 1 "$out")"
+        SRV_NOTES[$name/$proto/burst]="only ${n:-0} of $CONNS burst requests answered"
+        [[ ${n:-0} -gt 0 ]] || return 0
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$proto" "$n" "$rss0" "$peak" "$held" "$closed" >>"$BURSTS"
+    log "[round $round] $name $proto burst of $n: RSS $rss0 KiB, peak $peak, $AFTER s later $held, $AFTER s after closing $closed"
+}
+
+log "$MODE: servers: $SERVERS; protocols: $PROTOS; $CONNS connections after a $WARM-connection warm-up; $ROUNDS round(s)"
 for ((r = 1; r <= ROUNDS; r++)); do
     for p in $PROTOS; do
-        for s in $SERVERS; do idle_round "$s" "$p" "$r"; done
+        for s in $SERVERS; do
+            idle_round "$s" "$p" "$r"
+            [[ $MODE != burst ]] || burst_round "$s" "$p" "$r"
+        done
     done
 done
 
@@ -198,5 +252,28 @@ file=$OUT_DIR/idle-$(date +%Y%m%d-%H%M%S).md
     echo "| round | server | protocol | connections | RSS before (KiB) | RSS idle (KiB) | bytes/connection |"
     echo "|---:|---|---|---:|---:|---:|---:|"
     awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7 }' "$RESULTS"
+    if [[ $MODE == burst ]]; then
+        echo
+        echo "## Bursts: $CONNS connections open, then every request sent at once"
+        echo
+        echo "Bytes per connection above the RSS after the warm-up (medians): at the peak; $AFTER s after the last answer with the connections still open (\"held\"), beside the paced run's idle cost and the difference; $AFTER s after the connections closed."
+        echo
+        echo "| server | protocol | peak | held | idle (paced) | held − idle | closed |"
+        echo "|---|---|---:|---:|---:|---:|---:|"
+        for p in $PROTOS; do
+            for s in $SERVERS; do
+                grep -q "^[0-9]*	$s	$p	" "$BURSTS" || continue
+                per() { awk -F'\t' -v s="$s" -v p="$p" -v c="$1" '$2 == s && $3 == p { print int(($c - $5) * 1024 / $4) }' "$BURSTS" | median; }
+                idle=$(awk -F'\t' -v s="$s" -v p="$p" '$2 == s && $3 == p { print $7 }' "$RESULTS" | median)
+                held=$(per 7)
+                printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$s" "$p" "$(per 6)" "$held" "${idle:-n/a}" \
+                    "$([[ -n $idle ]] && echo $((held - idle)) || echo n/a)" "$(per 8)"
+            done
+        done
+        echo
+        echo "| round | server | protocol | connections | RSS before (KiB) | peak | held | closed |"
+        echo "|---:|---|---|---:|---:|---:|---:|---:|"
+        awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8 }' "$BURSTS"
+    fi
 } | tee "$file"
 log "wrote ${file#"$REPO_DIR"/}"

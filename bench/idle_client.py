@@ -82,13 +82,16 @@ async def h1_exchange(reader, writer, path):
     return status_ok, await reader.readexactly(length)
 
 
-async def open_one(args, ctx, expect, held):
-    ssl_arg = None
-    if ctx is not None:
-        ssl_arg = ctx
-    reader, writer = await asyncio.open_connection(
-        "127.0.0.1", args.port, ssl=ssl_arg, server_hostname="localhost" if ctx else None, limit=16384
+async def connect(args, ctx):
+    return await asyncio.open_connection(
+        "127.0.0.1", args.port, ssl=ctx, server_hostname="localhost" if ctx else None, limit=16384
     )
+
+
+async def open_one(args, ctx, expect, held, conn=None, go=None):
+    reader, writer = conn if conn is not None else await connect(args, ctx)
+    if go is not None:
+        await go.wait()
     if args.mode in ("h2c", "tls-h2"):
         if ctx is not None:
             alpn = writer.get_extra_info("ssl_object").selected_alpn_protocol()
@@ -111,6 +114,11 @@ async def main():
     ap.add_argument("--path", default="/index.html")
     ap.add_argument("--expect", required=True)
     ap.add_argument("--close", action="store_true", help="close them all at once after ready (warm-up)")
+    ap.add_argument(
+        "--burst",
+        action="store_true",
+        help="open every connection first, then send all the requests at once",
+    )
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -133,7 +141,34 @@ async def main():
             except Exception as e:  # noqa: BLE001 - reported and counted
                 errors.append(repr(e))
 
-    await asyncio.gather(*(guarded() for _ in range(args.conns)))
+    if args.burst:
+        # Every connection open before any request is sent: the server then has all the
+        # requests in flight at once (the peak of its per-request memory).
+        conns = []
+
+        async def connect_guarded():
+            async with sem:
+                try:
+                    conns.append(await asyncio.wait_for(connect(args, ctx), 30))
+                except Exception as e:  # noqa: BLE001 - reported and counted
+                    errors.append(repr(e))
+
+        await asyncio.gather(*(connect_guarded() for _ in range(args.conns)))
+        print(f"connected {len(conns)}", flush=True)
+        go = asyncio.Event()
+
+        async def burst_one(conn):
+            try:
+                await asyncio.wait_for(open_one(args, ctx, expect, held, conn, go), 60)
+            except Exception as e:  # noqa: BLE001 - reported and counted
+                errors.append(repr(e))
+
+        tasks = [asyncio.ensure_future(burst_one(c)) for c in conns]
+        await asyncio.sleep(0)
+        go.set()
+        await asyncio.gather(*tasks)
+    else:
+        await asyncio.gather(*(guarded() for _ in range(args.conns)))
     if errors:
         print(f"errors {len(errors)}: {errors[0]}", file=sys.stderr, flush=True)
     print(f"ready {len(held)}", flush=True)

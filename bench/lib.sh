@@ -38,7 +38,7 @@ EXPECT_ALPN=${EXPECT_ALPN:-h2c}
 TLS_CERT=${TLS_CERT:-}
 TLS_KEY=${TLS_KEY:-}
 # shellcheck disable=SC2034  # used by the scripts that source this
-DEFAULT_SERVERS="selvedge nginx h2o lighttpd mighttpd2"
+DEFAULT_SERVERS="selvedge nginx h2o lighttpd mighttpd2 caddy"
 
 WORK=
 RESULTS=
@@ -48,6 +48,12 @@ declare -A SRV_NOTES=()    # name -> free-form note for the report
 
 log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "FATAL: $*"; exit 1; }
+
+# have CMD: for a server's setup; a missing command makes the server "not measured" (with
+# the reason in SRV_WHY), not the run fail.
+have() {
+    command -v "$1" >/dev/null 2>&1 || { SRV_WHY="not installed: $1"; return 1; }
+}
 
 need() {
     local c
@@ -181,7 +187,7 @@ server_stop() {
 
 srv_nginx() {
     local dir=$1 port=$2 proto=$3 listen_flags=""
-    need nginx
+    have nginx || return 1
     # nginx 1.22 (Debian 12) has no `http2 on;` (that is 1.25.1+): `listen ... http2` on a
     # non-TLS listener means h2c with prior knowledge only (HTTP/1.1 is not served there).
     [[ $proto == h2 ]] && listen_flags=" http2"
@@ -224,7 +230,7 @@ EOF
 
 srv_h2o() {
     local dir=$1 port=$2 proto=${3:-h1} ssl=""
-    need h2o
+    have h2o || return 1
     if [[ $proto == h2tls ]]; then
         ssl="
   ssl:
@@ -254,9 +260,58 @@ EOF
     SRV_CMD=(h2o -c "$dir/h2o.conf")
 }
 
+# Caddy (Debian's 2.6): file_server on one listener, access log off (Caddy logs requests
+# only when told), admin endpoint off; h1: HTTP/1.1 only; h2: HTTP/1.1 and h2c with prior
+# knowledge; h2tls: HTTP/1.1 and HTTP/2 by ALPN over $TLS_CERT (no HTTP/3: bench/h3.sh runs
+# that). GOMAXPROCS=1: one core, as the other servers' one worker.
+srv_caddy() {
+    local dir=$1 port=$2 proto=${3:-h1} protocols="h1" site tls=""
+    have caddy || return 1
+    case $proto in
+        h2) protocols="h1 h2c" ;;
+        h2tls) protocols="h1 h2" ;;
+    esac
+    if [[ $proto == h2tls ]]; then
+        site="https://127.0.0.1:$port"
+        tls="tls $TLS_CERT $TLS_KEY"
+    else
+        site="http://127.0.0.1:$port"
+    fi
+    cat >"$dir/Caddyfile" <<EOF
+{
+    admin off
+    auto_https disable_redirects
+    servers {
+        protocols $protocols
+    }
+}
+$site {
+    $tls
+    root * $SITE_DIR
+    file_server
+}
+EOF
+    SRV_LOG=$dir/stdout.log
+    SRV_ENV=(GOMAXPROCS=1 XDG_DATA_HOME="$dir/data" XDG_CONFIG_HOME="$dir/config")
+    SRV_CMD=(caddy run --config "$dir/Caddyfile" --adapter caddyfile)
+}
+
+# floor-h1: bench/floor/h1.c, an epoll loop that answers every read with the page, parsing
+# nothing (HTTP/1.1 pages of up to 2 KB only): the kernel's cost of a request, the floor
+# of the epoll I/O model in the same run.
+srv_floor-h1() {
+    local dir=$1 port=$2 proto=${3:-h1}
+    [[ $proto == h1 ]] || { SRV_WHY="the floor answers HTTP/1.1 only"; return 1; }
+    (($(wc -c <"$EXPECT_FILE") <= 2048)) || { SRV_WHY="the floor serves pages of up to 2 KB"; return 1; }
+    have cc || return 1
+    cc -O2 -o "$dir/h1-floor" "$REPO_DIR/bench/floor/h1.c" || { SRV_WHY="cc failed"; return 1; }
+    SRV_ENV=(SELVEDGE_ADDR="127.0.0.1:$port")
+    SRV_CMD=("$dir/h1-floor" "$EXPECT_FILE")
+}
+
 srv_lighttpd() {
     local dir=$1 port=$2
-    need lighttpd
+    have lighttpd || return 1
     # max-keep-alive-requests is an unsigned short in lighttpd 1.4: larger integers are
     # silently truncated (1000000 -> 16960), so 65535 is the real maximum.
     # h2: lighttpd advertises SETTINGS_MAX_CONCURRENT_STREAMS=8 (hard-coded), so h2load -m100
@@ -282,7 +337,7 @@ EOF
 
 srv_mighttpd2() {
     local dir=$1 port=$2
-    need mighty
+    have mighty || return 1
     # Mighttpd2 (Haskell, warp): Debug_Mode: Yes = foreground; Worker_Processes: 1 = no fork.
     # The GHC threaded RTS still runs a few threads (ticker, IO manager); all share CPU $SERVER_CPU.
     # Warp also speaks h2c with prior knowledge on the plain port.
@@ -437,6 +492,8 @@ server_version() {
         selvedge-hello) echo "selvedge-hello ($SELVEDGE_DEFAULT_CMD)" ;;
         selvedge-mt) echo "selvedge-mt (the same command with SELVEDGE_MODE=multi)" ;;
         selvedge-floor) echo "selvedge-floor (bench/floor/proxy.c: a C relay, no HTTP)" ;;
+        floor-h1) echo "floor-h1 (bench/floor/h1.c: an epoll loop, no HTTP parsing)" ;;
+        caddy) echo "caddy $(pkg_version caddy || true)" ;;
         nginx) echo "nginx $(pkg_version nginx || true)$(pkg_version nginx-core || true)" ;;
         *) echo "$1 $(pkg_version "$1" || true)" ;;
     esac
@@ -641,7 +698,7 @@ median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print ""; else if (N
 
 # bench_report TITLE PREFIX LOAD_DESCRIPTION: Markdown to stdout and to $OUT_DIR/PREFIX-<date>.md.
 bench_report() {
-    local title=$1 prefix=$2 load=$3 s rps us errs kpct best="" bestname file summary col=7 cpudesc low
+    local title=$1 prefix=$2 load=$3 s rps us errs kpct best="" bestname floor="" floorname peer file summary col=7 cpudesc low
     cpudesc="utime+stime of the server's process tree from /proc/PID/stat (CLK_TCK=$CLK_TCK) across the measured run"
     if [[ $CPU_SOURCE == schedstat ]]; then
         col=8
@@ -658,7 +715,9 @@ bench_report() {
         errs=$(awk -F'\t' -v s="$s" '$2 == s && $10 != "-" { n++ } END { print n + 0 }' "$RESULTS")
         kpct=$(awk -F'\t' -v s="$s" '$2 == s { print $11 }' "$RESULTS" | median)
         printf '%s\t%s\t%s\t%s\t%s\n' "$s" "$rps" "$us" "$errs" "$kpct" >>"$summary"
-        if [[ $s != selvedge* ]]; then
+        if [[ $s == floor-* ]]; then
+            floor=${floor:-$us}
+        elif [[ $s != selvedge* ]]; then
             best=$(awk -v a="$best" -v b="$us" 'BEGIN { print (a == "" || b + 0 < a + 0) ? b : a }')
         fi
     done
@@ -672,31 +731,38 @@ bench_report() {
         echo "- versions: $(for s in $SERVERS; do server_version "$s"; done | paste -sd ';' | sed 's/;/; /g')"
         echo "- load average (1/5/15 min) at start: $LOADAVG_START, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
         echo
-        echo "| server | requests/s | server CPU µs/req (median) | of it in the kernel | ratio to best peer |"
-        echo "|---|---:|---:|---:|---:|"
+        # A floor (`floor-*`: a C loop of the same I/O model, no HTTP) is no peer: it gets a
+        # column of its own.
+        echo "| server | requests/s | server CPU µs/req (median) | of it in the kernel | ratio to best peer |${floor:+ ratio to the floor |}"
+        echo "|---|---:|---:|---:|---:|${floor:+---:|}"
         sort -t$'\t' -k3,3g "$summary" | while IFS=$'\t' read -r s rps us errs kpct; do
-            awk -v s="$s" -v rps="$rps" -v us="$us" -v best="$best" -v errs="$errs" -v k="$kpct" 'BEGIN {
-                ratio = (best != "" && best + 0 > 0) ? sprintf("%.2f", us / best) : "n/a"
+            awk -v s="$s" -v rps="$rps" -v us="$us" -v best="$best" -v floor="$floor" -v errs="$errs" -v k="$kpct" 'BEGIN {
+                ratio = (best != "" && best + 0 > 0 && s !~ /^floor-/) ? sprintf("%.2f", us / best) : "n/a"
                 flag = errs > 0 ? sprintf(" ⚠ errors in %d round(s)", errs) : ""
-                printf "| %s%s | %.0f | %.2f | %.0f%% | %s |\n", s, flag, rps, us, k, ratio
+                printf "| %s%s | %.0f | %.2f | %.0f%% | %s |", s, flag, rps, us, k, ratio
+                if (floor != "") printf " %s |", ((floor + 0 > 0) ? sprintf("%.2f", us / floor) : "n/a")
+                printf "\n"
             }'
         done
         # Paired view: each selvedge build against the best peer (by median) in the same
         # round (the neighbours' noise moves a round's servers together; pairing cancels
         # some of it).
-        bestname=$(awk -F'\t' '$1 !~ /^selvedge/ { print $3 "\t" $1 }' "$summary" | sort -g | head -1 | cut -f2)
+        bestname=$(awk -F'\t' '$1 !~ /^(selvedge|floor-)/ { print $3 "\t" $1 }' "$summary" | sort -g | head -1 | cut -f2)
+        floorname=$(awk -F'\t' '$1 ~ /^floor-/ { print $1; exit }' "$summary")
         for s in $SERVERS; do
-            [[ $s == selvedge* && -n $bestname ]] || continue
-            awk -F'\t' -v s="$s" -v c="$col" -v peer="$bestname" '
-                $2 == s { mine[$1] = $c }
-                $2 == peer && $c > 0 { best[$1] = $c }
-                END {
-                    for (r in mine) if (r in best) { v[++n] = mine[r] / best[r]; if (v[n] <= 0.9) k++ }
-                    if (n == 0) exit
-                    for (i = 2; i <= n; i++) { x = v[i]; for (j = i - 1; j >= 1 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
-                    med = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-                    printf "\n%s against %s in the same round: median %.2f (min %.2f, max %.2f); at or below 0.90 in %d of %d rounds\n", s, peer, med, v[1], v[n], k + 0, n
-                }' "$RESULTS"
+            [[ $s == selvedge* ]] || continue
+            for peer in $bestname $floorname; do
+                awk -F'\t' -v s="$s" -v c="$col" -v peer="$peer" '
+                    $2 == s { mine[$1] = $c }
+                    $2 == peer && $c > 0 { best[$1] = $c }
+                    END {
+                        for (r in mine) if (r in best) { v[++n] = mine[r] / best[r]; if (v[n] <= 0.9) k++ }
+                        if (n == 0) exit
+                        for (i = 2; i <= n; i++) { x = v[i]; for (j = i - 1; j >= 1 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
+                        med = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+                        printf "\n%s against %s in the same round: median %.2f (min %.2f, max %.2f); at or below 0.90 in %d of %d rounds\n", s, peer, med, v[1], v[n], k + 0, n
+                    }' "$RESULTS"
+            done
         done
         low=$(awk -F'\t' '$9 < 80 { printf "%s%s r%s (%s%%)", sep, $2, $1, $9; sep = ", " }' "$RESULTS")
         if [[ ${#SRV_FAILED[@]} -gt 0 || ${#SRV_NOTES[@]} -gt 0 || -n $low ]]; then

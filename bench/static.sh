@@ -14,7 +14,7 @@ set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SERVERS=${SERVERS:-$DEFAULT_SERVERS}
+SERVERS=${SERVERS:-"$DEFAULT_SERVERS floor-h1"}
 CASES=${CASES:-small big}
 LOGGING=${LOGGING:-both}
 BIG_CONNS=${BIG_CONNS:-4}

@@ -11,7 +11,7 @@ set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SERVERS=${SERVERS:-"selvedge selvedge-hello h2o nginx"}
+SERVERS=${SERVERS:-"selvedge selvedge-hello h2o nginx caddy"}
 CASES=${CASES:-small}
 need h2load
 

@@ -345,6 +345,9 @@ server = table(
                             {"type": "string", "pattern": pat(rf"{IP}|{SOCKADDR}")}),
         "release_startup_code": boolean("Unmap the code pages only start-up used, after start and each "
                                         "reload. Default true."),
+        "release_memory_after": count("Connections served at once that make a burst, after which free "
+                                      "heap memory is given back to the system; 0 never. Default 256.",
+                                      0, U32),
     },
 )
 

@@ -114,6 +114,7 @@ mod dispatch;
 mod error;
 pub mod file;
 mod head;
+pub mod heap;
 mod io;
 pub mod server;
 mod settings;

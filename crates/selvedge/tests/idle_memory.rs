@@ -103,22 +103,6 @@ fn per_connection(a: &Snapshot, b: &Snapshot, n: usize) -> (f64, String) {
     ((b.live - a.live) as f64 / n as f64, parts.join(", "))
 }
 
-/// How many connections the test can hold: each takes a descriptor on both ends, in
-/// this one process. The soft limit is raised to the hard one first.
-fn budget(want: usize) -> usize {
-    // SAFETY: getrlimit/setrlimit with a valid, initialized struct.
-    unsafe {
-        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
-            r.rlim_cur = r.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-            return want.min((r.rlim_cur as usize).saturating_sub(300) / 2);
-        }
-    }
-    want.min(400)
-}
-
 /// Heap bytes per idle connection allowed: a parked connection keeps no task and no
 /// buffers, and an HTTP/2 one only part of its connection state.
 const H1_BOUND: f64 = 400.0;
@@ -229,7 +213,7 @@ fn held_heap<C>(what: &str, n: usize, settle: Duration, mut open: impl FnMut() -
 fn idle_connections_hold_almost_no_heap() {
     let _turn = one_at_a_time();
     let srv = start(settings(), page);
-    let n = budget(5_000);
+    let n = connection_budget(5_000);
     let addr = srv.addr;
     let h1 = measure("HTTP/1.1", n, 3, true, || h1_conn(addr));
     // HTTP/2 connections with no stream open park too (with their HPACK tables).
@@ -255,7 +239,7 @@ fn slow_readers_of_a_long_file_hold_no_receive_buffer() {
         let file = file.clone();
         async move { selvedge::Response::file(selvedge::http::StatusCode::OK, &file).unwrap() }
     });
-    let n = budget(300);
+    let n = connection_budget(300);
     let addr = srv.addr;
     let open = || connect_sending(addr, b"GET /big.bin HTTP/1.1\r\nHost: h\r\n\r\n");
     // One second: every download has filled both sockets' buffers and waits for the reader.
@@ -273,7 +257,7 @@ fn lingering_http2_connections_hold_no_buffers() {
     let mut cfg = settings();
     cfg.linger_timeout = Duration::from_secs(30);
     let srv = start(cfg, page);
-    let n = budget(1_000);
+    let n = connection_budget(1_000);
     let addr = srv.addr;
     let open = || {
         let mut s = h2_conn(addr);
@@ -350,7 +334,7 @@ const SLOW_HEAD_BOUND: f64 = 4_500.0;
 fn partial_heads_hold_no_receive_buffer() {
     let _turn = one_at_a_time();
     let srv = start(settings(), page);
-    let n = budget(1_000);
+    let n = connection_budget(1_000);
     let addr = srv.addr;
     let open =
         || connect_sending(addr, b"GET /index.html HTTP/1.1\r\nHost: h\r\nX-Slow-1: aaaaaaaaaaaaaaaaaaaaaaaa\r\n");
@@ -367,7 +351,7 @@ fn partial_heads_are_answered_when_the_rest_comes() {
         let v = req.header("x-slow").map(<[u8]>::to_vec).unwrap_or_default();
         selvedge::Response::bytes(selvedge::http::StatusCode::OK, v)
     });
-    let n = budget(300);
+    let n = connection_budget(300);
     let addr = srv.addr;
     let mut held: Vec<TcpStream> =
         (0..n).map(|_| connect_sending(addr, b"GET /index.html HTTP/1.1\r\nHost: h\r\nX-Slow: abc")).collect();

@@ -82,6 +82,38 @@ fn hundreds_of_parked_connections_come_back() {
     parked(0);
 }
 
+/// A burst: 1,500 connections each send a request at once (new, then three times parked), and
+/// every answer is read only after all were sent. Many tasks take their request with the
+/// optimistic first read, past the reactor, whose readiness for the socket then goes
+/// stale; yet every connection parks once idle (a wait that found the stale readiness
+/// used to go on deaf to the request to park, keeping its task until the idle timeout).
+#[test]
+fn every_connection_of_a_burst_parks_again() {
+    let _s = serial();
+    // An app that lets the reactor turn before it answers (as one that reads a file or asks
+    // an upstream does): the reactor may then report the socket readable for the request
+    // already taken. (The socket's unit test `an_idle_wait_on_stale_readiness_still_parks`
+    // makes that case every time.)
+    let srv = start(settings(), |req| async move {
+        tokio::task::yield_now().await;
+        hello(req).await
+    });
+    let n = connection_budget(1500);
+    assert!(n >= 1000, "the descriptor limit allows {n} connections (want 1000)");
+    let mut conns: Vec<TcpStream> = (0..n).map(|_| connect(srv.addr)).collect();
+    for round in 0..4 {
+        for (i, c) in conns.iter_mut().enumerate() {
+            c.write_all(format!("GET /{round}/{i} HTTP/1.1\r\nHost: h\r\n\r\n").as_bytes()).unwrap();
+        }
+        for (i, c) in conns.iter_mut().enumerate() {
+            assert_eq!(read_responses(c, 1).pop().unwrap().text(), format!("hello /{round}/{i}\n"));
+        }
+        parked(n as u64);
+    }
+    drop(conns);
+    parked(0);
+}
+
 #[test]
 fn a_connection_parked_before_its_first_byte_negotiates_as_usual() {
     let _s = serial();

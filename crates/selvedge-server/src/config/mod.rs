@@ -131,6 +131,9 @@ pub struct Config {
     /// `[server] release_startup_code`: after start and each reload, let go of the code
     /// pages only start-up used (`selvedge::server::release_code_pages`): true.
     pub release_startup_code: bool,
+    /// `[server] release_memory_after`: connections served at once that make a burst, after
+    /// which free heap memory is given back to the system (`selvedge::heap`); 0: never.
+    pub release_memory_after: usize,
 }
 
 impl Config {
@@ -178,6 +181,7 @@ impl Config {
             admin: None,
             mime: Default::default(),
             release_startup_code: true,
+            release_memory_after: selvedge::heap::DEFAULT_RELEASE_AFTER,
         }
     }
 
@@ -230,7 +234,8 @@ impl Config {
         let acme = acme(&src, raw.acme.as_ref(), &vhosts, &listeners)?;
         let admin = admin::admin(&src, raw.admin.as_ref())?;
         let mime = mime(&src, raw.mime.as_ref())?;
-        let (workers, server) = (raw.server.workers(), raw.server);
+        let (workers, release_memory_after, server) =
+            (raw.server.workers(), raw.server.release_memory_after(), raw.server);
         Ok(Config {
             admin,
             mime,
@@ -242,6 +247,7 @@ impl Config {
             workers,
             pid_file: server.pid_file.as_deref().map(|p| src.abs(p)),
             release_startup_code: server.release_startup_code.unwrap_or(true),
+            release_memory_after,
             settings,
             cache,
             cache_zones: zones,
@@ -426,6 +432,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.workers, Some(3));
         assert!(c.release_startup_code);
+        assert_eq!(c.release_memory_after, 256);
         assert_eq!(c.pid_file, Some(PathBuf::from("/tmp/run/x.pid")));
         assert_eq!(c.listen[0], Listen::Tcp(SocketAddr::from(([0, 0, 0, 0], 9000))));
         assert_eq!(c.settings.idle_timeout, Duration::from_secs(5));
@@ -436,7 +443,7 @@ mod tests {
         assert_eq!(c.vhosts[0].routes[0].static_opts().unwrap().max_age, Some(60));
         assert!(c.vhosts[0].routes[0].static_opts().unwrap().error_pages.contains_key(&404));
         let c = parse(
-            "[server]\nserver_tokens = false\nbacklog = 64\nrelease_startup_code = false\n[timeouts]\ntls_handshake = \"3s\"\n\
+            "[server]\nserver_tokens = false\nbacklog = 64\nrelease_startup_code = false\nrelease_memory_after = 0\n[timeouts]\ntls_handshake = \"3s\"\n\
              [http2]\nmax_concurrent_streams = 10\ninitial_window_size = \"1MiB\"\nhandshake_timeout = \"2s\"\n\
              enable_connect_protocol = false\n[[listen]]\naddress = \"[::]:443\"\n[[listen]]\naddress = \"unix:run/s.sock\"\n\
              [[listen]]\naddress = \"0.0.0.0:80\"\n[[vhost]]\nhosts = [\"*.Example.com\", \"example.com\"]\n\
@@ -446,6 +453,7 @@ mod tests {
         assert_eq!(c.settings.server_name, None);
         assert_eq!(c.settings.backlog, 64);
         assert!(!c.release_startup_code);
+        assert_eq!(c.release_memory_after, 0);
         assert_eq!(c.settings.tls_handshake_timeout, Duration::from_secs(3));
         assert_eq!((c.settings.h2.max_concurrent_streams, c.settings.h2.initial_window_size), (10, 1 << 20));
         assert_eq!(c.settings.h2.handshake_timeout, Duration::from_secs(2));

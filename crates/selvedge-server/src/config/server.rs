@@ -27,9 +27,15 @@ pub(super) struct RawServer {
     client_ip_header: Option<Spanned<String>>,
     resolver: Option<Spanned<Vec<String>>>,
     pub(super) release_startup_code: Option<bool>,
+    release_memory_after: Option<Count<0, { u32::MAX as u64 }>>,
 }
 
 impl RawServer {
+    /// `release_memory_after`, or its default.
+    pub(super) fn release_memory_after(&self) -> usize {
+        self.release_memory_after.map_or(selvedge::heap::DEFAULT_RELEASE_AFTER, Count::get_usize)
+    }
+
     /// Worker threads (`None`: one per core).
     pub(super) fn workers(&self) -> Option<usize> {
         self.workers.map(Count::get_usize)

@@ -95,10 +95,13 @@ fn open_log(cfg: &LogConfig) -> std::io::Result<Option<AccessLog>> {
     AccessLog::open(cfg.clone()).map(Some)
 }
 
-/// Lets go of the executable's code pages that start-up (or a reload) brought in and the
-/// request paths do not use (`[server] release_startup_code`): they come back from the
-/// page cache if ever needed.
-fn release_startup_code(cfg: &Config) {
+/// Applies the memory settings, after start and each reload: the burst size after which
+/// free heap memory goes back to the system (`[server] release_memory_after`), and letting
+/// go of the executable's code pages that start-up (or the reload) brought in and the
+/// request paths do not use (`[server] release_startup_code`; they come back from the page
+/// cache if ever needed).
+fn apply_memory_settings(cfg: &Config) {
+    selvedge::heap::release_after_bursts(cfg.release_memory_after);
     if !cfg.release_startup_code {
         return;
     }

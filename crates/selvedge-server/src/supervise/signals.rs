@@ -9,7 +9,7 @@ use tokio::runtime::Runtime;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing::info;
 
-use super::{api, release_startup_code, reload, upgrade, Running};
+use super::{api, apply_memory_settings, reload, upgrade, Running};
 use crate::admin;
 use crate::service::notify;
 
@@ -76,7 +76,7 @@ pub(super) fn watch(
                     if api::handle(&mut r, cmd) {
                         return Stop::Graceful;
                     }
-                    release_startup_code(&r.cfg);
+                    apply_memory_settings(&r.cfg);
                 }
                 _ = s.term.recv() => return Stop::Graceful,
                 _ = s.int.recv() => return Stop::Graceful,
@@ -85,7 +85,7 @@ pub(super) fn watch(
                     notify::reloading();
                     let _ = reload::reload(&mut r);
                     notify::ready("serving (reloaded)");
-                    release_startup_code(&r.cfg);
+                    apply_memory_settings(&r.cfg);
                 }
                 _ = s.usr1.recv() => {
                     reload::reopen_logs(&r, &r.cfg.log.clone(), &r.cfg.error_log.target.clone());

@@ -10,7 +10,7 @@ use selvedge::{Listen, Listening, Server, ServerHandle, Settings};
 use tokio::runtime::Runtime;
 use tracing::{info, warn};
 
-use super::{admin_info, load_certs, loaded_now, open_log, release_startup_code, Running};
+use super::{admin_info, apply_memory_settings, load_certs, loaded_now, open_log, Running};
 use crate::access_log::LogTarget;
 use crate::acme::{Acme, Challenges, Spec};
 use crate::admin::{self, Admin};
@@ -437,6 +437,6 @@ fn ready(r: &Running, rt: &Runtime, acme_specs: &[Spec]) -> Result<(), String> {
     crate::upstream::pool::start_maintenance().map_err(|e| format!("upstream maintenance thread: {e}"))?;
     notify::ready("serving");
     service::tell_upgrading_parent();
-    release_startup_code(&r.cfg);
+    apply_memory_settings(&r.cfg);
     Ok(())
 }

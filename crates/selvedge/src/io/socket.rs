@@ -189,7 +189,10 @@ impl Socket {
                 return Ok(Some(n));
             }
             drop(guard);
-            guard = self.read_ready().await?;
+            // The readiness was stale (a `try_read` had taken the bytes past the reactor):
+            // the wait goes on as it began, so that a request to park still reaches it.
+            let Some(g) = self.read_ready_unless_parked(park).await? else { return Ok(None) };
+            guard = g;
         }
     }
 
@@ -380,5 +383,41 @@ mod tests {
         let big = vec![0u8; 8 << 20];
         assert!(pin!(sock.write_all(&big)).poll(&mut cx).is_pending());
         assert!(!sock.eager.load(std::sync::atomic::Ordering::Relaxed));
+    }
+
+    /// An idle wait that finds the reactor's readiness stale (a `try_read` took the bytes
+    /// past the reactor, as a connection's first read does) still hears the timeout
+    /// manager's request to park: it used to wait on without it, so the connection kept
+    /// its task until its idle timeout.
+    #[test]
+    fn an_idle_wait_on_stale_readiness_still_parks() {
+        use std::io::Write;
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use bytes::BytesMut;
+
+        use crate::time::timeout::{Group, Timer};
+
+        let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+        rt.block_on(async {
+            let (ours, mut theirs) = UnixStream::pair().unwrap();
+            ours.set_nonblocking(true).unwrap();
+            let sock = Socket::new(ours.into()).unwrap();
+            theirs.write_all(b"GET").unwrap();
+            // The reactor reports the bytes (the guard goes without clearing it)...
+            drop(sock.read_ready().await.unwrap());
+            // ...which a read past the reactor takes: the readiness is now stale.
+            let mut buf = BytesMut::with_capacity(64);
+            assert_eq!(sock.try_read(&mut buf).unwrap(), Some(3));
+            let timer = Timer::register(&Arc::new(Group::new(1)), Duration::from_secs(60));
+            assert!(timer.enter_idle());
+            let mut next = BytesMut::with_capacity(64);
+            let mut wait = pin!(sock.idle_read(&mut next, |_| {}, &timer));
+            let mut cx = Context::from_waker(Waker::noop());
+            assert!(wait.as_mut().poll(&mut cx).is_pending(), "nothing more was sent");
+            timer.ask_to_park();
+            assert!(matches!(wait.as_mut().poll(&mut cx), Poll::Ready(Ok(None))), "the wait did not hear it");
+        });
     }
 }

@@ -18,7 +18,8 @@
 //!   socket and timer to a parking lot (`server::park`) and ends. So a connection idle for
 //!   one to two ticks holds no task; while parked, its deadline is kept here as before and
 //!   an expired (or, at shutdown, claimed) parked connection is closed through its lot.
-//! - The manager's thread also refreshes the shared `Date` header once a second.
+//! - The manager's thread also refreshes the shared `Date` header once a second, and after
+//!   a burst of connections gives the allocator's free memory back ([`crate::heap`]).
 //!
 //! The manager's tick is [`TICK`]: a timeout fires between `timeout` and `timeout + TICK`.
 
@@ -307,6 +308,13 @@ impl Timer {
         self.slot.phase.load(Ordering::Acquire) == PHASE_PARK
     }
 
+    /// Asks the connection to park, as the manager does after two idle ticks (for tests of
+    /// the waits that must hear it).
+    #[cfg(test)]
+    pub(crate) fn ask_to_park(&self) {
+        self.slot.phase.store(PHASE_PARK, Ordering::SeqCst);
+    }
+
     /// The connection goes on in a task of its own, which [`TimerHandle::set_abort`] gives
     /// the manager: the waker left by an idle wait in the task before is forgotten, so the
     /// next idle wait leaves the new task's.
@@ -512,6 +520,8 @@ pub fn start() {
 fn run() {
     let start = Instant::now();
     let mut list: Vec<Arc<Slot>> = Vec::new();
+    // Bursts of connections served at once, and of connections open (parked ones too).
+    let (mut busy_watch, mut open_watch) = (crate::heap::BurstWatch::default(), crate::heap::BurstWatch::default());
     loop {
         std::thread::park_timeout(TICK);
         let now = start.elapsed().as_millis() as u64;
@@ -519,7 +529,19 @@ fn run() {
         crate::time::date::refresh(SystemTime::now());
         let Some(mgr) = MANAGER.get() else { continue };
         mgr.inbox.take_all(&mut list);
-        list.retain(|slot| sweep(slot, now));
+        let mut busy = 0;
+        list.retain(|slot| {
+            let keep = sweep(slot, now);
+            busy += usize::from(keep && slot.phase.load(Ordering::Relaxed) != PHASE_PARKED);
+            keep
+        });
+        let after = crate::heap::release_after();
+        // Both watches see every tick (`|`, not `||`).
+        if busy_watch.tick(busy, after) | open_watch.tick(list.len(), after) {
+            let t = Instant::now();
+            let released = crate::heap::release();
+            tracing::debug!("after a burst, free heap memory given back ({released}) in {:?}", t.elapsed());
+        }
     }
 }
 

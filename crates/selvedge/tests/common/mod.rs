@@ -35,6 +35,23 @@ pub fn start<A: App>(settings: Settings, app: A) -> TestServer {
     TestServer { handle: Some(handle), addr }
 }
 
+/// How many connections a test can hold, up to `want`: each takes a descriptor on both
+/// ends, in this one process. The soft limit is raised to the hard one first.
+#[allow(dead_code)] // not every test file holds many connections
+pub fn connection_budget(want: usize) -> usize {
+    // SAFETY: getrlimit/setrlimit with a valid, initialized struct.
+    unsafe {
+        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+            return want.min((r.rlim_cur as usize).saturating_sub(300) / 2);
+        }
+    }
+    want.min(400)
+}
+
 pub fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

@@ -1,14 +1,15 @@
 /*
- * The floor for bench/h1.sh: an epoll loop that answers every read with a canned response
- * (the 612-byte page behind a 5-field head), parsing nothing. What a server cannot go
- * below on this machine: the kernel's TCP path for one read and one write per request.
+ * The floor for the HTTP/1.1 page benchmarks (bench/h1.sh, bench/static.sh): an epoll loop
+ * that answers every read with a canned response (the 612-byte page behind a 5-field
+ * head), parsing nothing. What a server cannot go below on this machine: the kernel's TCP
+ * path for one read and one write per request. bench/lib.sh runs it as the server
+ * `floor-h1` (in the default SERVERS of both scripts); by hand:
  *
- *   cc -O2 -o /tmp/floor bench/floor/epoll.c
- *   SELVEDGE_ALT_CMD="/tmp/floor $PWD/bench/site/index.html" \
- *       SERVERS="selvedge selvedge-alt h2o" bench/h1.sh
+ *   cc -O2 -o /tmp/floor bench/floor/h1.c
+ *   SELVEDGE_ADDR=127.0.0.1:8080 /tmp/floor bench/site/index.html
  *
  * Listens on 127.0.0.1 at the port in SELVEDGE_ADDR (host:port), like examples/hello, and
- * serves the file named by its argument.
+ * serves the file named by its argument (up to 2 KB).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
