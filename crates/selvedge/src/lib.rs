@@ -87,8 +87,9 @@
 //! other in a circle (both checked by `tests/layering.rs`, which checks `selvedge-proto`
 //! the same way):
 //!
-//! 1. `error`, `io::sys`, `time`, `stats`, `io::proxy_protocol`: errors, system calls, the
-//!    clock, counters and the PROXY protocol header's parser.
+//! 1. `error`, `io::sys`, `time`, `heap`, `stats`, `io::proxy_protocol`: errors, system
+//!    calls, the clock, giving memory back after bursts, counters and the PROXY protocol
+//!    header's parser.
 //! 2. `io::pool`, `io::socket`: buffer pools, the raw socket.
 //! 3. `io`, `io::tls`, `io::transport`: TLS over the socket, and the transport (plain or
 //!    TLS) the drivers use.
