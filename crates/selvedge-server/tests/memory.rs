@@ -12,6 +12,14 @@ use std::time::Duration;
 use bytes::BytesMut;
 use common::{Srv, TempDir};
 
+/// The tests take turns: each reads a server's memory, which a neighbour's load (hundreds
+/// of connections, megabytes of compression) would move.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The server's resident memory, in KiB.
 fn rss_kib(pid: u32) -> u64 {
     status_kib(pid, "VmRSS:")
@@ -69,6 +77,7 @@ fn h2_zero_window(addr: std::net::SocketAddr, streams: u32, range: &dyn Fn(u32) 
 /// sets alone were 8.3 MB each.)
 #[test]
 fn range_requests_from_clients_that_do_not_read_hold_little() {
+    let _turn = serial();
     let d = TempDir::new("mem-ranges");
     let size = 520_000u64;
     let text: Vec<u8> = (0..size).map(|i| b"abcdefghijklmnopqrstuvwxyz\n"[(i % 27) as usize]).collect();
@@ -112,6 +121,7 @@ fn range_requests_from_clients_that_do_not_read_hold_little() {
 /// about 8.6 MB a stream).
 #[test]
 fn compression_as_sent_holds_little_per_response() {
+    let _turn = serial();
     let d = TempDir::new("mem-compress");
     // Text as a site serves it: this crate's sources, to 3 MB.
     let mut text = Vec::new();
@@ -231,6 +241,7 @@ fn settle(pid: u32, before: u64, bound: u64, secs: u64) -> u64 {
 /// for the first: one that waited on in its task kept the task's memory.)
 #[test]
 fn a_burst_gives_its_memory_back() {
+    let _turn = serial();
     let conns = (raise_fd_limit(4096).saturating_sub(100) as usize).min(1500);
     assert!(conns >= 800, "the descriptor limit allows only {conns} connections");
     let d = TempDir::new("mem-burst");
