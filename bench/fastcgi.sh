@@ -19,8 +19,8 @@
 # no access log.
 #
 # See bench/README.md. Env: SERVERS ("selvedge nginx") ROUNDS CONNS DURATION THREADS WARMUP
-# FPM_CHILDREN SELVEDGE_BIN SELVEDGE_ALT_BIN (SERVERS may add selvedge-alt, and selvedge-floor:
-# the C gateway of bench/floor/fastcgi.c) SELVEDGE_BUILD
+# FPM_CHILDREN SELVEDGE_BIN SELVEDGE_ALT_BIN (SERVERS may add selvedge-alt; floor-fastcgi,
+# the C gateway of bench/floor/fastcgi.c, is in the default) SELVEDGE_BUILD
 # SERVER_CPU CLIENT_CPU FPM_CPU KEEP_TMP.
 set -euo pipefail
 
@@ -32,7 +32,7 @@ REQ_PATH=/index.php
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 EXPECT_FILE=$SITE_DIR/index.html
 
-SERVERS=${SERVERS:-selvedge nginx}
+SERVERS=${SERVERS:-selvedge nginx floor-fastcgi}
 FPM_CPU=${FPM_CPU:-$CLIENT_CPU}
 need wrk
 FPM_BIN=${FPM_BIN:-$(find /usr/sbin -maxdepth 1 -name 'php-fpm*' 2>/dev/null | sort -V | tail -n 1)}
@@ -115,17 +115,20 @@ srv_selvedge-alt() {
     srv_alt_bin srv_selvedge "$@"
 }
 
-# selvedge-floor: bench/floor/fastcgi.c, a C epoll gateway with a FastCGI connection per
+# floor-fastcgi: bench/floor/fastcgi.c, a C epoll gateway with a FastCGI connection per
 # client connection, one fixed FastCGI request per client read and no HTTP parsing: the least
-# any FastCGI gateway spends here. Named selvedge-* so it is never taken as the best peer.
-srv_selvedge-floor() {
+# any FastCGI gateway spends here. A floor, not a peer: the report divides by it in a column
+# of its own.
+srv_floor-fastcgi() {
     local dir=$1 port=$2
     ((CONNS <= FPM_CHILDREN)) || { SRV_WHY="the floor keeps a FastCGI connection per client: needs CONNS <= FPM_CHILDREN"; return 1; }
-    need cc
+    have cc || return 1
     cc -O2 -o "$dir/fastcgi-floor" "$REPO_DIR/bench/floor/fastcgi.c" || { SRV_WHY="cc failed"; return 1; }
     SRV_CMD=("$dir/fastcgi-floor" "$port" "$FPM_SOCK" "$PHP_ROOT/index.php")
     SRV_LOG=$dir/stdout.log
 }
+# The name it had before (older commands in bench/RESULTS.md).
+srv_selvedge-floor() { srv_floor-fastcgi "$@"; }
 
 # nginx: fastcgi_pass to an upstream keepalive pool of $FPM_CHILDREN connections with
 # fastcgi_keep_conn, Debian's fastcgi_params (written out here), try_files on the script.

@@ -491,7 +491,9 @@ server_version() {
         selvedge-alt) echo "selvedge-alt (SELVEDGE_ALT_CMD=${SELVEDGE_ALT_CMD:-}${SELVEDGE_ALT_BIN:+ SELVEDGE_ALT_BIN=$SELVEDGE_ALT_BIN})" ;;
         selvedge-hello) echo "selvedge-hello ($SELVEDGE_DEFAULT_CMD)" ;;
         selvedge-mt) echo "selvedge-mt (the same command with SELVEDGE_MODE=multi)" ;;
-        selvedge-floor) echo "selvedge-floor (bench/floor/proxy.c: a C relay, no HTTP)" ;;
+        floor-proxy) echo "floor-proxy (bench/floor/proxy.c: a C relay, no HTTP)" ;;
+        floor-fastcgi) echo "floor-fastcgi (bench/floor/fastcgi.c: a C gateway, no HTTP parsing)" ;;
+        selvedge-floor) echo "selvedge-floor (the C floor of bench/floor/, by its older name)" ;;
         floor-h1) echo "floor-h1 (bench/floor/h1.c: an epoll loop, no HTTP parsing)" ;;
         caddy) echo "caddy $(pkg_version caddy || true)" ;;
         nginx) echo "nginx $(pkg_version nginx || true)$(pkg_version nginx-core || true)" ;;

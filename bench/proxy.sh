@@ -27,10 +27,10 @@
 # behind each proxy: selvedge `upstreams = [...]` with the default round robin, nginx an
 # `upstream` block listing them all (its default round robin), both pools keep-alive.
 #
-# See bench/README.md. Env: SERVERS ("selvedge nginx") UPSTREAM (selvedge|nginx) UPSTREAMS (1)
+# See bench/README.md. Env: SERVERS ("selvedge nginx floor-proxy"; floor-proxy is the C relay
+# of bench/floor/proxy.c) UPSTREAM (selvedge|nginx) UPSTREAMS (1)
 # UPSTREAM_TLS UPSTREAM_H2 ROUNDS
-# CONNS DURATION THREADS WARMUP SELVEDGE_BIN SELVEDGE_ALT_BIN (SERVERS may add selvedge-alt, and
-# selvedge-floor: the C relay of bench/floor/proxy.c)
+# CONNS DURATION THREADS WARMUP SELVEDGE_BIN SELVEDGE_ALT_BIN (SERVERS may add selvedge-alt)
 # SELVEDGE_BUILD SERVER_CPU CLIENT_CPU
 # UPSTREAM_CPU KEEP_TMP.
 set -euo pipefail
@@ -38,7 +38,7 @@ set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SERVERS=${SERVERS:-selvedge nginx}
+SERVERS=${SERVERS:-selvedge nginx floor-proxy}
 UPSTREAM=${UPSTREAM:-selvedge}
 UPSTREAMS=${UPSTREAMS:-1}
 UPSTREAM_CPU=${UPSTREAM_CPU:-$CLIENT_CPU}
@@ -141,17 +141,20 @@ srv_selvedge-alt() {
     srv_alt_bin srv_selvedge "$@"
 }
 
-# selvedge-floor: bench/floor/proxy.c, a C epoll relay with an upstream connection per client
+# floor-proxy: bench/floor/proxy.c, a C epoll relay with an upstream connection per client
 # connection (round robin over the upstreams) and no HTTP at all: the least any proxy spends
-# here. Named selvedge-* so it is never taken as the best peer; plain HTTP upstreams only.
-srv_selvedge-floor() {
+# here. A floor, not a peer: the report divides by it in a column of its own. Plain HTTP
+# upstreams only.
+srv_floor-proxy() {
     local dir=$1 port=$2
     [[ $UPSTREAM_TLS == 1 || $UPSTREAM_H2 == 1 ]] && { SRV_WHY="the floor relays plain HTTP/1.1 only"; return 1; }
-    need cc
+    have cc || return 1
     cc -O2 -o "$dir/proxy-floor" "$REPO_DIR/bench/floor/proxy.c" || { SRV_WHY="cc failed"; return 1; }
     SRV_CMD=("$dir/proxy-floor" "$port" "${UP_PORTS[@]}")
     SRV_LOG=$dir/stdout.log
 }
+# The name it had before (older commands in bench/RESULTS.md).
+srv_selvedge-floor() { srv_floor-proxy "$@"; }
 
 # nginx: proxy_pass with an upstream keepalive pool of 64 idle connections (selvedge's
 # default max_idle), sending the same fields as selvedge.
