@@ -540,6 +540,28 @@ admin = table(
     },
     required=["listen"],
 )
+fleet = table(
+    "A fleet of servers sharing TLS ticket keys, fleet rate limits, cache purges and configuration "
+    "changes through Redis or Valkey (docs/fleet.md).",
+    {
+        "redis": string("redis://[USER:PASSWORD@]HOST:PORT/DB, rediss:// (TLS) or unix:///PATH.",
+                        r"(?:rediss?|unix|redis\+unix)://.+"),
+        "prefix": string("Put before every key and channel name. Default \"selvedge:\".", r"[!-~]+"),
+        "instance": string("This instance's name in GET /fleet. Default host:pid.", r"[!-~]{1,200}"),
+        "timeout": dur("The longest a request waits for Redis before the local limiter decides. "
+                       "Default 5ms.", True),
+        "connections": count("Multiplexed connections to Redis. Default 2.", 1, 64),
+        "heartbeat": dur("How often an instance says it is alive (gone after three missed). Default 1s.", True),
+        "ticket_rotation": dur("How long one TLS session ticket key seals new tickets (at least 1s). "
+                               "Default 12h.", True),
+        "instances": count("Instances a fleet limit is divided among while Redis is unreachable. "
+                           "Default: the live instances last seen.", 1, 10_000),
+        "share_config": boolean("Configuration API changes go to every instance. Default true."),
+        "acme_storage": boolean("With [acme]: the ACME account, certificates and locks are kept in "
+                                "Redis. Default true."),
+    },
+    required=["redis"],
+)
 admin["if"] = {"required": ["tls"]}
 admin["then"] = {"properties": {"listen": {"not": {"description": "a Unix socket, where tls needs a TCP address",
                                                    "pattern": "^unix:"}}}}
@@ -841,6 +863,8 @@ defs["rate"] = table(
         "per": dur("The window `requests` are counted over.", True),
         "burst": count("Requests admitted at once from a quiet client. Default `requests`.", 1, U32),
         "max_clients": count("Client addresses tracked at most. Default 65536.", 1, 100_000_000),
+        "scope": enum("Where the limit is counted: \"local\" (this server, the default) or \"fleet\" "
+                      "(every server of the [fleet] together, in Redis).", ["local", "fleet"]),
     },
     required=["requests", "per"],
 )
@@ -1014,6 +1038,7 @@ schema = {
         "acme": acme,
         "compress": compress,
         "admin": admin,
+        "fleet": fleet,
         "mime": mime,
     },
     "$defs": defs,

@@ -16,6 +16,7 @@ pub mod client;
 pub mod config;
 pub mod diag;
 pub mod files;
+pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod lang;

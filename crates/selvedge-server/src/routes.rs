@@ -268,7 +268,7 @@ pub struct Waiting {
     vhost: usize,
     route: usize,
     admitted: Option<Admitted>,
-    verify: Option<Box<crate::policy::auth::Verify>>,
+    verify: Option<Box<crate::policy::Pending>>,
     /// The route's `try_files` is still to run (after its checks).
     try_files: bool,
 }
@@ -516,7 +516,7 @@ impl Site {
         vi: usize,
         ri: usize,
         admitted: Option<Admitted>,
-        verify: Option<Box<crate::policy::auth::Verify>>,
+        verify: Option<Box<crate::policy::Pending>>,
         try_files: bool,
     ) -> Now {
         Err(Box::new(Waiting { site: self.clone(), vhost: vi, route: ri, admitted, verify, try_files }))
@@ -617,7 +617,7 @@ impl Site {
             let route = &vhost.routes[ri];
             let policy = route.policy.as_deref();
             if let (Some(p), Some(v)) = (policy, verify.take()) {
-                if let Some(res) = Box::pin(p.verify(v)).await {
+                if let Some(res) = Box::pin(p.verify(v, &mut req, &mut admitted)).await {
                     return p.finish(res, None, false);
                 }
             }
@@ -771,7 +771,7 @@ fn cached<'c>(
 fn checks_of(
     route: &Route,
     req: &mut Request,
-) -> Result<(Option<Admitted>, Option<Box<crate::policy::auth::Verify>>), Response> {
+) -> Result<(Option<Admitted>, Option<Box<crate::policy::Pending>>), Response> {
     match route.policy.as_deref().map(|p| (p, p.check(req))) {
         None => Ok((None, None)),
         Some((p, Check::Answer(res))) => Err(p.finish(res, None, false)),

@@ -3,7 +3,8 @@
 //! with `go install`): certificates obtained by TLS-ALPN-01 and HTTP-01 and served (curl
 //! checks the chain against pebble's root, and the name), a renewal observed on new
 //! connections while an old one stays open, two instances sharing the storage ordering
-//! once, refused and failed orders leaving the other names served, a restart reusing the
+//! once (and three instances of a `[fleet]` ordering once through Redis), refused and
+//! failed orders leaving the other names served, a restart reusing the
 //! account and certificate, a renewal asked for by the CA's renewal information, and
 //! `--check` on ACME settings.
 //!
@@ -63,23 +64,35 @@ fn serial() -> Serial {
 struct Proc {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
+    /// When each line was read.
+    times: Arc<Mutex<Vec<Instant>>>,
 }
 
 impl Proc {
     fn spawn(cmd: &mut Command) -> Proc {
         let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let lines = Arc::new(Mutex::new(Vec::new()));
+        let times = Arc::new(Mutex::new(Vec::new()));
         for r in
             [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())]
         {
-            let l = lines.clone();
+            let (l, t) = (lines.clone(), times.clone());
             std::thread::spawn(move || {
                 for line in BufReader::new(r).lines().map_while(Result::ok) {
-                    l.lock().unwrap().push(line);
+                    let mut l = l.lock().unwrap();
+                    l.push(line);
+                    t.lock().unwrap().push(Instant::now());
                 }
             });
         }
-        Proc { child, lines }
+        Proc { child, lines, times }
+    }
+
+    /// When the first line with `pat` was read.
+    fn first_at(&self, pat: &str) -> Option<Instant> {
+        let lines = self.lines.lock().unwrap();
+        let i = lines.iter().position(|l| l.contains(pat))?;
+        self.times.lock().unwrap().get(i).copied()
     }
 
     fn count(&self, pat: &str) -> usize {
@@ -506,6 +519,108 @@ fn two_instances_sharing_storage_order_one_certificate() {
     let failed = a.count("could not obtain a certificate") + b.count("could not obtain a certificate");
     assert_eq!(pb.orders(), 1 + failed, "{}\nA:\n{}\nB:\n{}", pb.pebble.text(), a.text(), b.text());
     assert_eq!(pb.accounts(), 1, "{}", pb.pebble.text());
+}
+
+/// Three instances of a `[fleet]`, each with a storage directory of its own: the account,
+/// the lock, the challenge answers and the certificate go through one `redis-server`; a
+/// lock left by a dead holder holds them until it expires; then one instance orders
+/// (pebble rejects good nonces now and then, as Let's Encrypt may), and the other two serve
+/// the certificate within two seconds of it being stored (the announcement, not a poll).
+#[test]
+fn three_fleet_instances_order_once_through_redis() {
+    let Some(pb) = Pebble::start(PebbleOpts::default()) else { return };
+    if !have("redis-server") {
+        common::missing_tool("redis-server", "three_fleet_instances_order_once_through_redis");
+        return;
+    }
+    let redis_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _redis = Proc::spawn(Command::new("redis-server").args([
+        "--port",
+        &redis_port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]));
+    wait_port(redis_port, "redis-server");
+    // A holder that died with the certificate's lock: it blocks the others until its
+    // expiry (3 s here; a live holder extends its 60 s every 20 s), then one takes it over.
+    let mut r = TcpStream::connect(("127.0.0.1", redis_port)).unwrap();
+    let key = format!("selvedge:acme:127.0.0.1-{ACME_PORT}-dir:lock:fleet.test");
+    write!(r, "*5\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$4\r\ndead\r\n$2\r\nPX\r\n$4\r\n3000\r\n", key.len()).unwrap();
+    let mut ok = [0u8; 5];
+    r.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"+OK\r\n");
+    let started = Instant::now();
+    let listeners = format!(
+        "[[listen]]\nport = {TLS_PORT}\ntls = {{}}\nreuse_port = true\n{}[[listen]]\nport = {HTTP_PORT}\nreuse_port = true\n",
+        tls_listener(0)
+    );
+    let instances: Vec<Proc> = (1..=3)
+        .map(|i| {
+            let storage = pb.dir.path().join(format!("own-{i}"));
+            let cfg = pb.config(
+                &format!("fleet-{i}.toml"),
+                &listeners,
+                "challenge = \"http-01\"",
+                &[&["fleet.test", "www.fleet.test"]],
+                &storage,
+            );
+            let mut text = std::fs::read_to_string(&cfg).unwrap();
+            text.push_str(&format!("[fleet]\nredis = \"redis://127.0.0.1:{redis_port}/0\"\ninstance = \"acme-{i}\"\n"));
+            std::fs::write(&cfg, text).unwrap();
+            Proc::spawn(Command::new(BIN).args(["--config", cfg.to_str().unwrap()]))
+        })
+        .collect();
+    let own_port = |p: &Proc| -> Option<u16> {
+        p.text()
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix("https://127.0.0.1:")?.trim_end_matches('/').parse::<u16>().ok())
+            .find(|port| *port != TLS_PORT)
+    };
+    let serves = |p: &Proc| {
+        let Some(port) = own_port(p) else { return false };
+        let (ok, body, _) = curl(&[
+            "--cacert",
+            pb.root.to_str().unwrap(),
+            "--resolve",
+            &format!("www.fleet.test:{port}:127.0.0.1"),
+            &format!("https://www.fleet.test:{port}/"),
+        ]);
+        ok && body == "acme site\n"
+    };
+    let texts = || instances.iter().map(Proc::text).collect::<Vec<_>>().join("\n-----\n");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let serving = instances.iter().filter(|p| serves(p)).count();
+        if serving == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{serving} of 3 serve it:\n{}", texts());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // From the orderer's line to the last of the others' (as the lines were read).
+    let ordered = instances.iter().find_map(|p| p.first_at("obtained a certificate")).expect("the orderer's line");
+    let others: Vec<Instant> = instances.iter().filter_map(|p| p.first_at("another instance stored")).collect();
+    assert_eq!(others.len(), 2, "{}", texts());
+    let spread = others.iter().map(|t| t.saturating_duration_since(ordered)).max().unwrap_or_default();
+    eprintln!("the other two served the certificate {spread:?} after the orderer obtained it");
+    assert!(spread < Duration::from_secs(2), "the others took {spread:?}:\n{}", texts());
+    let obtained: usize = instances.iter().map(|p| p.count("obtained a certificate")).sum();
+    assert_eq!(obtained, 1, "{}", texts());
+    let waited = ordered.saturating_duration_since(started);
+    assert!(waited > Duration::from_millis(2_500), "the dead holder's lock was not waited for: {waited:?}");
+    assert!(instances.iter().all(|p| p.count("another instance is obtaining") > 0), "{}", texts());
+    let failed: usize = instances.iter().map(|p| p.count("could not obtain a certificate")).sum();
+    assert_eq!(pb.orders(), 1 + failed, "{}\n{}", pb.pebble.text(), texts());
+    assert_eq!(pb.accounts(), 1, "{}", pb.pebble.text());
+    // Nothing of it in the directories: it is all in Redis.
+    for i in 1..=3 {
+        let own = pb.dir.path().join(format!("own-{i}"));
+        assert!(find(&own, ".pem").is_empty() && find(&own, ".json").is_empty(), "{:?}", find(&own, ""));
+    }
 }
 
 #[test]

@@ -45,6 +45,33 @@ impl Challenges {
         Challenges(Arc::new(Inner { http: Mutex::default(), tls: Mutex::default(), storage }))
     }
 
+    /// Whether the answers go to a fleet's Redis (and its instances).
+    pub fn in_fleet(&self) -> bool {
+        self.0.storage.as_ref().is_some_and(Storage::is_fleet)
+    }
+
+    /// An answer another instance of the fleet published (`kind` `http01` or
+    /// `tls_alpn01`), or withdrew (`None`).
+    pub fn from_fleet(&self, kind: &str, name: &str, answer: Option<&str>) {
+        match (kind, answer) {
+            ("http01", Some(ka)) => {
+                self.0.http.lock().unwrap_or_else(|p| p.into_inner()).insert(name.into(), ka.into());
+            }
+            ("http01", None) => {
+                self.0.http.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+            }
+            ("tls_alpn01", Some(pem)) => {
+                if let Ok(ck) = CertKey::from_pem(Vec::new(), pem.as_bytes(), pem.as_bytes()) {
+                    self.0.tls.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_ascii_lowercase(), ck);
+                }
+            }
+            ("tls_alpn01", None) => {
+                self.0.tls.lock().unwrap_or_else(|p| p.into_inner()).remove(&name.to_ascii_lowercase());
+            }
+            _ => {}
+        }
+    }
+
     /// The key authorization for an HTTP-01 token.
     pub fn http01(&self, token: &str) -> Option<String> {
         let mine = self.0.http.lock().unwrap_or_else(|p| p.into_inner()).get(token).cloned();

@@ -13,6 +13,8 @@ use super::challenge::Challenges;
 use super::config::{load_roots, AcmeConfig, ChallengeKind};
 
 /// How long an order may take from "challenges ready" to the certificate.
+/// How long a fleet instance waits between publishing a challenge answer and telling the CA.
+const FLEET_GRACE: Duration = Duration::from_millis(200);
 const ORDER_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// An account builder whose HTTPS client trusts the system's roots, or only `ca_roots`.
@@ -162,6 +164,11 @@ pub async fn order(
                 published.names.push(name.clone());
                 challenges.publish_tls_alpn01(&name, ka.digest().as_ref())?;
             }
+        }
+        if challenges.in_fleet() {
+            // The other instances take the answer from its event: give them a moment
+            // before the CA may reach one of them.
+            tokio::time::sleep(FLEET_GRACE).await;
         }
         ch.set_ready().await.map_err(|e| format!("{name}: {e}"))?;
     }

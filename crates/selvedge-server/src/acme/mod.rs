@@ -49,6 +49,33 @@ pub use self::challenge::{Challenges, Http01};
 pub use self::config::{AcmeConfig, ChallengeKind, RenewBefore};
 use self::storage::{RetryState, Storage};
 
+/// Wakes every certificate's task to read the storage again (a certificate another instance
+/// of the fleet stored).
+static WAKE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// This instance's challenge answers, when they are shared with a fleet.
+static FLEET_CHALLENGES: std::sync::OnceLock<Challenges> = std::sync::OnceLock::new();
+
+/// Another instance of the fleet stored a certificate: every task reads the storage now.
+pub fn wake() {
+    WAKE.notify_waiters();
+}
+
+/// A challenge answer another instance of the fleet published or withdrew.
+pub fn challenge_from_fleet(kind: &str, name: &str, answer: Option<&str>) {
+    if let Some(c) = FLEET_CHALLENGES.get() {
+        c.from_fleet(kind, name, answer);
+    }
+}
+
+/// Sleeps `d`, or less if [`wake`] is called.
+async fn nap(d: Duration) {
+    tokio::select! {
+        () = tokio::time::sleep(d) => {}
+        () = WAKE.notified() => {}
+    }
+}
+
 /// How often a task looks at the storage again while nothing is due (a certificate another
 /// instance renewed early is picked up by then).
 const STORAGE_POLL: Duration = Duration::from_secs(600);
@@ -100,7 +127,11 @@ impl Acme {
     /// The storage directory cannot be created.
     pub fn new(cfg: &AcmeConfig, specs: &[Spec]) -> std::io::Result<Acme> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let storage = Storage::open(&cfg.storage, &cfg.directory)?;
+        let mut storage = Storage::open(&cfg.storage, &cfg.directory)?;
+        if crate::fleet::get().is_some_and(|f| f.cfg.acme_storage) {
+            storage = storage.in_fleet(&cfg.directory);
+            log("keeping the ACME account, certificates and locks in the fleet's Redis");
+        }
         if storage.too_open() {
             log(format_args!(
                 "warning: {} can be read by other users; it holds private keys (chmod 700)",
@@ -108,6 +139,9 @@ impl Acme {
             ));
         }
         let challenges = Challenges::new(Some(storage.clone()));
+        if storage.is_fleet() {
+            let _ = FLEET_CHALLENGES.set(challenges.clone());
+        }
         let managed = ManagedCerts::new();
         let responder = challenges.clone();
         managed.set_challenge_responder(move |name| responder.tls_alpn01(name));
@@ -354,6 +388,13 @@ async fn run(sh: Arc<Shared>, spec: Spec) {
         };
         match &current {
             Some(b) if installed.as_deref() != Some(b.info.serial.as_str()) => {
+                if waiting || installed.is_some() {
+                    log(format_args!(
+                        "serving the certificate for {names} another instance stored (serial {}, valid until {})",
+                        b.info.serial,
+                        date(b.info.not_after)
+                    ));
+                }
                 sh.managed.set(&spec.id, spec.names.clone(), Some(b.key.clone()));
                 installed = Some(b.info.serial.clone());
                 failed = None;
@@ -391,7 +432,7 @@ async fn run(sh: Arc<Shared>, spec: Spec) {
         let at = retry.as_ref().map_or(due, |s| due.max(s.retry_time()));
         if let Ok(wait) = at.duration_since(SystemTime::now()) {
             if !wait.is_zero() {
-                tokio::time::sleep(wait.min(STORAGE_POLL)).await;
+                nap(wait.min(STORAGE_POLL)).await;
                 continue;
             }
         }
@@ -402,7 +443,7 @@ async fn run(sh: Arc<Shared>, spec: Spec) {
                     waiting = true;
                     log(format_args!("another instance is obtaining the certificate for {names}; waiting for it"));
                 }
-                tokio::time::sleep(LOCK_POLL).await;
+                nap(LOCK_POLL).await;
                 continue;
             }
             Err(e) => {

@@ -336,15 +336,20 @@ impl Admin {
             let info = info.clone();
             move |req: Request| {
                 let api = is_api(req.path()).then(|| link.clone());
-                let res = match api {
-                    None => Some(answer(&req, &info, &history, &link)),
-                    Some(_) => None,
+                let fleet = req.path() == "/fleet";
+                let res = match (&api, fleet) {
+                    (None, false) => Some(answer(&req, &info, &history, &link)),
+                    _ => None,
                 };
                 async move {
                     match (res, api) {
                         (Some(res), _) => res,
                         (None, Some(link)) => api_answer(req, &link).await,
-                        (None, None) => unreachable!("one or the other"),
+                        (None, None) => {
+                            let reads = req.method() == Method::GET || req.method() == Method::HEAD;
+                            drop(req);
+                            fleet_answer(reads).await
+                        }
                     }
                 }
             }
@@ -402,7 +407,23 @@ fn purge(req: &Request) -> Response {
     }
     let n = crate::cache::purge(zone.as_deref(), key.as_deref(), prefix.as_deref());
     tracing::info!(zone = zone.as_deref().unwrap_or("*"), purged = n, "cache purge");
+    crate::fleet::events::purged(zone.as_deref(), key.as_deref(), prefix.as_deref());
     text(StatusCode::OK, format!("{{\"purged\":{n}}}\n"), "application/json")
+}
+
+/// `GET /fleet`: the fleet's live instances ([`crate::fleet::members::list`]).
+async fn fleet_answer(reads: bool) -> Response {
+    if !reads {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "405 Method Not Allowed\n", "text/plain; charset=utf-8")
+            .header(header::ALLOW, "GET, HEAD");
+    }
+    let Some(f) = crate::fleet::get() else {
+        return refuse(StatusCode::NOT_FOUND, "this server is not in a fleet (no [fleet] section)");
+    };
+    match crate::fleet::members::list(f).await {
+        Ok(v) => json(StatusCode::OK, &v),
+        Err(e) => refuse(StatusCode::SERVICE_UNAVAILABLE, &format!("Redis: {e}")),
+    }
 }
 
 /// Whether `path` is the configuration API's.
@@ -687,7 +708,7 @@ fn answer(req: &Request, info: &Mutex<Info>, history: &status::History, link: &A
         "/" => Response::new(StatusCode::FOUND).header(header::LOCATION, "/status"),
         _ => text(
             StatusCode::NOT_FOUND,
-            "404 Not Found: /metrics /healthz /readyz /status /status.json /config /load /reload /stop\n",
+            "404 Not Found: /metrics /healthz /readyz /status /status.json /config /load /reload /stop /fleet\n",
             PLAIN,
         ),
     }

@@ -134,6 +134,8 @@ pub struct Config {
     /// `[server] release_memory_after`: connections served at once that make a burst, after
     /// which free heap memory is given back to the system (`selvedge::heap`); 0: never.
     pub release_memory_after: usize,
+    /// `[fleet]`: state shared with other instances through Redis (`crate::fleet`).
+    pub fleet: Option<crate::fleet::FleetConfig>,
 }
 
 impl Config {
@@ -182,6 +184,7 @@ impl Config {
             mime: Default::default(),
             release_startup_code: true,
             release_memory_after: selvedge::heap::DEFAULT_RELEASE_AFTER,
+            fleet: None,
         }
     }
 
@@ -233,10 +236,27 @@ impl Config {
         }
         let acme = acme(&src, raw.acme.as_ref(), &vhosts, &listeners)?;
         let admin = admin::admin(&src, raw.admin.as_ref())?;
+        let fleet = match &raw.fleet {
+            Some(f) => Some(crate::fleet::FleetConfig::from_raw(f.get_ref()).map_err(|e| src.err(Some(f.span()), e))?),
+            None => None,
+        };
+        if fleet.is_none() {
+            let fleet_rate = vhosts
+                .iter()
+                .flat_map(|v| &v.routes)
+                .find(|r| r.policy.rate.is_some_and(|r| r.scope == crate::policy::rate::Scope::Fleet));
+            if let Some(r) = fleet_rate {
+                return Err(src.err(
+                    None,
+                    format!("route {}: rate scope = \"fleet\" needs a [fleet] section (its Redis server)", r.prefix),
+                ));
+            }
+        }
         let mime = mime(&src, raw.mime.as_ref())?;
         let (workers, release_memory_after, server) =
             (raw.server.workers(), raw.server.release_memory_after(), raw.server);
         Ok(Config {
+            fleet,
             admin,
             mime,
             file: Some(file.to_path_buf()),
@@ -343,6 +363,7 @@ struct Raw {
     #[serde(default)]
     compress: RawCompress,
     admin: Option<Spanned<admin::RawAdmin>>,
+    fleet: Option<Spanned<crate::fleet::RawFleet>>,
     mime: Option<Spanned<BTreeMap<String, String>>>,
 }
 

@@ -283,6 +283,51 @@ impl Collector for Scrape {
             "When the configuration in force was loaded",
             &[(vec![], v(&ev.config_loaded) as i64)],
         )?;
+        if let Some(f) = crate::fleet::get() {
+            let st = &f.stats;
+            gauge(
+                &mut e,
+                "selvedge_fleet_redis_up",
+                "1 while Redis answers (0: fleet limits are local)",
+                &[(vec![], i64::from(f.link.is_up()))],
+            )?;
+            gauge(
+                &mut e,
+                "selvedge_fleet_members",
+                "Live instances of the fleet, this one included",
+                &[(vec![], v(&st.members) as i64)],
+            )?;
+            counter(
+                &mut e,
+                "selvedge_fleet_redis_errors",
+                "Calls to Redis that failed or were late",
+                &[(vec![], v(&st.redis_errors))],
+            )?;
+            counter(
+                &mut e,
+                "selvedge_fleet_rate_asks",
+                "Requests whose fleet rate limit asked Redis",
+                &[(vec![], v(&st.rate_asks))],
+            )?;
+            counter(
+                &mut e,
+                "selvedge_fleet_rate_fallbacks",
+                "Requests whose fleet rate limit the local limiter decided (Redis unreachable)",
+                &[(vec![], v(&st.rate_fallbacks))],
+            )?;
+            counter(
+                &mut e,
+                "selvedge_fleet_events_received",
+                "Purges and configuration changes from other instances",
+                &[(vec![], v(&st.events_received))],
+            )?;
+            gauge(
+                &mut e,
+                "selvedge_fleet_tickets_shared",
+                "1 while the TLS ticket keys come from Redis",
+                &[(vec![], i64::from(f.tickets.shared()))],
+            )?;
+        }
         gauge(&mut e, "selvedge_ready", "1 while /readyz answers 200", &[(vec![], i64::from(self.extra.ready))])?;
         gauge(
             &mut e,

@@ -111,7 +111,7 @@ impl PolicyConfig {
 #[derive(Debug)]
 pub struct Policy {
     ip: Option<ip::IpRules>,
-    rate: Option<Arc<rate::RateLimiter>>,
+    rate: Option<Limiter>,
     cors: Option<cors::Cors>,
     auth: Option<auth::BasicAuth>,
     max_body: Option<u64>,
@@ -119,6 +119,23 @@ pub struct Policy {
     /// No `max_body` and nothing to remove: a request without an allowed origin needs
     /// nothing after the app once the fixed fields are on.
     nothing_after: bool,
+}
+
+/// A route's rate limiter: this server's, or the fleet's.
+#[derive(Debug)]
+enum Limiter {
+    Local(Arc<rate::RateLimiter>),
+    Fleet(Arc<crate::fleet::rate::FleetLimiter>),
+}
+
+/// A check that needs to wait before the request goes on.
+#[derive(Debug)]
+pub enum Pending {
+    /// A bcrypt check (the checks before it passed).
+    Auth(auth::Verify),
+    /// The fleet's rate limit asked in Redis for this client; the checks after `rate` are
+    /// still to run.
+    Rate(Arc<crate::fleet::rate::FleetLimiter>, u128),
 }
 
 /// What a request that passed the checks carries to its response.
@@ -135,8 +152,8 @@ pub enum Check {
     Pass(Admitted),
     /// Answered here (403, 429, 401, 413, a preflight): still to be [finished](Policy::finish).
     Answer(Response),
-    /// Go on once this bcrypt check passes.
-    Verify(Admitted, Box<auth::Verify>),
+    /// Go on once this check passes ([`Policy::verify`]).
+    Verify(Admitted, Box<Pending>),
 }
 
 impl Policy {
@@ -148,7 +165,10 @@ impl Policy {
         }
         Some(Policy {
             ip: (!cfg.ip.is_empty()).then(|| cfg.ip.clone()),
-            rate: cfg.rate.as_ref().map(|r| rate::RateLimiter::shared(route, r)),
+            rate: cfg.rate.as_ref().map(|r| match r.scope {
+                rate::Scope::Local => Limiter::Local(rate::RateLimiter::shared(route, r)),
+                rate::Scope::Fleet => Limiter::Fleet(Arc::new(crate::fleet::rate::FleetLimiter::new(route, r))),
+            }),
             cors: cfg.cors.as_ref().map(cors::Cors::new),
             auth: cfg.auth.as_ref().map(auth::BasicAuth::new),
             max_body: cfg.max_body,
@@ -174,13 +194,26 @@ impl Policy {
                 return Check::Answer(plain(StatusCode::FORBIDDEN));
             }
         }
-        if let Some(limiter) = &self.rate {
-            if let Err(wait) = limiter.check(client_ip(req)) {
-                return Check::Answer(
-                    plain(StatusCode::TOO_MANY_REQUESTS).header(header::RETRY_AFTER, rate::retry_after(wait)),
-                );
+        match &self.rate {
+            None => {}
+            Some(Limiter::Local(limiter)) => {
+                if let Err(wait) = limiter.check(client_ip(req)) {
+                    return Check::Answer(too_many(wait));
+                }
             }
+            Some(Limiter::Fleet(limiter)) => match limiter.check(client_ip(req)) {
+                crate::fleet::rate::Verdict::Pass => {}
+                crate::fleet::rate::Verdict::Refuse(wait) => return Check::Answer(too_many(wait)),
+                crate::fleet::rate::Verdict::Ask(key) => {
+                    return Check::Verify(Admitted::default(), Box::new(Pending::Rate(limiter.clone(), key)))
+                }
+            },
         }
+        self.check_after_rate(req)
+    }
+
+    /// The checks after `rate`.
+    fn check_after_rate(&self, req: &mut Request) -> Check {
         let mut admitted = Admitted::default();
         if let Some(cors) = &self.cors {
             match cors.check(req) {
@@ -205,16 +238,48 @@ impl Policy {
             admitted.body_hit = Some(hit);
         }
         match verify {
-            Some(v) => Check::Verify(admitted, Box::new(v)),
+            Some(v) => Check::Verify(admitted, Box::new(Pending::Auth(v))),
             None => Check::Pass(admitted),
         }
     }
 
-    /// Waits for a bcrypt check: `None` if it passed, else the answer (401, or 503 when
-    /// too many checks wait).
-    pub async fn verify(&self, v: Box<auth::Verify>) -> Option<Response> {
+    /// Waits for a pending check, then runs the checks still due: `None` if they passed
+    /// (with `admitted` what the request carries on), else the answer (429, 401, 503 when
+    /// too many bcrypt checks wait, or another check's).
+    pub async fn verify(
+        &self,
+        v: Box<Pending>,
+        req: &mut Request,
+        admitted: &mut Option<Admitted>,
+    ) -> Option<Response> {
+        let v = match *v {
+            Pending::Auth(v) => v,
+            Pending::Rate(limiter, key) => {
+                if let Err(wait) = limiter.ask(key, client_ip(req)).await {
+                    return Some(too_many(wait));
+                }
+                match self.check_after_rate(req) {
+                    Check::Answer(res) => return Some(res),
+                    Check::Pass(a) => {
+                        *admitted = Some(a);
+                        return None;
+                    }
+                    Check::Verify(a, v) => {
+                        *admitted = Some(a);
+                        match *v {
+                            Pending::Auth(v) => v,
+                            Pending::Rate(..) => return None,
+                        }
+                    }
+                }
+            }
+        };
+        self.verify_auth(v).await
+    }
+
+    async fn verify_auth(&self, v: auth::Verify) -> Option<Response> {
         let auth = self.auth.as_ref()?;
-        match auth.verify(*v).await {
+        match auth.verify(v).await {
             auth::Checked::Pass => None,
             auth::Checked::Refuse => Some(auth.challenge()),
             auth::Checked::Busy => Some(plain(StatusCode::SERVICE_UNAVAILABLE).header(header::RETRY_AFTER, "1")),
@@ -258,6 +323,11 @@ impl Policy {
             _ => res,
         }
     }
+}
+
+/// 429 with `Retry-After`.
+fn too_many(wait: std::time::Duration) -> Response {
+    plain(StatusCode::TOO_MANY_REQUESTS).header(header::RETRY_AFTER, rate::retry_after(wait))
 }
 
 /// A short plain-text answer (the engine's error page).

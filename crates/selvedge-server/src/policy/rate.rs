@@ -38,6 +38,19 @@ pub struct RawRate {
     per: NonZeroDur,
     burst: Option<Count<1, { u32::MAX as u64 }>>,
     max_clients: Option<Count<1, 100_000_000>>,
+    scope: Option<Scope>,
+}
+
+/// Where a rate limit is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// By this server alone.
+    #[default]
+    Local,
+    /// By every server of the fleet together, in Redis (`crate::fleet::rate`; needs
+    /// `[fleet]`).
+    Fleet,
 }
 
 /// A route's rate limit.
@@ -51,6 +64,8 @@ pub struct RateConfig {
     pub burst: u32,
     /// Client addresses tracked at most: 65,536.
     pub max_clients: usize,
+    /// `scope`: local.
+    pub scope: Scope,
 }
 
 impl RateConfig {
@@ -64,6 +79,7 @@ impl RateConfig {
             per: r.per.get(),
             burst: r.burst.map_or(r.requests.get_u32(), Count::get_u32),
             max_clients: r.max_clients.map_or(65_536, Count::get_usize),
+            scope: r.scope.unwrap_or_default(),
         };
         if c.per.as_nanos() < u128::from(c.requests) {
             return Err("rate: more than one request per nanosecond".into());
@@ -108,7 +124,7 @@ impl std::fmt::Debug for RateLimiter {
 }
 
 /// The table key of a client: IPv4 as its mapped IPv6 form, IPv6 by /64, none as all ones.
-fn key(ip: Option<IpAddr>) -> u128 {
+pub(crate) fn client_key(ip: Option<IpAddr>) -> u128 {
     match ip {
         Some(IpAddr::V4(a)) => (0xffff << 32) | u128::from(u32::from(a)),
         Some(IpAddr::V6(a)) => u128::from(a) & !u128::from(u64::MAX),
@@ -151,7 +167,7 @@ impl RateLimiter {
     /// Over the limit: the time until a request would be admitted.
     pub fn check(&self, ip: Option<IpAddr>) -> Result<(), Duration> {
         let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.check_at(key(ip), now).map_err(Duration::from_nanos)
+        self.check_at(client_key(ip), now).map_err(Duration::from_nanos)
     }
 
     fn check_at(&self, key: u128, now: u64) -> Result<(), u64> {
@@ -194,7 +210,13 @@ mod tests {
     use super::*;
 
     fn limiter(requests: u32, per_ms: u64, burst: u32, max_clients: usize) -> RateLimiter {
-        RateLimiter::new(&RateConfig { requests, per: Duration::from_millis(per_ms), burst, max_clients })
+        RateLimiter::new(&RateConfig {
+            requests,
+            per: Duration::from_millis(per_ms),
+            burst,
+            max_clients,
+            scope: Scope::Local,
+        })
     }
 
     const MS: u64 = 1_000_000;
@@ -203,7 +225,7 @@ mod tests {
     fn burst_then_the_rate() {
         // 10 per second (one per 100 ms), bursts of 3.
         let l = limiter(10, 1000, 3, 100);
-        let k = key(Some("10.0.0.1".parse().unwrap()));
+        let k = client_key(Some("10.0.0.1".parse().unwrap()));
         let t0 = 5_000 * MS;
         assert!((0..3).all(|_| l.check_at(k, t0).is_ok()));
         assert_eq!(l.check_at(k, t0), Err(100 * MS), "the fourth waits one interval");
@@ -214,11 +236,11 @@ mod tests {
         let t1 = t0 + 10_000 * MS;
         assert_eq!((0..5).filter(|_| l.check_at(k, t1).is_ok()).count(), 3);
         // Another client has its own bucket.
-        assert!(l.check_at(key(Some("10.0.0.2".parse().unwrap())), t1).is_ok());
+        assert!(l.check_at(client_key(Some("10.0.0.2".parse().unwrap())), t1).is_ok());
         // One IPv6 /64 is one client.
-        let a = key(Some("2001:db8::1".parse().unwrap()));
-        assert_eq!(a, key(Some("2001:db8::ffff:1".parse().unwrap())));
-        assert_ne!(a, key(Some("2001:db8:0:1::1".parse().unwrap())));
+        let a = client_key(Some("2001:db8::1".parse().unwrap()));
+        assert_eq!(a, client_key(Some("2001:db8::ffff:1".parse().unwrap())));
+        assert_ne!(a, client_key(Some("2001:db8:0:1::1".parse().unwrap())));
         assert_eq!(retry_after(Duration::from_millis(1)), 1);
         assert_eq!(retry_after(Duration::from_millis(2001)), 3);
     }
@@ -230,7 +252,7 @@ mod tests {
         let now = 1_000 * MS;
         let mut admitted = 0;
         for i in 0..10_000u32 {
-            let k = key(Some(IpAddr::from((0x7f00_0000 | i).to_be_bytes())));
+            let k = client_key(Some(IpAddr::from((0x7f00_0000 | i).to_be_bytes())));
             admitted += usize::from(l.check_at(k, now).is_ok());
         }
         assert_eq!(l.tracked(), 160);
@@ -239,7 +261,7 @@ mod tests {
         // An hour later every entry has expired: new clients take their places.
         let later = now + 3_600_001 * MS;
         for i in 10_000..10_040u32 {
-            let k = key(Some(IpAddr::from((0x7f00_0000 | i).to_be_bytes())));
+            let k = client_key(Some(IpAddr::from((0x7f00_0000 | i).to_be_bytes())));
             assert!(l.check_at(k, later).is_ok());
         }
         assert!(l.tracked() <= 160);

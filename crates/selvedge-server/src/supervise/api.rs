@@ -83,7 +83,13 @@ pub(super) fn handle(r: &mut Running, cmd: Cmd) -> bool {
             false
         }
         Cmd::Change { change, if_match, who, what, reply } => {
+            // A change asked here goes to the fleet once made; one from the fleet stops here.
+            let share = (crate::fleet::get().is_some() && !who.starts_with(crate::fleet::events::FROM_FLEET))
+                .then(|| crate::fleet::events::describe(&change));
             let mut a = change_config(r, change, if_match.as_deref(), &who, &what);
+            if let Some(c) = share.filter(|_| a.status == StatusCode::OK) {
+                crate::fleet::events::changed(c);
+            }
             // Every answer names the version now in force (a refused change left it).
             if a.etag.is_none() {
                 a.etag = r.api.etag();

@@ -53,11 +53,12 @@ pub(super) fn apply(r: &mut Running, new: Config, site: Site) -> bool {
         || new.proxy_protocol != r.cfg.proxy_protocol
         || new.shared != r.cfg.shared
         || new.admin != r.cfg.admin
+        || new.fleet != r.cfg.fleet
         || new.pid_file != r.cfg.pid_file;
     if restart {
         warn!(
-            "listeners (and their proxy_protocol and reuse_port), workers, user, pid_file and [admin] change only on \
-             restart (or upgrade, SIGUSR2)"
+            "listeners (and their proxy_protocol and reuse_port), workers, user, pid_file, [admin] and [fleet] change \
+             only on restart (or upgrade, SIGUSR2)"
         );
     }
     let log = Option::clone(&r.front.log.load());
@@ -93,6 +94,7 @@ fn load(cfg: &Config) -> Result<(Config, Site), String> {
 /// `proxy_protocol` and `reuse_port`) and the workers.
 fn keep_listeners(cfg: &mut Config, new: Config) {
     let admin = cfg.admin.take();
+    let fleet = cfg.fleet.take();
     let listen = std::mem::take(&mut cfg.listen);
     let proxy_protocol = std::mem::take(&mut cfg.proxy_protocol);
     let shared = std::mem::take(&mut cfg.shared);
@@ -103,6 +105,7 @@ fn keep_listeners(cfg: &mut Config, new: Config) {
     cfg.shared = shared;
     cfg.workers = workers;
     cfg.admin = admin;
+    cfg.fleet = fleet;
 }
 
 /// Reopens the access log (with `log`'s settings) and the error log (at `errors`).

@@ -131,6 +131,7 @@ fn stop_serving(mut r: Running, stop: Stop) {
             let _ = std::fs::remove_file(p);
         }
     }
+    crate::fleet::members::leave();
     if let Some(a) = r.admin.take() {
         a.stop();
     }

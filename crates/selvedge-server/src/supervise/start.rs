@@ -92,6 +92,10 @@ impl App {
     /// The site, the access log, process-wide settings (trusted proxies, MIME types), the
     /// admin listener.
     fn prepare(cfg: &Config) -> Result<App, String> {
+        // Before the site: its fleet rate limits name their keys under the fleet's prefix.
+        if let Some(f) = &cfg.fleet {
+            crate::fleet::start(f).map_err(|e| format!("fleet: {e}"))?;
+        }
         let site = Site::build(cfg).map_err(|e| e.to_string())?;
         crate::client::set_trusted(&cfg.trusted_proxies);
         crate::files::mime::set_overrides(&cfg.mime);
@@ -138,6 +142,9 @@ type AdminAndApi = (Admin, tokio::sync::mpsc::UnboundedReceiver<admin::Cmd>);
 fn start_admin(cfg: &Config, site: &Site) -> Result<Option<AdminAndApi>, String> {
     let Some(a) = &cfg.admin else { return Ok(None) };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    if cfg.fleet.is_some() {
+        crate::fleet::events::set_api(tx.clone());
+    }
     let local = match &a.listen {
         Listen::Tcp(addr) => addr.ip().is_loopback(),
         Listen::Unix(_) => true,
@@ -265,8 +272,14 @@ fn tls_config(
     };
     // Without a default certificate, unknown names are refused.
     let strict_sni = t.strict_sni || t.cert.is_none();
-    let tc =
+    let mut tc =
         selvedge::tls::server_config_with_store(store.clone(), strict_sni, true).map_err(|e| format!("tls: {e}"))?;
+    if let Some(f) = crate::fleet::get() {
+        // Session tickets any instance of the fleet opens.
+        let mut shared = (*tc).clone();
+        shared.ticketer = f.tickets.clone();
+        tc = Arc::new(shared);
+    }
     Ok((tc, store))
 }
 
@@ -430,6 +443,13 @@ fn ready(r: &Running, rt: &Runtime, acme_specs: &[Spec]) -> Result<(), String> {
         }
     }
     admin::set_state(admin::State::Ready);
+    if let Some(f) = crate::fleet::get() {
+        let admin = r.admin.as_ref().and_then(|a| a.local_addrs().first()).map(|l| match l {
+            Listen::Tcp(a) => format!("http://{a}/"),
+            Listen::Unix(p) => format!("unix:{}", p.display()),
+        });
+        f.set_about(crate::fleet::members::About { listeners: r.urls.clone(), admin });
+    }
     if let Some(a) = &r.acme {
         a.start(rt.handle(), acme_specs);
     }

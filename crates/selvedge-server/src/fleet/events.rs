@@ -1,0 +1,224 @@
+//! What one instance does that every other must do too: cache purges and configuration API
+//! changes, published on the channel `{prefix}events` and made by each subscriber as if
+//! asked locally (a change arrives as the request that made it, applied to the receiver's
+//! own document, so each instance keeps its own `${VAR}`s and redacted secrets).
+//!
+//! Pub/sub delivers to the instances subscribed at that moment: one that is restarting or
+//! cut off from Redis misses the event (a restarted instance reads its configuration file,
+//! and its cache starts empty).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use base64::Engine as _;
+use futures_util::StreamExt as _;
+use serde_json::{json, Value};
+
+use super::link::BACKGROUND_TIMEOUT;
+use super::{key, Fleet};
+use crate::admin::api::Op;
+use crate::admin::{Change, Cmd};
+
+/// The largest event taken (a whole configuration, as the API takes it, and some).
+const MAX_EVENT: usize = 5 << 20;
+
+/// Where configuration changes from other instances are made: the admin API's channel.
+static API: OnceLock<tokio::sync::mpsc::UnboundedSender<Cmd>> = OnceLock::new();
+
+/// Sets where received configuration changes go (without an admin listener there is
+/// nowhere, and they are logged and dropped).
+pub fn set_api(tx: tokio::sync::mpsc::UnboundedSender<Cmd>) {
+    let _ = API.set(tx);
+}
+
+/// `who` of a change that came from another instance.
+pub const FROM_FLEET: &str = "fleet instance ";
+
+/// Publishes `event` from this instance (in the background; it is lost if Redis does not
+/// take it).
+fn publish(mut event: Value) {
+    let Some(f) = super::get() else { return };
+    let Some(rt) = f.link.runtime() else { return };
+    event["from"] = json!(f.cfg.instance);
+    let f = f.clone();
+    rt.spawn(async move {
+        let channel = key(&f.cfg.prefix, "events");
+        let text = event.to_string();
+        let sent = f
+            .link
+            .call(BACKGROUND_TIMEOUT, |mut c| async move {
+                redis::cmd("PUBLISH").arg(channel).arg(text).query_async::<u64>(&mut c).await
+            })
+            .await;
+        if sent.is_none() {
+            tracing::warn!(kind = event["kind"].as_str().unwrap_or(""), "fleet: an event did not reach Redis");
+        }
+    });
+}
+
+/// Tells the other instances of a cache purge made here.
+pub fn purged(zone: Option<&str>, key: Option<&[u8]>, prefix: Option<&[u8]>) {
+    let b64 = |v: Option<&[u8]>| v.map(|v| base64::engine::general_purpose::STANDARD.encode(v));
+    publish(json!({ "kind": "purge", "zone": zone, "key": b64(key), "prefix": b64(prefix) }));
+}
+
+/// Tells the other instances that this one stored ACME certificate `id`.
+pub fn acme_cert(id: &str) {
+    publish(json!({ "kind": "acme-cert", "id": id }));
+}
+
+/// Tells the other instances of a challenge answer published here (`answer`) or withdrawn.
+pub fn acme_challenge(kind: &str, name: &str, answer: Option<&str>) {
+    publish(json!({ "kind": "acme-challenge", "type": kind, "name": name, "answer": answer }));
+}
+
+/// Tells the other instances of a configuration change made here through the API, if the
+/// fleet shares them; `change` as [`describe`] gave it.
+pub fn changed(change: Value) {
+    if super::get().is_some_and(|f| f.cfg.share_config) {
+        publish(json!({ "kind": "config", "change": change }));
+    }
+}
+
+/// `change` as an event (before it is made, as it is consumed).
+pub fn describe(change: &Change) -> Value {
+    match change {
+        Change::Op(Op::Put(p, v)) => json!({ "op": "put", "path": p, "value": v }),
+        Change::Op(Op::Append(p, v)) => json!({ "op": "append", "path": p, "value": v }),
+        Change::Op(Op::Patch(p, v)) => json!({ "op": "patch", "path": p, "value": v }),
+        Change::Op(Op::Delete(p)) => json!({ "op": "delete", "path": p }),
+        Change::LoadToml(t) => json!({ "op": "load_toml", "text": t }),
+        Change::LoadJson(v) => json!({ "op": "load_json", "value": v }),
+        Change::AddServer { pool, server } => json!({ "op": "add_server", "pool": pool, "server": server }),
+        Change::RemoveServer { pool, addr } => json!({ "op": "remove_server", "pool": pool, "addr": addr }),
+    }
+}
+
+/// The change an event describes.
+fn change_of(v: &Value) -> Option<Change> {
+    let path =
+        || -> Option<Vec<String>> { v["path"].as_array()?.iter().map(|s| s.as_str().map(str::to_string)).collect() };
+    let text = |k: &str| v[k].as_str().map(str::to_string);
+    Some(match v["op"].as_str()? {
+        "put" => Change::Op(Op::Put(path()?, v["value"].clone())),
+        "append" => Change::Op(Op::Append(path()?, v["value"].clone())),
+        "patch" => Change::Op(Op::Patch(path()?, v["value"].clone())),
+        "delete" => Change::Op(Op::Delete(path()?)),
+        "load_toml" => Change::LoadToml(text("text")?),
+        "load_json" => Change::LoadJson(v["value"].clone()),
+        "add_server" => Change::AddServer { pool: text("pool")?, server: v["server"].clone() },
+        "remove_server" => Change::RemoveServer { pool: text("pool")?, addr: text("addr")? },
+        _ => return None,
+    })
+}
+
+/// Makes an event from another instance here.
+fn made_here(f: &Fleet, payload: &[u8]) {
+    if payload.len() > MAX_EVENT {
+        return;
+    }
+    let Ok(ev) = serde_json::from_slice::<Value>(payload) else { return };
+    let from = ev["from"].as_str().unwrap_or_default();
+    if from == f.cfg.instance {
+        return;
+    }
+    f.stats.events_received.fetch_add(1, Ordering::Relaxed);
+    match ev["kind"].as_str() {
+        Some("purge") => {
+            let b = |k: &str| ev[k].as_str().and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok());
+            let (zone, k, p) = (ev["zone"].as_str(), b("key"), b("prefix"));
+            if k.is_none() && p.is_none() {
+                return;
+            }
+            let n = crate::cache::purge(zone, k.as_deref(), p.as_deref());
+            tracing::info!(from, zone = zone.unwrap_or("*"), purged = n, "cache purge from the fleet");
+        }
+        Some("acme-cert") => {
+            tracing::debug!(from, id = ev["id"].as_str().unwrap_or(""), "an ACME certificate stored by the fleet");
+            crate::acme::wake();
+        }
+        Some("acme-challenge") => {
+            let (Some(kind), Some(name)) = (ev["type"].as_str(), ev["name"].as_str()) else { return };
+            crate::acme::challenge_from_fleet(kind, name, ev["answer"].as_str());
+        }
+        Some("config") if f.cfg.share_config => {
+            let Some(change) = change_of(&ev["change"]) else { return };
+            let Some(api) = API.get() else {
+                tracing::warn!(from, "fleet: a configuration change was not made here: no admin listener");
+                return;
+            };
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let what = format!("{} from the fleet", ev["change"]["op"].as_str().unwrap_or("change"));
+            let who = format!("{FROM_FLEET}{from}");
+            if api.send(Cmd::Change { change, if_match: None, who, what, reply: tx }).is_ok() {
+                let from = from.to_string();
+                tokio::spawn(async move {
+                    if let Ok(a) = rx.await {
+                        if a.status.is_success() {
+                            tracing::info!(from, "configuration change from the fleet made");
+                        } else {
+                            tracing::warn!(from, status = a.status.as_u16(), error = %a.body, "configuration change from the fleet refused here");
+                        }
+                    }
+                });
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Subscribes to the events and makes them, reconnecting with backoff, until the process
+/// ends.
+pub(super) async fn listen(f: Arc<Fleet>) {
+    let channel = key(&f.cfg.prefix, "events");
+    let mut wait = Duration::from_millis(100);
+    loop {
+        let sub = tokio::time::timeout(BACKGROUND_TIMEOUT, async {
+            let mut ps = f.link.client.get_async_pubsub().await?;
+            ps.subscribe(&channel).await?;
+            Ok::<_, redis::RedisError>(ps)
+        })
+        .await;
+        match sub {
+            Ok(Ok(mut ps)) => {
+                wait = Duration::from_millis(100);
+                let mut messages = ps.on_message();
+                while let Some(m) = messages.next().await {
+                    made_here(&f, m.get_payload_bytes());
+                }
+                tracing::warn!("fleet: the event subscription ended; subscribing again");
+            }
+            Ok(Err(e)) => tracing::debug!("fleet: subscribing to events: {e}"),
+            Err(_) => tracing::debug!("fleet: subscribing to events: no answer"),
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_change_travels_as_it_was_asked() {
+        let changes = [
+            Change::Op(Op::Put(vec!["a".into(), "0".into()], json!({"x": 1}))),
+            Change::Op(Op::Append(vec!["vhost".into()], json!(2))),
+            Change::Op(Op::Patch(vec![], json!({"y": true}))),
+            Change::Op(Op::Delete(vec!["b".into()])),
+            Change::LoadToml("[server]\n".into()),
+            Change::LoadJson(json!({"server": {}})),
+            Change::AddServer { pool: "p".into(), server: json!({"url": "http://a"}) },
+            Change::RemoveServer { pool: "p".into(), addr: "http://a".into() },
+        ];
+        for c in &changes {
+            let d = describe(c);
+            let back = change_of(&serde_json::from_str(&d.to_string()).unwrap()).unwrap();
+            assert_eq!(describe(&back), d);
+        }
+        assert!(change_of(&json!({"op": "drop_tables"})).is_none());
+        assert!(change_of(&json!({"op": "put", "path": [1]})).is_none());
+    }
+}

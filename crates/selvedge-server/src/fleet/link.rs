@@ -1,0 +1,180 @@
+//! The connections to Redis: a few multiplexed connections (each pipelines the commands of
+//! every caller), taken in turn, that reconnect by themselves with backoff; whether Redis
+//! answers now; and calls bounded in time.
+//!
+//! A call that fails (refused, reset: Redis is not there), or [`LATE_IN_A_ROW`] calls in a
+//! row that do not answer in time, mark Redis down: from then on the request paths do not
+//! ask it (they use their local fallbacks at once), and a probe on the fleet thread pings
+//! it with backoff until it answers, then marks it up again. Both changes are logged once.
+//! A single late answer is decided locally but does not mark Redis down: on a loaded
+//! machine one reply in many comes late.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::FleetConfig;
+
+/// How long the background work (heartbeats, keys, events) waits for an answer.
+pub(crate) const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Late answers in a row that mark Redis down.
+pub const LATE_IN_A_ROW: u32 = 3;
+
+/// The connections to Redis.
+pub struct Link {
+    late: std::sync::atomic::AtomicU32,
+    conns: Box<[ConnectionManager]>,
+    next: AtomicUsize,
+    up: AtomicBool,
+    probing: AtomicBool,
+    /// The longest a request waits.
+    pub timeout: Duration,
+    /// The client, for connections of their own (pub/sub).
+    pub client: redis::Client,
+    rt: OnceLock<tokio::runtime::Handle>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").field("up", &self.is_up()).field("connections", &self.conns.len()).finish()
+    }
+}
+
+impl Link {
+    /// The connections of `cfg`, made on first use (inside a Tokio runtime).
+    ///
+    /// # Errors
+    /// The URL is not one the client takes.
+    pub fn open(cfg: &FleetConfig) -> Result<Link, String> {
+        let client = redis::Client::open(cfg.redis.as_str()).map_err(|e| format!("[fleet] redis: {e}"))?;
+        let mc = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(Some(BACKGROUND_TIMEOUT))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let conns = (0..cfg.connections)
+            .map(|_| ConnectionManager::new_lazy_with_config(client.clone(), mc.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("[fleet] redis: {e}"))?;
+        Ok(Link {
+            late: std::sync::atomic::AtomicU32::new(0),
+            conns: conns.into(),
+            next: AtomicUsize::new(0),
+            up: AtomicBool::new(true),
+            probing: AtomicBool::new(false),
+            timeout: cfg.timeout,
+            client,
+            rt: OnceLock::new(),
+        })
+    }
+
+    pub(super) fn set_runtime(&self, rt: tokio::runtime::Handle) {
+        let _ = self.rt.set(rt);
+    }
+
+    /// The fleet thread's runtime, once it runs.
+    pub fn runtime(&self) -> Option<&tokio::runtime::Handle> {
+        self.rt.get()
+    }
+
+    /// Whether Redis answered the last call.
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// A connection (they are taken in turn).
+    pub fn conn(&self) -> ConnectionManager {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        self.conns[i].clone()
+    }
+
+    /// Runs `call` on a connection, waiting at most `limit`: `None` (and Redis marked down)
+    /// if it failed or was late.
+    pub async fn call<T, F, Fut>(&self, limit: Duration, call: F) -> Option<T>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        match tokio::time::timeout(limit, call(self.conn())).await {
+            Ok(Ok(v)) => {
+                if self.late.load(Ordering::Relaxed) != 0 {
+                    self.late.store(0, Ordering::Relaxed);
+                }
+                Some(v)
+            }
+            Ok(Err(e)) => {
+                self.down(&format!("{e}"));
+                None
+            }
+            Err(_) => {
+                if self.late.fetch_add(1, Ordering::Relaxed) + 1 >= LATE_IN_A_ROW {
+                    self.down(&format!("{LATE_IN_A_ROW} calls in a row without an answer within {limit:?}"));
+                } else if let Some(f) = super::get() {
+                    f.count_error();
+                }
+                None
+            }
+        }
+    }
+
+    /// Marks Redis down (once) and starts the probe that marks it up again.
+    fn down(&self, why: &str) {
+        if let Some(f) = super::get() {
+            f.count_error();
+        }
+        self.late.store(0, Ordering::Relaxed);
+        if !self.up.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        tracing::warn!(why, "fleet: Redis is unreachable; fleet limits fall back to local ones");
+        if self.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(rt) = self.rt.get() {
+            rt.spawn(probe());
+        }
+    }
+}
+
+/// Pings Redis with backoff (100 ms doubling to 1 s) until it answers, then marks it up.
+async fn probe() {
+    let Some(f) = super::get() else { return };
+    let link = &f.link;
+    let mut wait = Duration::from_millis(100);
+    loop {
+        tokio::time::sleep(wait).await;
+        let mut c = link.conn();
+        let pong = tokio::time::timeout(BACKGROUND_TIMEOUT, redis::cmd("PING").query_async::<String>(&mut c)).await;
+        if matches!(pong, Ok(Ok(_))) {
+            link.probing.store(false, Ordering::Release);
+            link.up.store(true, Ordering::Release);
+            tracing::info!("fleet: Redis answers again; fleet limits are counted there");
+            return;
+        }
+        wait = (wait * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// Runs `call` on the fleet thread and waits for its answer, at most `limit`, from a thread
+/// that is not the fleet's (the supervisor's ACME tasks): `None` without a fleet, an answer
+/// or in time.
+pub fn block<T, F, Fut>(limit: Duration, call: F) -> Option<T>
+where
+    T: Send + 'static,
+    F: FnOnce(ConnectionManager) -> Fut + Send + 'static,
+    Fut: Future<Output = redis::RedisResult<T>> + Send + 'static,
+{
+    let f = super::get()?;
+    let rt = f.link.runtime()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let f2 = f.clone();
+    rt.spawn(async move {
+        let _ = tx.send(f2.link.call(limit, call).await);
+    });
+    rx.recv_timeout(limit + Duration::from_millis(100)).ok().flatten()
+}

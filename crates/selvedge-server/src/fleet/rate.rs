@@ -1,0 +1,409 @@
+//! `rate = { …, scope = "fleet" }`: a route's limit counted across the fleet, in Redis, by
+//! the GCRA of [`crate::policy::rate`] (one theoretical arrival time per client, in µs of
+//! the Redis server's clock, so the instances' clocks do not matter).
+//!
+//! Most requests need no round trip:
+//! - **Leases.** An instance asks for up to `lease` admissions at once (the script moves
+//!   the client's TAT by as many intervals as it grants) and spends them locally; an unused
+//!   lease lapses after `per`. Leased admissions are counted when granted, so the fleet
+//!   never admits more than the limit; at most `lease` per instance go unused.
+//! - **Refusals.** A refusal carries the wait until the next admission; the instance
+//!   refuses that client without asking until a lease's worth of admissions is due (the
+//!   wait plus `lease − 1` intervals), so a client held at its limit costs one round trip
+//!   per lease, not one per admission. While that round trip is under way, the client's
+//!   other requests are refused.
+//! - **Renewals.** When a lease is down to a quarter, one renewal is asked in the
+//!   background (on the fleet thread), so a client below its limit rarely waits.
+//!
+//! `lease` is the burst divided by four times the instances (at least 1, at most 64).
+//!
+//! When Redis does not answer within `[fleet] timeout`, the request is decided by the
+//! local limiter with the limit (and burst) divided by `[fleet] instances` (default: the
+//! live instances last seen), and so is every request until Redis answers again
+//! ([`super::link`]); `selvedge_fleet_rate_fallbacks` counts them.
+//!
+//! Memory: the local table holds at most `max_clients` entries (16 shards); a full shard
+//! drops lapsed entries, and a client that finds it still full asks Redis every time.
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+
+use crate::policy::rate::{client_key, RateConfig, RateLimiter};
+
+const SHARDS: usize = 16;
+
+/// The most admissions one round trip leases.
+const MAX_LEASE: u32 = 64;
+
+/// The GCRA step for `want` admissions at once: `{granted, wait_µs}`.
+///
+/// KEYS[1]: the client's TAT; ARGV: interval (µs), tolerance (µs), want.
+const GCRA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local tolerance = tonumber(ARGV[2])
+local want = tonumber(ARGV[3])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+local ahead = tat - now
+if ahead > tolerance then return {0, ahead - tolerance} end
+local n = math.floor((tolerance - ahead) / interval) + 1
+if n > want then n = want end
+tat = tat + n * interval
+redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+return {n, 0}
+";
+
+static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(GCRA));
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Entry {
+    /// Admissions left of the lease.
+    lease: u32,
+    /// When the lease lapses (ns since the limiter's epoch).
+    lease_until: u64,
+    /// Refused without asking until then.
+    denied_until: u64,
+    /// A round trip for this client is under way.
+    asking: bool,
+    /// The last answer was a refusal (the client is at its limit).
+    at_limit: bool,
+}
+
+impl Entry {
+    fn lapsed(&self, now: u64) -> bool {
+        !self.asking && (self.lease == 0 || now >= self.lease_until) && now >= self.denied_until
+    }
+}
+
+/// What Redis answered: admissions granted, or the wait.
+type Answer = Result<u32, Duration>;
+
+/// A route's fleet limit.
+pub struct FleetLimiter {
+    cfg: RateConfig,
+    /// `{prefix}rate:{route}:`
+    name: String,
+    interval_us: u64,
+    tolerance_us: u64,
+    lease: u32,
+    shards: Box<[Mutex<HashMap<u128, Entry>>]>,
+    cap: usize,
+    hash: RandomState,
+    epoch: Instant,
+    /// The local limiter used while Redis is unreachable, and the divisor it was made for.
+    fallback: ArcSwapOption<(u32, RateLimiter)>,
+}
+
+impl std::fmt::Debug for FleetLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetLimiter").field("name", &self.name).field("lease", &self.lease).finish()
+    }
+}
+
+/// The verdict without a round trip, or the round trip to make.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Admitted.
+    Pass,
+    /// Refused: wait this long.
+    Refuse(Duration),
+    /// Redis must be asked ([`FleetLimiter::ask`]).
+    Ask(u128),
+}
+
+/// What [`FleetLimiter::local`] decided, and whether a lease running low is to be renewed
+/// in the background.
+#[derive(Debug)]
+struct Local {
+    verdict: Verdict,
+    refill: bool,
+}
+
+impl FleetLimiter {
+    /// The fleet limit of `route` with `cfg`.
+    pub fn new(route: &str, cfg: &RateConfig) -> FleetLimiter {
+        let prefix = super::get().map_or("selvedge:", |f| f.cfg.prefix.as_str());
+        let instances = super::get().and_then(|f| f.cfg.instances).unwrap_or(1).max(1);
+        let interval = (cfg.per.as_micros() / u128::from(cfg.requests)).max(1);
+        let interval_us = u64::try_from(interval).unwrap_or(u64::MAX);
+        let tolerance_us = interval_us.saturating_mul(u64::from(cfg.burst.max(1)) - 1);
+        let lease = (cfg.burst / (4 * instances)).clamp(1, MAX_LEASE);
+        let cap = cfg.max_clients.div_ceil(SHARDS).max(1);
+        FleetLimiter {
+            cfg: *cfg,
+            name: super::key(prefix, &format!("rate:{route}:")),
+            interval_us,
+            tolerance_us,
+            lease,
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            cap,
+            hash: RandomState::new(),
+            epoch: Instant::now(),
+            fallback: ArcSwapOption::empty(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn shard(&self, key: u128) -> &Mutex<HashMap<u128, Entry>> {
+        &self.shards[self.hash.hash_one(key) as usize % SHARDS]
+    }
+
+    /// Decides without a round trip if it can: a lease (renewed in the background when it
+    /// runs low), a remembered refusal, or the local limiter while Redis is unreachable.
+    pub fn check(self: &Arc<Self>, ip: Option<IpAddr>) -> Verdict {
+        let Some(f) = super::get().filter(|f| f.link.is_up()) else { return self.fall_back(ip) };
+        let key = client_key(ip);
+        let l = self.local(key, self.now());
+        if l.refill {
+            if let Some(rt) = f.link.runtime() {
+                let me = self.clone();
+                rt.spawn(async move {
+                    let answer = me.round_trip(key).await;
+                    me.record(key, answer, false);
+                });
+            } else {
+                self.record(key, None, false);
+            }
+        }
+        l.verdict
+    }
+
+    fn local(&self, key: u128, now: u64) -> Local {
+        let mut s = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
+        let Some(e) = s.get_mut(&key) else { return self.asking(&mut s, key, now) };
+        if e.lease > 0 && now < e.lease_until {
+            e.lease -= 1;
+            let refill = !e.asking && e.lease <= self.lease / 4 && now >= e.denied_until;
+            e.asking |= refill;
+            return Local { verdict: Verdict::Pass, refill };
+        }
+        if now < e.denied_until {
+            return Local { verdict: Verdict::Refuse(Duration::from_nanos(e.denied_until - now)), refill: false };
+        }
+        if e.asking && e.at_limit {
+            // At the limit, with the round trip for its next admission under way: this one
+            // would be refused there too.
+            let wait = Duration::from_micros(self.interval_us);
+            return Local { verdict: Verdict::Refuse(wait), refill: false };
+        }
+        if e.asking {
+            // A renewal is on its way but the lease ran out first: ask too.
+            return Local { verdict: Verdict::Ask(key), refill: false };
+        }
+        e.asking = true;
+        Local { verdict: Verdict::Ask(key), refill: false }
+    }
+
+    /// A first request from `key`: marked as asking (if the table has room).
+    fn asking(&self, s: &mut HashMap<u128, Entry>, key: u128, now: u64) -> Local {
+        if s.len() >= self.cap {
+            s.retain(|_, e| !e.lapsed(now));
+        }
+        if s.len() < self.cap {
+            s.insert(key, Entry { asking: true, ..Entry::default() });
+        }
+        Local { verdict: Verdict::Ask(key), refill: false }
+    }
+
+    /// One GCRA step in Redis for `key`, for up to a lease: `None` without an answer in time.
+    async fn round_trip(&self, key: u128) -> Option<Answer> {
+        let f = super::get()?;
+        f.stats.rate_asks.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{}{key:032x}", self.name);
+        let (iv, tol, want) = (self.interval_us, self.tolerance_us, self.lease);
+        let (granted, wait_us) = f
+            .link
+            .call(f.link.timeout, |mut c| async move {
+                SCRIPT.key(name).arg(iv).arg(tol).arg(want).invoke_async::<(u64, u64)>(&mut c).await
+            })
+            .await?;
+        Some(match granted {
+            0 => Err(Duration::from_micros(wait_us.max(1))),
+            n => Ok(u32::try_from(n).unwrap_or(u32::MAX)),
+        })
+    }
+
+    /// Keeps an answer: admissions added to the lease (less one, if a request waiting for
+    /// it takes it), or the refusal remembered; the round trip is over either way.
+    fn record(&self, key: u128, answer: Option<Answer>, take_one: bool) {
+        let now = self.now();
+        let mut s = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
+        let Some(e) = s.get_mut(&key) else { return };
+        e.asking = false;
+        match answer {
+            Some(Ok(n)) => {
+                if now >= e.lease_until {
+                    e.lease = 0;
+                }
+                e.lease = e.lease.saturating_add(n - u32::from(take_one));
+                e.lease_until = now.saturating_add(u64::try_from(self.cfg.per.as_nanos()).unwrap_or(u64::MAX));
+                e.at_limit = false;
+            }
+            Some(Err(wait)) => {
+                // At its limit: asked again once a lease's worth is due, not each admission.
+                let batch = Duration::from_micros(self.interval_us.saturating_mul(u64::from(self.lease - 1)));
+                let until = wait.saturating_add(batch);
+                e.denied_until = now.saturating_add(u64::try_from(until.as_nanos()).unwrap_or(u64::MAX));
+                e.at_limit = true;
+            }
+            None => {}
+        }
+    }
+
+    /// Asks Redis for client `key` (from [`Verdict::Ask`]): admitted, or how long to wait.
+    /// Without an answer in time, the local limiter decides.
+    ///
+    /// # Errors
+    /// Refused: the wait.
+    pub async fn ask(self: Arc<Self>, key: u128, ip: Option<IpAddr>) -> Result<(), Duration> {
+        let answer = self.round_trip(key).await;
+        self.record(key, answer, true);
+        match answer {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(wait)) => Err(wait),
+            None => self.fall_back_check(ip),
+        }
+    }
+
+    #[cfg(test)]
+    fn remember(&self, key: u128, entry: Entry) {
+        let mut s = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
+        if s.len() < self.cap || s.contains_key(&key) {
+            s.insert(key, entry);
+        }
+    }
+
+    fn fall_back(&self, ip: Option<IpAddr>) -> Verdict {
+        match self.fall_back_check(ip) {
+            Ok(()) => Verdict::Pass,
+            Err(w) => Verdict::Refuse(w),
+        }
+    }
+
+    /// The local limiter's verdict, with the limit divided among the instances.
+    fn fall_back_check(&self, ip: Option<IpAddr>) -> Result<(), Duration> {
+        let divisor = match super::get() {
+            Some(f) => {
+                f.stats.rate_fallbacks.fetch_add(1, Ordering::Relaxed);
+                f.cfg.instances.unwrap_or_else(|| u32::try_from(f.stats.members.load(Ordering::Relaxed)).unwrap_or(1))
+            }
+            None => 1,
+        }
+        .max(1);
+        let current = self.fallback.load();
+        let limiter = match current.as_ref().filter(|l| l.0 == divisor) {
+            Some(l) => l.clone(),
+            None => {
+                let cfg = RateConfig {
+                    requests: (self.cfg.requests / divisor).max(1),
+                    burst: (self.cfg.burst / divisor).max(1),
+                    ..self.cfg
+                };
+                let l = Arc::new((divisor, RateLimiter::new(&cfg)));
+                self.fallback.store(Some(l.clone()));
+                l
+            }
+        };
+        limiter.1.check(ip)
+    }
+
+    /// Clients in the local table.
+    pub fn tracked(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().map_or(0, |s| s.len())).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(requests: u32, burst: u32) -> RateConfig {
+        RateConfig {
+            requests,
+            per: Duration::from_secs(1),
+            burst,
+            max_clients: 32,
+            scope: crate::policy::rate::Scope::Fleet,
+        }
+    }
+
+    fn verdict(l: &FleetLimiter, k: u128, now: u64) -> (Verdict, bool) {
+        let x = l.local(k, now);
+        (x.verdict, x.refill)
+    }
+
+    #[test]
+    fn leases_are_spent_locally_and_renewed_before_they_run_out() {
+        let l = FleetLimiter::new("r", &cfg(100, 40));
+        assert_eq!(l.lease, 10, "a quarter of the burst");
+        let k = client_key(Some("10.0.0.1".parse().unwrap()));
+        let now = 5_000_000_000;
+        assert!(matches!(verdict(&l, k, now), (Verdict::Ask(x), false) if x == k), "nothing known: ask");
+        l.record(k, Some(Ok(10)), true);
+        let t = l.now();
+        // Nine left: spent locally; at a quarter left (2), one renewal starts, once.
+        let mut renewals = 0;
+        for _ in 0..9 {
+            let (v, refill) = verdict(&l, k, t);
+            assert!(matches!(v, Verdict::Pass));
+            renewals += usize::from(refill);
+        }
+        assert_eq!(renewals, 1);
+        // The renewal is late and the lease ran out: this one asks as well.
+        assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
+        l.record(k, Some(Ok(10)), false);
+        assert!(matches!(verdict(&l, k, l.now()), (Verdict::Pass, false)));
+        // A lapsed lease is not spent.
+        let later = l.now() + 2_000_000_000;
+        assert!(matches!(verdict(&l, k, later), (Verdict::Ask(_), false)));
+    }
+
+    #[test]
+    fn refusals_are_remembered_and_a_client_at_its_limit_waits_for_the_one_round_trip() {
+        let l = FleetLimiter::new("r", &cfg(100, 40));
+        let k = client_key(Some("10.0.0.2".parse().unwrap()));
+        assert!(matches!(verdict(&l, k, l.now()), (Verdict::Ask(_), _)));
+        l.record(k, Some(Err(Duration::from_millis(300))), true);
+        let t = l.now();
+        assert!(matches!(verdict(&l, k, t), (Verdict::Refuse(w), false) if w > Duration::from_millis(250)));
+        // The wait is over: one request asks; the others are refused while it does.
+        let t = t + 600_000_000;
+        assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
+        assert!(matches!(verdict(&l, k, t), (Verdict::Refuse(w), false) if w == Duration::from_millis(10)));
+        l.record(k, Some(Ok(1)), true);
+        assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)), "the one admission was taken");
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        let l = FleetLimiter::new("r", &cfg(10, 10));
+        let now = l.now();
+        for i in 0..10_000u32 {
+            let k = client_key(Some(IpAddr::from(i.to_be_bytes())));
+            l.remember(k, Entry { lease: 1, lease_until: now + 1_000_000_000_000, ..Entry::default() });
+            let _ = l.local(k, now);
+        }
+        assert!(l.tracked() <= 32, "{}", l.tracked());
+    }
+
+    #[test]
+    fn the_fallback_divides_the_limit() {
+        let l = FleetLimiter::new("r", &cfg(30, 30));
+        let ip = Some("10.0.0.9".parse().unwrap());
+        // Not started: one instance, the whole limit.
+        let n = (0..100).filter(|_| l.fall_back_check(ip).is_ok()).count();
+        assert_eq!(n, 30);
+    }
+}

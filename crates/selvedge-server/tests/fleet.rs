@@ -1,0 +1,426 @@
+//! A fleet of three `selvedge` processes sharing one real `redis-server` on a loopback
+//! port: the member list, TLS session tickets issued by one instance resumed on another
+//! (also across a key rotation), a fleet rate limit held across the three loaded together,
+//! a configuration API change and a cache purge made on one instance reaching the others,
+//! and Redis killed under load (no failed request, the local fallback at once) and
+//! restarted (fleet mode again without restarting selvedge).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::*;
+
+/// One fleet at a time: the rate test's numbers need the cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Redis {
+    fn start(port: u16) -> Redis {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        let r = Redis { child, port };
+        eventually(10, "redis-server answers PING", || r.ping());
+        r
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else { return false };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut buf = [0u8; 16];
+        s.write_all(b"PING\r\n").is_ok() && s.read(&mut buf).is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn have_redis(test: &str) -> bool {
+    if have("redis-server") && have("openssl") {
+        return true;
+    }
+    missing_tool("redis-server (and openssl)", test);
+    false
+}
+
+const CONFIG: &str = r#"
+[server]
+workers = 1
+[[listen]]
+address = "127.0.0.1:${PORT}"
+[[listen]]
+address = "127.0.0.1:${TLSPORT}"
+tls = { cert = "cert.pem", key = "key.pem" }
+[admin]
+listen = "127.0.0.1:${ADMIN}"
+api = true
+[fleet]
+redis = "redis://127.0.0.1:${REDIS}/0"
+instance = "${NAME}"
+ticket_rotation = "4s"
+instances = 3
+heartbeat = "200ms"
+[[cache]]
+name = "pages"
+size = "1MiB"
+[[vhost]]
+[[vhost.route]]
+path = "/limited/"
+respond = { status = 200, body = "ok\n" }
+rate = { requests = 30, per = "1s", burst = 6, scope = "fleet" }
+[[vhost.route]]
+path = "/cached/"
+proxy = { upstream = "http://127.0.0.1:${PORT}/origin", strip_prefix = true }
+cache = "pages"
+[[vhost.route]]
+path = "/origin/"
+root = "site/origin"
+headers = { "Cache-Control" = "max-age=600" }
+[[vhost.route]]
+path = "/"
+root = "site"
+"#;
+
+struct Instance {
+    srv: Srv,
+    port: u16,
+    tls: u16,
+    admin: u16,
+}
+
+fn fleet(dir: &TempDir, redis: u16) -> Vec<Instance> {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    dir.write("cert.pem", ck.cert.pem());
+    dir.write("key.pem", ck.signing_key.serialize_pem());
+    dir.write("site/index.html", "home\n");
+    dir.write("site/origin/page.html", "first\n");
+    let conf = dir.write("fleet.toml", CONFIG);
+    (1..=3)
+        .map(|i| {
+            let (port, tls, admin) = (free_port(), free_port(), free_port());
+            let mut cmd = Command::new(bin());
+            clean_env(&mut cmd);
+            cmd.current_dir(dir.path())
+                .args(["run", "-c", conf.to_str().unwrap()])
+                .env("PORT", port.to_string())
+                .env("TLSPORT", tls.to_string())
+                .env("ADMIN", admin.to_string())
+                .env("REDIS", redis.to_string())
+                .env("NAME", format!("inst{i}"));
+            Instance { srv: Srv::spawn(cmd), port, tls, admin }
+        })
+        .collect()
+}
+
+/// `GET path` on `port` with `Host: fleet.test`: status, head and body.
+fn get(port: u16, path: &str) -> (u16, String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: fleet.test\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    (text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0), text)
+}
+
+fn metric(admin: u16, name: &str) -> f64 {
+    let (_, _, body) = get(admin, "/metrics");
+    body.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1.0)
+}
+
+/// `openssl s_client` to `port`, saving the session to `out` or resuming from `inp`:
+/// whether the session was resumed.
+fn s_client(dir: &Path, port: u16, out: Option<&str>, inp: Option<&str>) -> bool {
+    let mut cmd = Command::new("openssl");
+    cmd.current_dir(dir).args(["s_client", "-connect", &format!("127.0.0.1:{port}"), "-servername", "localhost"]);
+    if let Some(o) = out {
+        cmd.args(["-sess_out", o]);
+    }
+    if let Some(i) = inp {
+        cmd.args(["-sess_in", i]);
+    }
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    // TLS 1.3 tickets come after the handshake: stay a moment to read them.
+    std::thread::sleep(Duration::from_millis(400));
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("New,") || text.contains("Reused,"), "no handshake: {text}");
+    text.contains("Reused,")
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// One client per instance, each sending `per_second` requests a second to `path` on one
+/// keep-alive connection for `secs`: statuses (0: a failed exchange) and the slowest
+/// answer after `mark` (if given: a moment to do something at, such as killing Redis).
+fn load(
+    ports: &[u16],
+    path: &str,
+    per_second: u64,
+    secs: u64,
+    mark: Option<(Duration, Box<dyn FnOnce() + Send>)>,
+) -> (Vec<u16>, Duration) {
+    let start = Instant::now() + Duration::from_millis(100);
+    let marked_at = mark.as_ref().map(|(d, _)| start + *d);
+    let threads: Vec<_> = ports
+        .iter()
+        .map(|&port| {
+            let path = path.to_string();
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                s.set_nodelay(true).unwrap();
+                let mut statuses = Vec::new();
+                let mut slowest_after = Duration::ZERO;
+                let n = per_second * secs;
+                for k in 0..n {
+                    let at = start + Duration::from_micros(k * 1_000_000 / per_second);
+                    if let Some(w) = at.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(w);
+                    }
+                    let sent = Instant::now();
+                    let status = exchange(&mut s, &path).unwrap_or_else(|| {
+                        s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                        0
+                    });
+                    if marked_at.is_some_and(|m| sent > m) {
+                        slowest_after = slowest_after.max(sent.elapsed());
+                    }
+                    statuses.push(status);
+                }
+                (statuses, slowest_after)
+            })
+        })
+        .collect();
+    if let Some((d, f)) = mark {
+        std::thread::sleep((start + d).saturating_duration_since(Instant::now()));
+        f();
+    }
+    let mut all = Vec::new();
+    let mut slowest = Duration::ZERO;
+    for t in threads {
+        let (s, w) = t.join().unwrap();
+        all.extend(s);
+        slowest = slowest.max(w);
+    }
+    (all, slowest)
+}
+
+/// One request on a keep-alive connection: its status, `None` if the exchange failed.
+fn exchange(s: &mut TcpStream, path: &str) -> Option<u16> {
+    // One write: a request in pieces would wait on Nagle and delayed ACKs.
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: fleet.test\r\n\r\n").as_bytes()).ok()?;
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1024];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = s.read(&mut byte).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&byte[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let len: usize =
+        head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    while buf.len() < head_end + len {
+        let n = s.read(&mut byte).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&byte[..n]);
+    }
+    head.get(9..12).and_then(|s| s.parse().ok())
+}
+
+#[test]
+fn three_instances_share_members_tickets_limits_changes_and_purges() {
+    if !have_redis("three_instances_share_members_tickets_limits_changes_and_purges") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = TempDir::new("fleet-share");
+    let redis = Redis::start(free_port());
+    let fleet = fleet(&dir, redis.port);
+    let [a, b, c] = &fleet[..] else { unreachable!() };
+
+    // Members: all three listed by each, within three heartbeats.
+    eventually(10, "three live members", || {
+        let (s, _, body) = get(a.admin, "/fleet");
+        s == 200 && ["inst1", "inst2", "inst3"].iter().all(|n| body.contains(&format!("\"instance\": \"{n}\"")))
+    });
+    eventually(10, "the ticket keys come from Redis", || {
+        fleet.iter().all(|i| metric(i.admin, "selvedge_fleet_tickets_shared") == 1.0)
+    });
+
+    // A ticket from A resumes on B and C.
+    assert!(!s_client(dir.path(), a.tls, Some("a.sess"), None), "a first handshake is a full one");
+    assert!(s_client(dir.path(), b.tls, None, Some("a.sess")), "A's ticket resumes on B");
+    assert!(s_client(dir.path(), c.tls, None, Some("a.sess")), "A's ticket resumes on C");
+    // Across a rotation: a ticket sealed late in one period (4 s) opens early in the next.
+    let period = 4_000;
+    while unix_ms() % period < 2_800 || unix_ms() % period > 3_300 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let before = unix_ms() / period;
+    assert!(!s_client(dir.path(), b.tls, Some("b.sess"), None));
+    while unix_ms() / period == before || unix_ms() % period < 300 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(s_client(dir.path(), c.tls, None, Some("b.sess")), "B's ticket resumes on C after the rotation");
+    // A fleet without Redis's keys would not: a ticket of another key is refused, and the
+    // handshake is a full one (checked by a made-up session is not possible with s_client;
+    // the unit tests check foreign keys).
+
+    // The fleet limit: 30/s, burst 6, across three instances each offered 40/s for 5 s.
+    let began = Instant::now();
+    let (statuses, _) = load(&[a.port, b.port, c.port], "/limited/", 40, 5, None);
+    let took = began.elapsed();
+    assert!(took < Duration::from_millis(5_600), "the load kept its pace: {took:?}");
+    let ok = statuses.iter().filter(|s| **s == 200).count() as f64;
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(ok as usize + refused, statuses.len(), "only 200 and 429: {statuses:?}");
+    let expected = 30.0 * 5.0 + 6.0;
+    let fallbacks: Vec<f64> = fleet.iter().map(|i| metric(i.admin, "selvedge_fleet_rate_fallbacks_total")).collect();
+    assert!(
+        (ok - expected).abs() <= expected * 0.1,
+        "admitted {ok}, expected {expected} ± 10% (fallbacks {fallbacks:?})"
+    );
+    let asks: f64 = fleet.iter().map(|i| metric(i.admin, "selvedge_fleet_rate_asks_total")).sum();
+    assert!(asks > 0.0 && asks < statuses.len() as f64, "refusals are remembered: {asks} asks");
+
+    // A configuration change through A's API is made on B and C.
+    let (s, text) = http(a.admin, "PUT", "/config/vhost/0/route/3/headers", r#"{"X-Fleet": "one"}"#);
+    assert_eq!(s, 200, "{text}");
+    for i in [b, c] {
+        eventually(10, "the change reaches the other instances", || {
+            let (s, head, _) = get(i.port, "/index.html");
+            s == 200 && head.to_ascii_lowercase().contains("x-fleet: one")
+        });
+    }
+    assert_eq!(metric(a.admin, "selvedge_fleet_events_received_total"), 0.0, "A does not take its own event");
+
+    // A purge on A empties B's cache.
+    for _ in 0..2 {
+        assert_eq!(get(b.port, "/cached/page.html").2, "first\n");
+    }
+    let (_, head, _) = get(b.port, "/cached/page.html");
+    assert!(head.to_ascii_lowercase().contains("cache-status: selvedge; hit"), "{head}");
+    let (s, text) = http(a.admin, "POST", "/cache/purge?prefix=http://fleet.test/cached/", "");
+    assert_eq!(s, 200, "{text}");
+    // B goes to its origin again: the stored page was purged there.
+    eventually(10, "B's stored page is purged", || {
+        let (_, head, _) = get(b.port, "/cached/page.html");
+        head.to_ascii_lowercase().contains("cache-status: selvedge; fwd=uri-miss")
+    });
+    assert!(b.srv.said("cache purge from the fleet"), "B logs it");
+
+    // A clean stop takes the instance out of the list at once.
+    let a_admin = a.admin;
+    let mut fleet = fleet;
+    let Instance { srv, .. } = fleet.pop().unwrap();
+    srv.stop();
+    let (_, _, body) = get(a_admin, "/fleet");
+    assert!(!body.contains("\"inst3\""), "{body}");
+    drop(redis);
+}
+
+#[test]
+fn redis_killed_under_load_falls_back_at_once_and_comes_back() {
+    if !have_redis("redis_killed_under_load_falls_back_at_once_and_comes_back") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = TempDir::new("fleet-kill");
+    let port = free_port();
+    let redis = std::sync::Arc::new(Mutex::new(Redis::start(port)));
+    let fleet = fleet(&dir, port);
+    let ports: Vec<u16> = fleet.iter().map(|i| i.port).collect();
+    eventually(10, "three live members", || {
+        let (_, _, body) = get(fleet[0].admin, "/fleet");
+        ["inst1", "inst2", "inst3"].iter().all(|n| body.contains(n))
+    });
+    let r2 = redis.clone();
+    let kill: Box<dyn FnOnce() + Send> = Box::new(move || r2.lock().unwrap().kill());
+    let (statuses, slowest) = load(&ports, "/limited/", 40, 4, Some((Duration::from_secs(2), kill)));
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "no failed request: {statuses:?}");
+    assert!(slowest < Duration::from_millis(250), "an answer after the kill took {slowest:?}");
+    for i in &fleet {
+        assert_eq!(metric(i.admin, "selvedge_fleet_redis_up"), 0.0);
+        assert!(metric(i.admin, "selvedge_fleet_rate_fallbacks_total") > 0.0);
+        assert!(i.srv.said("fleet: Redis is unreachable"), "logged");
+    }
+    // The local limiters hold the fleet's limit between them: 30/s divided by 3.
+    let (statuses, _) = load(&ports, "/limited/", 40, 3, None);
+    let ok = statuses.iter().filter(|s| **s == 200).count() as f64;
+    let expected = 30.0 * 3.0 + 6.0;
+    let per: Vec<usize> = statuses.chunks(120).map(|c| c.iter().filter(|s| **s == 200).count()).collect();
+    assert!(ok <= expected * 1.1 + 3.0, "admitted {ok} with Redis down, expected at most {expected}: {per:?}");
+
+    // Redis again on the same port: fleet mode resumes by itself.
+    *redis.lock().unwrap() = Redis::start(port);
+    for i in &fleet {
+        eventually(10, "fleet mode again", || metric(i.admin, "selvedge_fleet_redis_up") == 1.0);
+    }
+    let asks_before: f64 = fleet.iter().map(|i| metric(i.admin, "selvedge_fleet_rate_asks_total")).sum();
+    let (statuses, _) = load(&ports, "/limited/", 40, 2, None);
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429));
+    let asks_after: f64 = fleet.iter().map(|i| metric(i.admin, "selvedge_fleet_rate_asks_total")).sum();
+    assert!(asks_after > asks_before, "the limit is counted in Redis again");
+    eventually(10, "the members list again", || {
+        let (s, _, body) = get(fleet[0].admin, "/fleet");
+        s == 200 && ["inst1", "inst2", "inst3"].iter().all(|n| body.contains(n))
+    });
+}
