@@ -30,8 +30,13 @@ struct Redis {
 
 impl Redis {
     fn start(port: u16) -> Redis {
+        Redis::start_with(port, &[])
+    }
+
+    fn start_with(port: u16, extra: &[&str]) -> Redis {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -58,6 +63,22 @@ impl Drop for Redis {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Sends one command (RESP array of `args`) to `port`: the start of the answer.
+fn redis_cmd(port: u16, args: &[&str]) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    if s.write_all(req.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut buf = vec![0u8; 16384];
+    let n = s.read(&mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
 fn have_redis(test: &str) -> bool {
@@ -423,4 +444,73 @@ fn redis_killed_under_load_falls_back_at_once_and_comes_back() {
         let (s, _, body) = get(fleet[0].admin, "/fleet");
         s == 200 && ["inst1", "inst2", "inst3"].iter().all(|n| body.contains(n))
     });
+}
+
+#[test]
+fn sentinels_name_the_primary_and_a_failover_is_followed() {
+    if !have_redis("sentinels_name_the_primary_and_a_failover_is_followed") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = TempDir::new("fleet-sentinel");
+    let (p, r, sp) = (free_port(), free_port(), free_port());
+    let mut primary = Redis::start(p);
+    let _replica = Redis::start_with(r, &["--replicaof", "127.0.0.1", &p.to_string()]);
+    eventually(10, "the replica in sync", || redis_cmd(r, &["INFO", "replication"]).contains("master_link_status:up"));
+    let conf = dir.write(
+        "sentinel.conf",
+        format!(
+            "port {sp}\nbind 127.0.0.1\nsentinel monitor mymaster 127.0.0.1 {p} 1\n\
+             sentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 2000\n"
+        ),
+    );
+    let mut sentinel = Command::new("redis-server")
+        .args([conf.to_str().unwrap(), "--sentinel"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually(10, "the sentinel knows the replica", || {
+        redis_cmd(sp, &["SENTINEL", "replicas", "mymaster"]).contains(&r.to_string())
+    });
+    // The `redis` URL names no server that runs: the sentinels say where the primary is.
+    let unused = free_port();
+    let text = CONFIG
+        .replace("redis = \"redis://127.0.0.1:${REDIS}/0\"", &format!("redis = \"redis://127.0.0.1:{unused}/0\"\nsentinels = [\"127.0.0.1:{sp}\"]"))
+        .replace("instances = 3", "instances = 1");
+    let conf = dir.write("fleet.toml", text);
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    dir.write("cert.pem", ck.cert.pem());
+    dir.write("key.pem", ck.signing_key.serialize_pem());
+    dir.write("site/index.html", "home\n");
+    dir.write("site/origin/page.html", "first\n");
+    let (port, admin) = (free_port(), free_port());
+    let mut cmd = Command::new(bin());
+    clean_env(&mut cmd);
+    cmd.current_dir(dir.path())
+        .args(["run", "-c", conf.to_str().unwrap()])
+        .env("PORT", port.to_string())
+        .env("TLSPORT", free_port().to_string())
+        .env("ADMIN", admin.to_string())
+        .env("NAME", "sentinel-1");
+    let srv = Srv::spawn(cmd);
+    eventually(10, "listed through the primary the sentinels named", || {
+        let (s, _, body) = get(admin, "/fleet");
+        s == 200 && body.contains("sentinel-1")
+    });
+    eventually(10, "Redis up", || metric(admin, "selvedge_fleet_redis_up") == 1.0);
+    // The primary dies under load; the sentinel promotes the replica.
+    let kill: Box<dyn FnOnce() + Send> = Box::new(move || primary.kill());
+    let (statuses, _) = load(&[port], "/limited/", 40, 6, Some((Duration::from_secs(1), kill)));
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "no failed request: {statuses:?}");
+    eventually(20, "the replica promoted", || redis_cmd(r, &["INFO", "replication"]).contains("role:master"));
+    eventually(20, "fleet mode on the new primary", || metric(admin, "selvedge_fleet_redis_up") == 1.0);
+    assert!(srv.said("the sentinels name a new Redis primary"), "logged");
+    let asks = metric(admin, "selvedge_fleet_rate_asks_total");
+    let (statuses, _) = load(&[port], "/limited/", 40, 1, None);
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429));
+    assert!(metric(admin, "selvedge_fleet_rate_asks_total") > asks, "counted in Redis again");
+    assert!(redis_cmd(r, &["EXISTS", "selvedge:members"]).starts_with(":1"), "the new primary has the heartbeats");
+    let _ = sentinel.kill();
+    let _ = sentinel.wait();
 }

@@ -175,7 +175,7 @@ pub(super) async fn listen(f: Arc<Fleet>) {
     let mut wait = Duration::from_millis(100);
     loop {
         let sub = tokio::time::timeout(BACKGROUND_TIMEOUT, async {
-            let mut ps = f.link.client.get_async_pubsub().await?;
+            let mut ps = f.link.client().get_async_pubsub().await?;
             ps.subscribe(&channel).await?;
             Ok::<_, redis::RedisError>(ps)
         })

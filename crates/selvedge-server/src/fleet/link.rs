@@ -11,10 +11,13 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::IntoConnectionInfo;
 
 use super::FleetConfig;
 
@@ -27,20 +30,24 @@ pub const LATE_IN_A_ROW: u32 = 3;
 /// The connections to Redis.
 pub struct Link {
     late: std::sync::atomic::AtomicU32,
-    conns: Box<[ConnectionManager]>,
+    conns: ArcSwap<Vec<ConnectionManager>>,
     next: AtomicUsize,
     up: AtomicBool,
     probing: AtomicBool,
     /// The longest a request waits.
     pub timeout: Duration,
-    /// The client, for connections of their own (pub/sub).
-    pub client: redis::Client,
+    /// The client of the primary, for connections of their own (pub/sub).
+    client: ArcSwap<redis::Client>,
+    /// With `sentinels`: who says which server is the primary.
+    sentinel: Option<tokio::sync::Mutex<SentinelClient>>,
+    mc: ConnectionManagerConfig,
+    size: usize,
     rt: OnceLock<tokio::runtime::Handle>,
 }
 
 impl std::fmt::Debug for Link {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Link").field("up", &self.is_up()).field("connections", &self.conns.len()).finish()
+        f.debug_struct("Link").field("up", &self.is_up()).field("connections", &self.size).finish()
     }
 }
 
@@ -57,20 +64,55 @@ impl Link {
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_secs(1));
-        let conns = (0..cfg.connections)
-            .map(|_| ConnectionManager::new_lazy_with_config(client.clone(), mc.clone()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("[fleet] redis: {e}"))?;
+        let conns = managers(&client, &mc, cfg.connections).map_err(|e| format!("[fleet] redis: {e}"))?;
+        let sentinel = match &cfg.sentinels {
+            Some(list) => Some(tokio::sync::Mutex::new(sentinel_client(cfg, list)?)),
+            None => None,
+        };
         Ok(Link {
             late: std::sync::atomic::AtomicU32::new(0),
-            conns: conns.into(),
+            conns: ArcSwap::from_pointee(conns),
             next: AtomicUsize::new(0),
             up: AtomicBool::new(true),
             probing: AtomicBool::new(false),
             timeout: cfg.timeout,
-            client,
+            client: ArcSwap::from_pointee(client),
+            sentinel,
+            mc,
+            size: cfg.connections,
             rt: OnceLock::new(),
         })
+    }
+
+    /// The primary's client (for a connection of its own).
+    pub fn client(&self) -> Arc<redis::Client> {
+        self.client.load_full()
+    }
+
+    /// With `sentinels`: asks them which server is the primary and, if it moved, connects
+    /// there (on the fleet thread). Without: nothing to do.
+    ///
+    /// # Errors
+    /// No sentinel answered with a primary.
+    pub async fn resolve(&self) -> Result<(), String> {
+        let Some(s) = &self.sentinel else { return Ok(()) };
+        let mut s = s.lock().await;
+        let client = match tokio::time::timeout(BACKGROUND_TIMEOUT, s.async_get_client()).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(format!("sentinels: {e}")),
+            Err(_) => return Err("sentinels: no answer".into()),
+        };
+        let (now, was) = (
+            client.get_connection_info().addr().to_string(),
+            self.client.load().get_connection_info().addr().to_string(),
+        );
+        if now != was {
+            let conns = managers(&client, &self.mc, self.size).map_err(|e| e.to_string())?;
+            self.conns.store(Arc::new(conns));
+            self.client.store(Arc::new(client));
+            tracing::info!(primary = now, "fleet: the sentinels name a new Redis primary");
+        }
+        Ok(())
     }
 
     pub(super) fn set_runtime(&self, rt: tokio::runtime::Handle) {
@@ -89,8 +131,9 @@ impl Link {
 
     /// A connection (they are taken in turn).
     pub fn conn(&self) -> ConnectionManager {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        self.conns[i].clone()
+        let conns = self.conns.load();
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % conns.len();
+        conns[i].clone()
     }
 
     /// Runs `call` on a connection, waiting at most `limit`: `None` (and Redis marked down)
@@ -141,6 +184,25 @@ impl Link {
     }
 }
 
+/// `n` connection managers to `client`'s server, made on first use.
+fn managers(
+    client: &redis::Client,
+    mc: &ConnectionManagerConfig,
+    n: usize,
+) -> redis::RedisResult<Vec<ConnectionManager>> {
+    (0..n).map(|_| ConnectionManager::new_lazy_with_config(client.clone(), mc.clone())).collect()
+}
+
+/// The sentinels of `cfg`, asked for the primary of `sentinel_master`, which is reached with
+/// the credentials and database of the `redis` URL.
+fn sentinel_client(cfg: &FleetConfig, list: &[String]) -> Result<SentinelClient, String> {
+    let info = cfg.redis.as_str().into_connection_info().map_err(|e| format!("[fleet] redis: {e}"))?;
+    let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(info.redis_settings().clone());
+    let urls: Vec<String> = list.iter().map(|a| format!("redis://{a}")).collect();
+    SentinelClient::build(urls, cfg.sentinel_master.clone(), Some(node), SentinelServerType::Master)
+        .map_err(|e| format!("[fleet] sentinels: {e}"))
+}
+
 /// Pings Redis with backoff (100 ms doubling to 1 s) until it answers, then marks it up.
 async fn probe() {
     let Some(f) = super::get() else { return };
@@ -148,6 +210,9 @@ async fn probe() {
     let mut wait = Duration::from_millis(100);
     loop {
         tokio::time::sleep(wait).await;
+        if let Err(e) = link.resolve().await {
+            tracing::debug!("fleet: {e}");
+        }
         let mut c = link.conn();
         let pong = tokio::time::timeout(BACKGROUND_TIMEOUT, redis::cmd("PING").query_async::<String>(&mut c)).await;
         if matches!(pong, Ok(Ok(_))) {

@@ -47,6 +47,8 @@ pub struct RawFleet {
     instances: Option<Count<1, 10_000>>,
     share_config: Option<bool>,
     acme_storage: Option<bool>,
+    sentinels: Option<Vec<String>>,
+    sentinel_master: Option<String>,
 }
 
 /// `[fleet]`, checked.
@@ -75,6 +77,10 @@ pub struct FleetConfig {
     /// Whether ACME keeps its account, certificates, locks and challenge answers in Redis
     /// (with `[acme]`): true.
     pub acme_storage: bool,
+    /// Redis Sentinels (`host:port`) that name the primary; `None`: `redis` is the server.
+    pub sentinels: Option<Vec<String>>,
+    /// The primary's name at the sentinels: `"mymaster"`.
+    pub sentinel_master: String,
 }
 
 /// The shortest `ticket_rotation` taken.
@@ -101,6 +107,13 @@ impl FleetConfig {
             Some(i) => i.clone(),
             None => default_instance(),
         };
+        if let Some(list) = &r.sentinels {
+            let bad =
+                list.iter().find(|a| a.rsplit_once(':').is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err()));
+            if list.is_empty() || bad.is_some() {
+                return Err("[fleet] sentinels: one or more \"host:port\" addresses".into());
+            }
+        }
         let ticket_rotation = r.ticket_rotation.map_or(Duration::from_secs(12 * 3600), NonZeroDur::get);
         if ticket_rotation < MIN_ROTATION {
             return Err("[fleet] ticket_rotation: at least 1s".into());
@@ -116,6 +129,8 @@ impl FleetConfig {
             instances: r.instances.map(Count::get_u32),
             share_config: r.share_config.unwrap_or(true),
             acme_storage: r.acme_storage.unwrap_or(true),
+            sentinels: r.sentinels.clone(),
+            sentinel_master: r.sentinel_master.clone().unwrap_or_else(|| "mymaster".into()),
         })
     }
 }
@@ -189,6 +204,9 @@ pub fn start(cfg: &FleetConfig) -> std::io::Result<Arc<Fleet>> {
     std::thread::Builder::new().name("selvedge-fleet".into()).spawn(move || {
         rt.block_on(async move {
             f.link.set_runtime(tokio::runtime::Handle::current());
+            if let Err(e) = f.link.resolve().await {
+                tracing::warn!("fleet: {e}; trying the redis address until they answer");
+            }
             tokio::spawn(tickets::keep(f.clone()));
             tokio::spawn(members::beat(f.clone()));
             events::listen(f).await;
