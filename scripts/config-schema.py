@@ -557,6 +557,9 @@ fleet = table(
         "instances": count("Instances a fleet limit is divided among while Redis is unreachable. "
                            "Default: the live instances last seen.", 1, 10_000),
         "share_config": boolean("Configuration API changes go to every instance. Default true."),
+        "sentinels": strings("Redis Sentinel addresses (host:port) that name the primary.",
+                             item=string("A sentinel's host:port.", r".+:[0-9]{1,5}")),
+        "sentinel_master": string("The primary's name at the sentinels. Default \"mymaster\".", minLength=1),
         "acme_storage": boolean("With [acme]: the ACME account, certificates and locks are kept in "
                                 "Redis. Default true."),
     },

@@ -82,6 +82,14 @@ impl Doc {
         format!("\"{:016x}\"", KEY.get_or_init(std::hash::RandomState::new).hash_one(self.render()))
     }
 
+    /// The same for every process with this configuration (the etag is keyed per process):
+    /// SHA-256 of the rendered document, in hex. The fleet's changes name the configuration
+    /// they were made on by it.
+    pub fn digest(&self) -> String {
+        let d = ring::digest::digest(&ring::digest::SHA256, self.render().as_bytes());
+        d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// The value at `path` as JSON, secrets redacted; `None`: nothing there.
     pub fn get(&self, path: &[String]) -> Option<Json> {
         let mut at = Node::Table(&self.root);

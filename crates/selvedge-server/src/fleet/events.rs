@@ -74,10 +74,15 @@ pub fn acme_challenge(kind: &str, name: &str, answer: Option<&str>) {
 }
 
 /// Tells the other instances of a configuration change made here through the API, if the
-/// fleet shares them; `change` as [`describe`] gave it.
-pub fn changed(change: Value) {
+/// fleet shares them; `change` as [`describe`] gave it, `base` the tag of the configuration
+/// it was made on. A change at a path (or to a pool) is made elsewhere only on a
+/// configuration with the same tag (an instance whose configuration differs refuses it
+/// rather than change another route); a whole configuration is made anywhere.
+pub fn changed(change: Value, base: Option<String>) {
     if super::get().is_some_and(|f| f.cfg.share_config) {
-        publish(json!({ "kind": "config", "change": change }));
+        let whole = matches!(change["op"].as_str(), Some("load_toml" | "load_json"));
+        let base = if whole { None } else { base };
+        publish(json!({ "kind": "config", "change": change, "base": base }));
     }
 }
 
@@ -128,7 +133,11 @@ fn made_here(f: &Fleet, payload: &[u8]) {
         Some("purge") => {
             let b = |k: &str| ev[k].as_str().and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok());
             let (zone, k, p) = (ev["zone"].as_str(), b("key"), b("prefix"));
-            if k.is_none() && p.is_none() {
+            // As the API takes them: a key or a prefix, neither empty.
+            if (k.is_none() && p.is_none())
+                || k.as_ref().is_some_and(Vec::is_empty)
+                || p.as_ref().is_some_and(Vec::is_empty)
+            {
                 return;
             }
             let n = crate::cache::purge(zone, k.as_deref(), p.as_deref());
@@ -151,7 +160,8 @@ fn made_here(f: &Fleet, payload: &[u8]) {
             let (tx, rx) = tokio::sync::oneshot::channel();
             let what = format!("{} from the fleet", ev["change"]["op"].as_str().unwrap_or("change"));
             let who = format!("{FROM_FLEET}{from}");
-            if api.send(Cmd::Change { change, if_match: None, who, what, reply: tx }).is_ok() {
+            let if_match = ev["base"].as_str().map(str::to_string);
+            if api.send(Cmd::Change { change, if_match, who, what, reply: tx }).is_ok() {
                 let from = from.to_string();
                 tokio::spawn(async move {
                     if let Ok(a) = rx.await {

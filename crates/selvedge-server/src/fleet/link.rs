@@ -2,12 +2,16 @@
 //! every caller), taken in turn, that reconnect by themselves with backoff; whether Redis
 //! answers now; and calls bounded in time.
 //!
-//! A call that fails (refused, reset: Redis is not there), or [`LATE_IN_A_ROW`] calls in a
-//! row that do not answer in time, mark Redis down: from then on the request paths do not
-//! ask it (they use their local fallbacks at once), and a probe on the fleet thread pings
-//! it with backoff until it answers, then marks it up again. Both changes are logged once.
-//! A single late answer is decided locally but does not mark Redis down: on a loaded
-//! machine one reply in many comes late.
+//! A call that fails (refused, reset, an error answer: Redis cannot count), or
+//! [`LATE_IN_A_ROW`] calls in a row that do not answer in time, mark Redis down: from then
+//! on the request paths do not ask it (they use their local fallbacks at once). It stays
+//! down for at least a hold time, 1 s, doubled (up to [`MAX_HOLD`]) each time it goes down
+//! again within [`STABLE`] of coming back, so a Redis that flaps does not flip the limits
+//! back and forth (each flip would hand out a fresh burst). Then a probe on the fleet
+//! thread pings it on a connection of its own (a connection that read a reply it could not
+//! parse stays broken) with backoff until it answers, makes the connections anew, and marks
+//! it up again. Each change is logged once. A single late answer is decided locally but
+//! does not mark Redis down: on a loaded machine one reply in many comes late.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -26,6 +30,10 @@ pub(crate) const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Late answers in a row that mark Redis down.
 pub const LATE_IN_A_ROW: u32 = 3;
+/// The longest Redis is held down after it flapped.
+pub const MAX_HOLD: Duration = Duration::from_secs(30);
+/// Up this long, and the hold time starts from 1 s again.
+pub const STABLE: Duration = Duration::from_secs(60);
 
 /// The connections to Redis.
 pub struct Link {
@@ -43,6 +51,8 @@ pub struct Link {
     mc: ConnectionManagerConfig,
     size: usize,
     rt: OnceLock<tokio::runtime::Handle>,
+    /// When Redis last came back, and the hold time of the next fall.
+    came_back: std::sync::Mutex<(Option<std::time::Instant>, Duration)>,
 }
 
 impl std::fmt::Debug for Link {
@@ -81,6 +91,7 @@ impl Link {
             mc,
             size: cfg.connections,
             rt: OnceLock::new(),
+            came_back: std::sync::Mutex::new((None, Duration::from_secs(1))),
         })
     }
 
@@ -144,24 +155,32 @@ impl Link {
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         match tokio::time::timeout(limit, call(self.conn())).await {
-            Ok(Ok(v)) => {
-                if self.late.load(Ordering::Relaxed) != 0 {
-                    self.late.store(0, Ordering::Relaxed);
-                }
-                Some(v)
-            }
+            Ok(Ok(v)) => Some(v),
             Ok(Err(e)) => {
                 self.down(&format!("{e}"));
                 None
             }
             Err(_) => {
-                if self.late.fetch_add(1, Ordering::Relaxed) + 1 >= LATE_IN_A_ROW {
-                    self.down(&format!("{LATE_IN_A_ROW} calls in a row without an answer within {limit:?}"));
-                } else if let Some(f) = super::get() {
-                    f.count_error();
-                }
+                self.late(limit);
                 None
             }
+        }
+    }
+
+    /// A request waited `limit` for an answer that did not come: counted, and the third in a
+    /// row marks Redis down.
+    pub fn late(&self, limit: Duration) {
+        if self.late.fetch_add(1, Ordering::Relaxed) + 1 >= LATE_IN_A_ROW {
+            self.down(&format!("{LATE_IN_A_ROW} requests in a row without an answer within {limit:?}"));
+        } else if let Some(f) = super::get() {
+            f.count_error();
+        }
+    }
+
+    /// A request had its answer in time.
+    pub fn on_time(&self) {
+        if self.late.load(Ordering::Relaxed) != 0 {
+            self.late.store(0, Ordering::Relaxed);
         }
     }
 
@@ -174,13 +193,32 @@ impl Link {
         if !self.up.swap(false, Ordering::AcqRel) {
             return;
         }
-        tracing::warn!(why, "fleet: Redis is unreachable; fleet limits fall back to local ones");
+        let hold = {
+            let mut cb = self.came_back.lock().unwrap_or_else(|p| p.into_inner());
+            let flapped = cb.0.is_some_and(|t| t.elapsed() < STABLE);
+            cb.1 = if flapped { (cb.1 * 2).min(MAX_HOLD) } else { Duration::from_secs(1) };
+            cb.1
+        };
+        tracing::warn!(why, ?hold, "fleet: Redis failed; fleet limits are decided locally until it answers again");
         if self.probing.swap(true, Ordering::AcqRel) {
             return;
         }
         if let Some(rt) = self.rt.get() {
-            rt.spawn(probe());
+            rt.spawn(probe(hold));
         }
+    }
+
+    /// A fresh connection answered: new connection managers (the old ones may be stuck on
+    /// a reply they could not parse), and Redis up.
+    fn came_back(&self) {
+        let client = self.client.load_full();
+        if let Ok(conns) = managers(&client, &self.mc, self.size) {
+            self.conns.store(Arc::new(conns));
+        }
+        self.came_back.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(std::time::Instant::now());
+        self.late.store(0, Ordering::Relaxed);
+        self.probing.store(false, Ordering::Release);
+        self.up.store(true, Ordering::Release);
     }
 }
 
@@ -204,23 +242,27 @@ fn sentinel_client(cfg: &FleetConfig, list: &[String]) -> Result<SentinelClient,
 }
 
 /// Pings Redis with backoff (100 ms doubling to 1 s) until it answers, then marks it up.
-async fn probe() {
+async fn probe(hold: Duration) {
     let Some(f) = super::get() else { return };
     let link = &f.link;
+    tokio::time::sleep(hold).await;
     let mut wait = Duration::from_millis(100);
     loop {
-        tokio::time::sleep(wait).await;
         if let Err(e) = link.resolve().await {
             tracing::debug!("fleet: {e}");
         }
-        let mut c = link.conn();
-        let pong = tokio::time::timeout(BACKGROUND_TIMEOUT, redis::cmd("PING").query_async::<String>(&mut c)).await;
-        if matches!(pong, Ok(Ok(_))) {
-            link.probing.store(false, Ordering::Release);
-            link.up.store(true, Ordering::Release);
+        let client = link.client();
+        let pong = tokio::time::timeout(BACKGROUND_TIMEOUT, async {
+            let mut c = client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<String>(&mut c).await
+        })
+        .await;
+        if matches!(pong, Ok(Ok(ref p)) if p == "PONG") {
+            link.came_back();
             tracing::info!("fleet: Redis answers again; fleet limits are counted there");
             return;
         }
+        tokio::time::sleep(wait).await;
         wait = (wait * 2).min(Duration::from_secs(1));
     }
 }

@@ -102,9 +102,13 @@ pub async fn list(f: &Fleet) -> Result<serde_json::Value, String> {
         .into_iter()
         .zip(infos)
         .map(|((name, seen), info)| {
-            let mut v = info
-                .and_then(|i| serde_json::from_str::<serde_json::Value>(&i).ok())
-                .unwrap_or_else(|| json!({ "instance": name }));
+            // What another instance (maybe of another version) wrote: an object, or it is
+            // set aside under `info`.
+            let mut v = match info.and_then(|i| serde_json::from_str::<serde_json::Value>(&i).ok()) {
+                Some(serde_json::Value::Object(o)) => serde_json::Value::Object(o),
+                Some(other) => json!({ "instance": name, "info": other }),
+                None => json!({ "instance": name }),
+            };
             v["last_seen_ms"] = json!(seen);
             v["this"] = json!(name == f.cfg.instance);
             v

@@ -19,8 +19,11 @@
 //!
 //! When Redis does not answer within `[fleet] timeout`, the request is decided by the
 //! local limiter with the limit (and burst) divided by `[fleet] instances` (default: the
-//! live instances last seen), and so is every request until Redis answers again
-//! ([`super::link`]); `selvedge_fleet_rate_fallbacks` counts them.
+//! live instances last seen), and so is every request while Redis is down
+//! ([`super::link`]); `selvedge_fleet_rate_fallbacks` counts them. The round trip goes on
+//! without the request: what Redis grants late is kept as a lease, less one if the local
+//! limiter admitted the request. Every admission through Redis is also counted by the
+//! local limiter (the shadow), so falling back does not start from a fresh burst.
 //!
 //! Memory: the local table holds at most `max_clients` entries (16 shards); a full shard
 //! drops lapsed entries, and a client that finds it still full asks Redis every time.
@@ -29,7 +32,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::net::IpAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,7 +45,8 @@ const SHARDS: usize = 16;
 /// The most admissions one round trip leases.
 const MAX_LEASE: u32 = 64;
 
-/// The GCRA step for `want` admissions at once: `{granted, wait_µs}`.
+/// The GCRA step for `want` admissions at once: `{granted, wait_µs, left}` (`left`: how
+/// many more the client could have now).
 ///
 /// KEYS[1]: the client's TAT; ARGV: interval (µs), tolerance (µs), want.
 const GCRA: &str = r"
@@ -54,17 +58,18 @@ local want = tonumber(ARGV[3])
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then tat = now end
 local ahead = tat - now
-if ahead > tolerance then return {0, ahead - tolerance} end
-local n = math.floor((tolerance - ahead) / interval) + 1
+if ahead > tolerance then return {0, ahead - tolerance, 0} end
+local room = math.floor((tolerance - ahead) / interval) + 1
+local n = room
 if n > want then n = want end
 tat = tat + n * interval
 redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
-return {n, 0}
+return {n, 0, room - n}
 ";
 
 static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(GCRA));
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Entry {
     /// Admissions left of the lease.
     lease: u32,
@@ -72,20 +77,53 @@ struct Entry {
     lease_until: u64,
     /// Refused without asking until then.
     denied_until: u64,
-    /// A round trip for this client is under way.
+    /// A round trip for this client is under way (since `asked_at`; one older than
+    /// [`STALE_ASK`] is taken as lost).
     asking: bool,
-    /// The last answer was a refusal (the client is at its limit).
+    asked_at: u64,
+    /// The last answer left the client nothing more (it is at its limit).
     at_limit: bool,
+    /// Requests waiting for the round trip's answer, woken when it is kept.
+    wake: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Entry {
+    fn asking(&self, now: u64) -> bool {
+        self.asking && now.saturating_sub(self.asked_at) < STALE_ASK
+    }
+
     fn lapsed(&self, now: u64) -> bool {
-        !self.asking && (self.lease == 0 || now >= self.lease_until) && now >= self.denied_until
+        !self.asking(now) && (self.lease == 0 || now >= self.lease_until) && now >= self.denied_until
+    }
+
+    fn start_asking(&mut self, now: u64) {
+        self.asking = true;
+        self.asked_at = now;
     }
 }
 
-/// What Redis answered: admissions granted, or the wait.
-type Answer = Result<u32, Duration>;
+/// A round trip older than this (ns) is taken as lost: longer than any call may take.
+const STALE_ASK: u64 = 3_000_000_000;
+
+/// How long a round trip may take on the fleet thread (a request waits `[fleet] timeout`
+/// of it at most).
+const BACKGROUND_LIMIT: Duration = Duration::from_secs(1);
+
+/// A request's round trip: still waited for; given up and refused, or admitted, by the
+/// local fallback; answered.
+const WAITING: u8 = 0;
+const GAVE_UP_REFUSED: u8 = 1;
+const GAVE_UP_ADMITTED: u8 = 2;
+const ANSWERED: u8 = 3;
+
+/// What Redis answered: admissions granted and whether that was all the client had, or
+/// the wait.
+type Answer = Result<(u32, bool), Duration>;
+
+/// Every route's fleet limiter, by route and settings, as [`RateLimiter::shared`] keeps the
+/// local ones: a rebuilt site keeps the leases, remembered refusals and local fallback of
+/// a route whose `rate` did not change.
+static LIMITERS: Mutex<Vec<(String, RateConfig, std::sync::Weak<FleetLimiter>)>> = Mutex::new(Vec::new());
 
 /// A route's fleet limit.
 pub struct FleetLimiter {
@@ -118,6 +156,9 @@ pub enum Verdict {
     Refuse(Duration),
     /// Redis must be asked ([`FleetLimiter::ask`]).
     Ask(u128),
+    /// Another request of the client is asking Redis: wait for its answer
+    /// ([`FleetLimiter::ask`] with `wait`).
+    Wait(u128),
 }
 
 /// What [`FleetLimiter::local`] decided, and whether a lease running low is to be renewed
@@ -129,6 +170,18 @@ struct Local {
 }
 
 impl FleetLimiter {
+    /// The fleet limiter of `route` with `cfg`: the running one if there is one.
+    pub fn shared(route: &str, cfg: &RateConfig) -> Arc<FleetLimiter> {
+        let mut all = LIMITERS.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|(_, _, w)| w.strong_count() > 0);
+        if let Some(l) = all.iter().find(|(r, c, _)| r == route && c == cfg).and_then(|(_, _, w)| w.upgrade()) {
+            return l;
+        }
+        let l = Arc::new(FleetLimiter::new(route, cfg));
+        all.push((route.to_string(), *cfg, Arc::downgrade(&l)));
+        l
+    }
+
     /// The fleet limit of `route` with `cfg`.
     pub fn new(route: &str, cfg: &RateConfig) -> FleetLimiter {
         let prefix = super::get().map_or("selvedge:", |f| f.cfg.prefix.as_str());
@@ -164,45 +217,64 @@ impl FleetLimiter {
     /// runs low), a remembered refusal, or the local limiter while Redis is unreachable.
     pub fn check(self: &Arc<Self>, ip: Option<IpAddr>) -> Verdict {
         let Some(f) = super::get().filter(|f| f.link.is_up()) else { return self.fall_back(ip) };
-        let key = client_key(ip);
+        self.decide(f, client_key(ip), ip)
+    }
+
+    /// [`FleetLimiter::local`]'s verdict, with its renewal started and an admission shadowed.
+    fn decide(self: &Arc<Self>, f: &super::Fleet, key: u128, ip: Option<IpAddr>) -> Verdict {
         let l = self.local(key, self.now());
         if l.refill {
             if let Some(rt) = f.link.runtime() {
                 let me = self.clone();
                 rt.spawn(async move {
-                    let answer = me.round_trip(key).await;
+                    let answer = me.round_trip(key, BACKGROUND_LIMIT).await;
                     me.record(key, answer, false);
                 });
             } else {
                 self.record(key, None, false);
             }
         }
+        if matches!(l.verdict, Verdict::Pass) {
+            self.shadow(ip);
+        }
         l.verdict
+    }
+
+    /// Counts an admission the fleet made against the local fallback too, so that the
+    /// moment Redis goes away does not hand this instance a fresh burst (a refusal there
+    /// changes nothing: the fallback's debt is bounded by its burst).
+    fn shadow(&self, ip: Option<IpAddr>) {
+        let _ = self.fallback_limiter().1.check(ip);
     }
 
     fn local(&self, key: u128, now: u64) -> Local {
         let mut s = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
         let Some(e) = s.get_mut(&key) else { return self.asking(&mut s, key, now) };
+        let asking = e.asking(now);
         if e.lease > 0 && now < e.lease_until {
             e.lease -= 1;
-            let refill = !e.asking && e.lease <= self.lease / 4 && now >= e.denied_until;
-            e.asking |= refill;
+            let refill = !asking && !e.at_limit && e.lease <= self.lease / 4 && now >= e.denied_until;
+            if refill {
+                e.start_asking(now);
+            }
             return Local { verdict: Verdict::Pass, refill };
         }
         if now < e.denied_until {
             return Local { verdict: Verdict::Refuse(Duration::from_nanos(e.denied_until - now)), refill: false };
         }
-        if e.asking && e.at_limit {
+        if asking && e.at_limit {
             // At the limit, with the round trip for its next admission under way: this one
             // would be refused there too.
             let wait = Duration::from_micros(self.interval_us);
             return Local { verdict: Verdict::Refuse(wait), refill: false };
         }
-        if e.asking {
-            // A renewal is on its way but the lease ran out first: ask too.
-            return Local { verdict: Verdict::Ask(key), refill: false };
+        if asking {
+            // A round trip is on its way (a renewal, or the client's first): wait for it
+            // rather than ask too (a crowd arriving at once would send a crowd of them).
+            e.wake.get_or_insert_with(|| Arc::new(tokio::sync::Notify::new()));
+            return Local { verdict: Verdict::Wait(key), refill: false };
         }
-        e.asking = true;
+        e.start_asking(now);
         Local { verdict: Verdict::Ask(key), refill: false }
     }
 
@@ -212,26 +284,26 @@ impl FleetLimiter {
             s.retain(|_, e| !e.lapsed(now));
         }
         if s.len() < self.cap {
-            s.insert(key, Entry { asking: true, ..Entry::default() });
+            s.insert(key, Entry { asking: true, asked_at: now, ..Entry::default() });
         }
         Local { verdict: Verdict::Ask(key), refill: false }
     }
 
     /// One GCRA step in Redis for `key`, for up to a lease: `None` without an answer in time.
-    async fn round_trip(&self, key: u128) -> Option<Answer> {
+    async fn round_trip(&self, key: u128, limit: Duration) -> Option<Answer> {
         let f = super::get()?;
         f.stats.rate_asks.fetch_add(1, Ordering::Relaxed);
         let name = format!("{}{key:032x}", self.name);
         let (iv, tol, want) = (self.interval_us, self.tolerance_us, self.lease);
-        let (granted, wait_us) = f
+        let (granted, wait_us, left) = f
             .link
-            .call(f.link.timeout, |mut c| async move {
-                SCRIPT.key(name).arg(iv).arg(tol).arg(want).invoke_async::<(u64, u64)>(&mut c).await
+            .call(limit, |mut c| async move {
+                SCRIPT.key(name).arg(iv).arg(tol).arg(want).invoke_async::<(u64, u64, u64)>(&mut c).await
             })
             .await?;
         Some(match granted {
             0 => Err(Duration::from_micros(wait_us.max(1))),
-            n => Ok(u32::try_from(n).unwrap_or(u32::MAX)),
+            n => Ok((u32::try_from(n).unwrap_or(u32::MAX), left == 0)),
         })
     }
 
@@ -242,14 +314,18 @@ impl FleetLimiter {
         let mut s = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
         let Some(e) = s.get_mut(&key) else { return };
         e.asking = false;
+        if let Some(w) = e.wake.take() {
+            w.notify_waiters();
+        }
         match answer {
-            Some(Ok(n)) => {
+            Some(Ok((n, drained))) => {
                 if now >= e.lease_until {
                     e.lease = 0;
                 }
                 e.lease = e.lease.saturating_add(n - u32::from(take_one));
                 e.lease_until = now.saturating_add(u64::try_from(self.cfg.per.as_nanos()).unwrap_or(u64::MAX));
-                e.at_limit = false;
+                // Granted all it had: the next round trip's requests are refused meanwhile.
+                e.at_limit = drained;
             }
             Some(Err(wait)) => {
                 // At its limit: asked again once a lease's worth is due, not each admission.
@@ -267,14 +343,91 @@ impl FleetLimiter {
     ///
     /// # Errors
     /// Refused: the wait.
-    pub async fn ask(self: Arc<Self>, key: u128, ip: Option<IpAddr>) -> Result<(), Duration> {
-        let answer = self.round_trip(key).await;
-        self.record(key, answer, true);
+    pub async fn ask(self: Arc<Self>, key: u128, ip: Option<IpAddr>, wait: bool) -> Result<(), Duration> {
+        if wait {
+            match self.clone().wait_for_answer(key, ip).await {
+                Some(Verdict::Pass) => return Ok(()),
+                Some(Verdict::Refuse(w)) => return Err(w),
+                Some(Verdict::Ask(_)) => {}
+                Some(Verdict::Wait(_)) | None => return self.fall_back_check(ip),
+            }
+        }
+        // The round trip runs on the fleet thread and records its answer there, even if
+        // this request is given up (a reset stream, a closed connection) or decided
+        // locally (the answer is late) before it comes: the admissions Redis counted are
+        // kept, less one for a request the local limiter admitted meanwhile.
+        let Some(f) = super::get() else { return self.fall_back_check(ip) };
+        let Some(rt) = f.link.runtime() else {
+            self.record(key, None, true);
+            return self.fall_back_check(ip);
+        };
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        let state = Arc::new(AtomicU8::new(WAITING));
+        let (me, st) = (self.clone(), state.clone());
+        let budget = f.link.timeout;
+        rt.spawn(async move {
+            let began = std::time::Instant::now();
+            let answer = me.round_trip(key, BACKGROUND_LIMIT).await;
+            // Redis is judged by the round trip as the fleet thread saw it: a request that
+            // waited longer because its own worker was busy says nothing about Redis.
+            if let Some(f) = super::get().filter(|_| answer.is_some()) {
+                if began.elapsed() > budget {
+                    f.link.late(budget);
+                } else {
+                    f.link.on_time();
+                }
+            }
+            let take = st.swap(ANSWERED, Ordering::AcqRel) != GAVE_UP_REFUSED;
+            me.record(key, answer, take);
+            let _ = tx.send(answer);
+        });
+        let answer = match tokio::time::timeout(f.link.timeout, &mut rx).await {
+            Ok(a) => a.ok().flatten(),
+            Err(_) => {
+                let verdict = self.fall_back_check(ip);
+                let mark = if verdict.is_ok() { GAVE_UP_ADMITTED } else { GAVE_UP_REFUSED };
+                if state.compare_exchange(WAITING, mark, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    return verdict;
+                }
+                // The answer came as the wait ended: it decides.
+                rx.await.ok().flatten()
+            }
+        };
         match answer {
-            Some(Ok(_)) => Ok(()),
+            Some(Ok(_)) => {
+                self.shadow(ip);
+                Ok(())
+            }
             Some(Err(wait)) => Err(wait),
             None => self.fall_back_check(ip),
         }
+    }
+
+    /// Waits (at most `[fleet] timeout`) for the answer another request of the client is
+    /// asking, then decides again: `None` if Redis is down meanwhile.
+    async fn wait_for_answer(self: Arc<Self>, key: u128, ip: Option<IpAddr>) -> Option<Verdict> {
+        let f = super::get()?;
+        let wake = {
+            let s = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
+            s.get(&key).and_then(|e| e.wake.clone())
+        };
+        if let Some(w) = wake {
+            let woken = w.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            // Answered between the verdict and here: no need to wait.
+            let still = {
+                let s = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
+                s.get(&key).is_some_and(|e| e.asking(self.now()))
+            };
+            if still {
+                let _ = tokio::time::timeout(f.link.timeout, woken).await;
+            }
+        }
+        if !f.link.is_up() {
+            return None;
+        }
+        Some(self.decide(f, key, ip))
     }
 
     #[cfg(test)]
@@ -294,9 +447,16 @@ impl FleetLimiter {
 
     /// The local limiter's verdict, with the limit divided among the instances.
     fn fall_back_check(&self, ip: Option<IpAddr>) -> Result<(), Duration> {
+        if let Some(f) = super::get() {
+            f.stats.rate_fallbacks.fetch_add(1, Ordering::Relaxed);
+        }
+        self.fallback_limiter().1.check(ip)
+    }
+
+    /// The local fallback, for the instances there are now.
+    fn fallback_limiter(&self) -> Arc<(u32, RateLimiter)> {
         let divisor = match super::get() {
             Some(f) => {
-                f.stats.rate_fallbacks.fetch_add(1, Ordering::Relaxed);
                 f.cfg.instances.unwrap_or_else(|| u32::try_from(f.stats.members.load(Ordering::Relaxed)).unwrap_or(1))
             }
             None => 1,
@@ -316,7 +476,7 @@ impl FleetLimiter {
                 l
             }
         };
-        limiter.1.check(ip)
+        limiter
     }
 
     /// Clients in the local table.
@@ -351,7 +511,7 @@ mod tests {
         let k = client_key(Some("10.0.0.1".parse().unwrap()));
         let now = 5_000_000_000;
         assert!(matches!(verdict(&l, k, now), (Verdict::Ask(x), false) if x == k), "nothing known: ask");
-        l.record(k, Some(Ok(10)), true);
+        l.record(k, Some(Ok((10, false))), true);
         let t = l.now();
         // Nine left: spent locally; at a quarter left (2), one renewal starts, once.
         let mut renewals = 0;
@@ -361,9 +521,10 @@ mod tests {
             renewals += usize::from(refill);
         }
         assert_eq!(renewals, 1);
-        // The renewal is late and the lease ran out: this one asks as well.
-        assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
-        l.record(k, Some(Ok(10)), false);
+        // The renewal is late and the lease ran out: this one waits for it.
+        assert!(matches!(verdict(&l, k, t), (Verdict::Wait(_), false)));
+        assert!(l.shard(k).lock().unwrap().get(&k).unwrap().wake.is_some());
+        l.record(k, Some(Ok((10, false))), false);
         assert!(matches!(verdict(&l, k, l.now()), (Verdict::Pass, false)));
         // A lapsed lease is not spent.
         let later = l.now() + 2_000_000_000;
@@ -382,8 +543,31 @@ mod tests {
         let t = t + 600_000_000;
         assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
         assert!(matches!(verdict(&l, k, t), (Verdict::Refuse(w), false) if w == Duration::from_millis(10)));
-        l.record(k, Some(Ok(1)), true);
+        l.record(k, Some(Ok((1, true))), true);
         assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)), "the one admission was taken");
+    }
+
+    #[test]
+    fn a_round_trip_never_answered_does_not_lock_the_client_out() {
+        let l = FleetLimiter::new("r", &cfg(100, 40));
+        let k = client_key(Some("10.0.0.3".parse().unwrap()));
+        let t = 1_000_000_000;
+        // At its limit: the one asking, the others refused while it does.
+        l.remember(k, Entry { at_limit: true, ..Entry::default() });
+        assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
+        assert!(matches!(verdict(&l, k, t + 1), (Verdict::Refuse(_), false)));
+        // Its answer never came (the request was dropped before the fix ran it elsewhere):
+        // after STALE_ASK the next request asks again.
+        assert!(matches!(verdict(&l, k, t + STALE_ASK), (Verdict::Ask(_), false)));
+        // A grant of all that was left: at the limit again, the next round trip's
+        // companions are refused; a grant with room to spare lets them ask.
+        l.record(k, Some(Ok((1, true))), true);
+        let t = l.now();
+        assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
+        assert!(matches!(verdict(&l, k, t), (Verdict::Refuse(_), false)));
+        l.record(k, Some(Ok((1, false))), true);
+        assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
+        assert!(matches!(verdict(&l, k, t), (Verdict::Wait(_), false)), "below the limit: wait for it");
     }
 
     #[test]

@@ -133,9 +133,9 @@ enum Limiter {
 pub enum Pending {
     /// A bcrypt check (the checks before it passed).
     Auth(auth::Verify),
-    /// The fleet's rate limit asked in Redis for this client; the checks after `rate` are
-    /// still to run.
-    Rate(Arc<crate::fleet::rate::FleetLimiter>, u128),
+    /// The fleet's rate limit to ask in Redis for this client (or, `true`, the answer
+    /// another request is asking to wait for); the checks after `rate` are still to run.
+    Rate(Arc<crate::fleet::rate::FleetLimiter>, u128, bool),
 }
 
 /// What a request that passed the checks carries to its response.
@@ -167,7 +167,7 @@ impl Policy {
             ip: (!cfg.ip.is_empty()).then(|| cfg.ip.clone()),
             rate: cfg.rate.as_ref().map(|r| match r.scope {
                 rate::Scope::Local => Limiter::Local(rate::RateLimiter::shared(route, r)),
-                rate::Scope::Fleet => Limiter::Fleet(Arc::new(crate::fleet::rate::FleetLimiter::new(route, r))),
+                rate::Scope::Fleet => Limiter::Fleet(crate::fleet::rate::FleetLimiter::shared(route, r)),
             }),
             cors: cfg.cors.as_ref().map(cors::Cors::new),
             auth: cfg.auth.as_ref().map(auth::BasicAuth::new),
@@ -205,7 +205,10 @@ impl Policy {
                 crate::fleet::rate::Verdict::Pass => {}
                 crate::fleet::rate::Verdict::Refuse(wait) => return Check::Answer(too_many(wait)),
                 crate::fleet::rate::Verdict::Ask(key) => {
-                    return Check::Verify(Admitted::default(), Box::new(Pending::Rate(limiter.clone(), key)))
+                    return Check::Verify(Admitted::default(), Box::new(Pending::Rate(limiter.clone(), key, false)))
+                }
+                crate::fleet::rate::Verdict::Wait(key) => {
+                    return Check::Verify(Admitted::default(), Box::new(Pending::Rate(limiter.clone(), key, true)))
                 }
             },
         }
@@ -254,8 +257,8 @@ impl Policy {
     ) -> Option<Response> {
         let v = match *v {
             Pending::Auth(v) => v,
-            Pending::Rate(limiter, key) => {
-                if let Err(wait) = limiter.ask(key, client_ip(req)).await {
+            Pending::Rate(limiter, key, wait) => {
+                if let Err(wait) = limiter.ask(key, client_ip(req), wait).await {
                     return Some(too_many(wait));
                 }
                 match self.check_after_rate(req) {

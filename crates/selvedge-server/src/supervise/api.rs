@@ -38,6 +38,11 @@ impl ApiState {
         self.doc.as_ref().ok().map(|(_, t)| t.clone())
     }
 
+    /// The document's digest ([`Doc::digest`]), if there is one.
+    pub fn digest(&self) -> Option<String> {
+        self.doc.as_ref().ok().map(|(d, _)| d.digest())
+    }
+
     /// The document read again from `cfg`'s file (after a reload).
     pub fn reset(&mut self, cfg: &Config) {
         *self = ApiState::of(cfg);
@@ -85,10 +90,10 @@ pub(super) fn handle(r: &mut Running, cmd: Cmd) -> bool {
         Cmd::Change { change, if_match, who, what, reply } => {
             // A change asked here goes to the fleet once made; one from the fleet stops here.
             let share = (crate::fleet::get().is_some() && !who.starts_with(crate::fleet::events::FROM_FLEET))
-                .then(|| crate::fleet::events::describe(&change));
+                .then(|| (crate::fleet::events::describe(&change), r.api.digest()));
             let mut a = change_config(r, change, if_match.as_deref(), &who, &what);
-            if let Some(c) = share.filter(|_| a.status == StatusCode::OK) {
-                crate::fleet::events::changed(c);
+            if let Some((c, base)) = share.filter(|_| a.status == StatusCode::OK) {
+                crate::fleet::events::changed(c, base);
             }
             // Every answer names the version now in force (a refused change left it).
             if a.etag.is_none() {
@@ -202,7 +207,9 @@ fn change_config(r: &mut Running, change: Change, if_match: Option<&str>, who: &
         Ok((d, t)) => (d, t.clone()),
         Err(e) => return answer(StatusCode::CONFLICT, json!({ "error": e }), None),
     };
-    if let Some(m) = if_match.filter(|m| !matches(m, &before)) {
+    // A change from the fleet names the configuration it was made on by its digest.
+    let from_fleet = who.starts_with(crate::fleet::events::FROM_FLEET);
+    if let Some(m) = if_match.filter(|m| if from_fleet { *m != doc.digest() } else { !matches(m, &before) }) {
         return answer(
             StatusCode::PRECONDITION_FAILED,
             json!({ "error": format!("the configuration is {before} now, not {m}: read it again"), "etag": before }),
