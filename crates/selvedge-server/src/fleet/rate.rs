@@ -12,10 +12,12 @@
 //!   wait plus `lease − 1` intervals), so a client held at its limit costs one round trip
 //!   per lease, not one per admission. While that round trip is under way, the client's
 //!   other requests are refused.
-//! - **Renewals.** When a lease is down to a quarter, one renewal is asked in the
-//!   background (on the fleet thread), so a client below its limit rarely waits.
+//! - **Renewals.** When a lease is down to half, one renewal is asked in the background
+//!   (on the fleet thread), so a client below its limit rarely waits; a request that finds
+//!   the lease spent while a round trip is out waits for its answer (at most `[fleet]
+//!   timeout`) rather than send another.
 //!
-//! `lease` is the burst divided by four times the instances (at least 1, at most 64).
+//! `lease` is the burst divided by four times the instances (at least 1, at most 256).
 //!
 //! When Redis does not answer within `[fleet] timeout`, the request is decided by the
 //! local limiter with the limit (and burst) divided by `[fleet] instances` (default: the
@@ -43,7 +45,7 @@ use crate::policy::rate::{client_key, RateConfig, RateLimiter};
 const SHARDS: usize = 16;
 
 /// The most admissions one round trip leases.
-const MAX_LEASE: u32 = 64;
+const MAX_LEASE: u32 = 256;
 
 /// The GCRA step for `want` admissions at once: `{granted, wait_µs, left}` (`left`: how
 /// many more the client could have now).
@@ -217,11 +219,11 @@ impl FleetLimiter {
     /// runs low), a remembered refusal, or the local limiter while Redis is unreachable.
     pub fn check(self: &Arc<Self>, ip: Option<IpAddr>) -> Verdict {
         let Some(f) = super::get().filter(|f| f.link.is_up()) else { return self.fall_back(ip) };
-        self.decide(f, client_key(ip), ip)
+        self.decide(f, client_key(ip))
     }
 
-    /// [`FleetLimiter::local`]'s verdict, with its renewal started and an admission shadowed.
-    fn decide(self: &Arc<Self>, f: &super::Fleet, key: u128, ip: Option<IpAddr>) -> Verdict {
+    /// [`FleetLimiter::local`]'s verdict, with its renewal started.
+    fn decide(self: &Arc<Self>, f: &super::Fleet, key: u128) -> Verdict {
         let l = self.local(key, self.now());
         if l.refill {
             if let Some(rt) = f.link.runtime() {
@@ -234,17 +236,15 @@ impl FleetLimiter {
                 self.record(key, None, false);
             }
         }
-        if matches!(l.verdict, Verdict::Pass) {
-            self.shadow(ip);
-        }
         l.verdict
     }
 
-    /// Counts an admission the fleet made against the local fallback too, so that the
-    /// moment Redis goes away does not hand this instance a fresh burst (a refusal there
-    /// changes nothing: the fallback's debt is bounded by its burst).
-    fn shadow(&self, ip: Option<IpAddr>) {
-        let _ = self.fallback_limiter().1.check(ip);
+    /// Counts the admissions Redis granted this instance against the local fallback too
+    /// (on the fleet thread, once per grant), so that the moment Redis goes away does not
+    /// hand this instance a fresh burst (those over the fallback's limit change nothing:
+    /// its debt is bounded by its burst).
+    fn shadow(&self, key: u128, n: u32) {
+        self.fallback_limiter().1.charge(key, n);
     }
 
     fn local(&self, key: u128, now: u64) -> Local {
@@ -253,7 +253,7 @@ impl FleetLimiter {
         let asking = e.asking(now);
         if e.lease > 0 && now < e.lease_until {
             e.lease -= 1;
-            let refill = !asking && !e.at_limit && e.lease <= self.lease / 4 && now >= e.denied_until;
+            let refill = !asking && !e.at_limit && e.lease <= self.lease / 2 && now >= e.denied_until;
             if refill {
                 e.start_asking(now);
             }
@@ -319,6 +319,7 @@ impl FleetLimiter {
         }
         match answer {
             Some(Ok((n, drained))) => {
+                self.shadow(key, n);
                 if now >= e.lease_until {
                     e.lease = 0;
                 }
@@ -345,7 +346,7 @@ impl FleetLimiter {
     /// Refused: the wait.
     pub async fn ask(self: Arc<Self>, key: u128, ip: Option<IpAddr>, wait: bool) -> Result<(), Duration> {
         if wait {
-            match self.clone().wait_for_answer(key, ip).await {
+            match self.clone().wait_for_answer(key).await {
                 Some(Verdict::Pass) => return Ok(()),
                 Some(Verdict::Refuse(w)) => return Err(w),
                 Some(Verdict::Ask(_)) => {}
@@ -394,10 +395,7 @@ impl FleetLimiter {
             }
         };
         match answer {
-            Some(Ok(_)) => {
-                self.shadow(ip);
-                Ok(())
-            }
+            Some(Ok(_)) => Ok(()),
             Some(Err(wait)) => Err(wait),
             None => self.fall_back_check(ip),
         }
@@ -405,7 +403,7 @@ impl FleetLimiter {
 
     /// Waits (at most `[fleet] timeout`) for the answer another request of the client is
     /// asking, then decides again: `None` if Redis is down meanwhile.
-    async fn wait_for_answer(self: Arc<Self>, key: u128, ip: Option<IpAddr>) -> Option<Verdict> {
+    async fn wait_for_answer(self: Arc<Self>, key: u128) -> Option<Verdict> {
         let f = super::get()?;
         let wake = {
             let s = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
@@ -427,7 +425,7 @@ impl FleetLimiter {
         if !f.link.is_up() {
             return None;
         }
-        Some(self.decide(f, key, ip))
+        Some(self.decide(f, key))
     }
 
     #[cfg(test)]
@@ -513,7 +511,7 @@ mod tests {
         assert!(matches!(verdict(&l, k, now), (Verdict::Ask(x), false) if x == k), "nothing known: ask");
         l.record(k, Some(Ok((10, false))), true);
         let t = l.now();
-        // Nine left: spent locally; at a quarter left (2), one renewal starts, once.
+        // Nine left: spent locally; at half left (5), one renewal starts, once.
         let mut renewals = 0;
         for _ in 0..9 {
             let (v, refill) = verdict(&l, k, t);

@@ -194,6 +194,30 @@ impl RateLimiter {
         Ok(())
     }
 
+    /// Counts `n` admissions of client `key` now, as `n` checks in a row would (those over
+    /// the limit change nothing): the fleet's admissions, shadowed here.
+    pub(crate) fn charge(&self, key: u128, n: u32) {
+        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let step = |t: &mut u64| {
+            let base = (*t).max(now);
+            if base - now <= self.tolerance {
+                let most = now.saturating_add(self.tolerance).saturating_add(self.interval);
+                *t = base.saturating_add(self.interval.saturating_mul(u64::from(n))).min(most);
+            }
+        };
+        let shard = &self.shards[self.hash.hash_one(key) as usize % SHARDS];
+        let mut s = shard.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = s.tat.get_mut(&key) {
+            step(t);
+        } else if s.tat.len() < s.cap {
+            let mut t = 0;
+            step(&mut t);
+            s.tat.insert(key, t);
+        } else {
+            step(&mut s.overflow);
+        }
+    }
+
     /// Addresses in the table now.
     pub fn tracked(&self) -> usize {
         self.shards.iter().map(|s| s.lock().map_or(0, |s| s.tat.len())).sum()
@@ -243,6 +267,23 @@ mod tests {
         assert_ne!(a, client_key(Some("2001:db8:0:1::1".parse().unwrap())));
         assert_eq!(retry_after(Duration::from_millis(1)), 1);
         assert_eq!(retry_after(Duration::from_millis(2001)), 3);
+    }
+
+    #[test]
+    fn charged_admissions_count_as_checks_would() {
+        // 10 per second, bursts of 3: charging 2 leaves one; charging 5 leaves none, and
+        // no more debt than checks would have made.
+        let l = limiter(10, 1000, 3, 100);
+        let k = client_key(Some("10.0.0.7".parse().unwrap()));
+        l.charge(k, 2);
+        let now = u64::try_from(l.epoch.elapsed().as_nanos()).unwrap();
+        assert!(l.check_at(k, now).is_ok());
+        assert!(l.check_at(k, now).is_err());
+        let k2 = client_key(Some("10.0.0.8".parse().unwrap()));
+        l.charge(k2, 5);
+        let now = u64::try_from(l.epoch.elapsed().as_nanos()).unwrap();
+        let wait = l.check_at(k2, now).unwrap_err();
+        assert!(wait <= 100 * MS, "at most one interval of debt: {wait}");
     }
 
     #[test]
