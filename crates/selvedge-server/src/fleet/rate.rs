@@ -22,7 +22,7 @@
 //! When Redis does not answer within `[fleet] timeout`, the request is decided by the
 //! local limiter with the limit (and burst) divided by `[fleet] instances` (default: the
 //! live instances last seen), and so is every request while Redis is down
-//! ([`super::link`]); `selvedge_fleet_rate_fallbacks` counts them. The round trip goes on
+//! (`fleet::link`); `selvedge_fleet_rate_fallbacks` counts them. The round trip goes on
 //! without the request: what Redis grants late is kept as a lease, less one if the local
 //! limiter admitted the request. Every admission through Redis is also counted by the
 //! local limiter (the shadow), so falling back does not start from a fresh burst.
