@@ -141,6 +141,12 @@ impl Acme {
         let challenges = Challenges::new(Some(storage.clone()));
         if storage.is_fleet() {
             let _ = FLEET_CHALLENGES.set(challenges.clone());
+            crate::fleet::events::on_acme(Box::new(|ev| match ev {
+                crate::fleet::events::AcmeEvent::Stored => wake(),
+                crate::fleet::events::AcmeEvent::Challenge { kind, name, answer } => {
+                    challenge_from_fleet(kind, name, answer);
+                }
+            }));
         }
         let managed = ManagedCerts::new();
         let responder = challenges.clone();

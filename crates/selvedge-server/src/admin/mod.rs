@@ -137,6 +137,44 @@ pub enum Change {
     RemoveServer { pool: String, addr: String },
 }
 
+impl Change {
+    /// The change as JSON (to send it to other instances; before it is made, as that
+    /// consumes it).
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            Change::Op(api::Op::Put(p, v)) => json!({ "op": "put", "path": p, "value": v }),
+            Change::Op(api::Op::Append(p, v)) => json!({ "op": "append", "path": p, "value": v }),
+            Change::Op(api::Op::Patch(p, v)) => json!({ "op": "patch", "path": p, "value": v }),
+            Change::Op(api::Op::Delete(p)) => json!({ "op": "delete", "path": p }),
+            Change::LoadToml(t) => json!({ "op": "load_toml", "text": t }),
+            Change::LoadJson(v) => json!({ "op": "load_json", "value": v }),
+            Change::AddServer { pool, server } => json!({ "op": "add_server", "pool": pool, "server": server }),
+            Change::RemoveServer { pool, addr } => json!({ "op": "remove_server", "pool": pool, "addr": addr }),
+        }
+    }
+
+    /// The change [`Change::to_json`] described, `None` if it describes none.
+    pub fn from_json(v: &serde_json::Value) -> Option<Change> {
+        use api::Op;
+        let path = || -> Option<Vec<String>> {
+            v["path"].as_array()?.iter().map(|s| s.as_str().map(str::to_string)).collect()
+        };
+        let text = |k: &str| v[k].as_str().map(str::to_string);
+        Some(match v["op"].as_str()? {
+            "put" => Change::Op(Op::Put(path()?, v["value"].clone())),
+            "append" => Change::Op(Op::Append(path()?, v["value"].clone())),
+            "patch" => Change::Op(Op::Patch(path()?, v["value"].clone())),
+            "delete" => Change::Op(Op::Delete(path()?)),
+            "load_toml" => Change::LoadToml(text("text")?),
+            "load_json" => Change::LoadJson(v["value"].clone()),
+            "add_server" => Change::AddServer { pool: text("pool")?, server: v["server"].clone() },
+            "remove_server" => Change::RemoveServer { pool: text("pool")?, addr: text("addr")? },
+            _ => return None,
+        })
+    }
+}
+
 /// Where the supervisor answers a [`Cmd`].
 pub type Reply = tokio::sync::oneshot::Sender<ApiAnswer>;
 
@@ -711,5 +749,32 @@ fn answer(req: &Request, info: &Mutex<Info>, history: &status::History, link: &A
             "404 Not Found: /metrics /healthz /readyz /status /status.json /config /load /reload /stop /fleet\n",
             PLAIN,
         ),
+    }
+}
+
+#[cfg(test)]
+mod change_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_change_travels_as_it_was_asked() {
+        let changes = [
+            Change::Op(api::Op::Put(vec!["a".into(), "0".into()], json!({"x": 1}))),
+            Change::Op(api::Op::Append(vec!["vhost".into()], json!(2))),
+            Change::Op(api::Op::Patch(vec![], json!({"y": true}))),
+            Change::Op(api::Op::Delete(vec!["b".into()])),
+            Change::LoadToml("[server]\n".into()),
+            Change::LoadJson(json!({"server": {}})),
+            Change::AddServer { pool: "p".into(), server: json!({"url": "http://a"}) },
+            Change::RemoveServer { pool: "p".into(), addr: "http://a".into() },
+        ];
+        for c in &changes {
+            let d = c.to_json();
+            let back = Change::from_json(&serde_json::from_str(&d.to_string()).unwrap()).unwrap();
+            assert_eq!(back.to_json(), d);
+        }
+        assert!(Change::from_json(&json!({"op": "drop_tables"})).is_none());
+        assert!(Change::from_json(&json!({"op": "put", "path": [1]})).is_none());
     }
 }

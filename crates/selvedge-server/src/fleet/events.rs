@@ -17,19 +17,46 @@ use serde_json::{json, Value};
 
 use super::link::BACKGROUND_TIMEOUT;
 use super::{key, Fleet};
-use crate::admin::api::Op;
-use crate::admin::{Change, Cmd};
 
 /// The largest event taken (a whole configuration, as the API takes it, and some).
 const MAX_EVENT: usize = 5 << 20;
 
-/// Where configuration changes from other instances are made: the admin API's channel.
-static API: OnceLock<tokio::sync::mpsc::UnboundedSender<Cmd>> = OnceLock::new();
+/// What a received configuration change is given to: the instance that sent it, the
+/// change (as the admin API describes it), the digest of the configuration it was made on.
+pub type ConfigHandler = Box<dyn Fn(&str, &Value, Option<String>) + Send + Sync>;
 
-/// Sets where received configuration changes go (without an admin listener there is
-/// nowhere, and they are logged and dropped).
-pub fn set_api(tx: tokio::sync::mpsc::UnboundedSender<Cmd>) {
-    let _ = API.set(tx);
+/// What ACME is told of: a certificate another instance stored, or a challenge answer it
+/// published (`Some`) or withdrew.
+#[derive(Debug)]
+pub enum AcmeEvent<'a> {
+    /// A certificate was stored.
+    Stored,
+    /// A challenge answer (`kind` `http01` or `tls_alpn01`).
+    Challenge {
+        /// `http01` or `tls_alpn01`.
+        kind: &'a str,
+        /// The token or the host name.
+        name: &'a str,
+        /// The answer, `None` when withdrawn.
+        answer: Option<&'a str>,
+    },
+}
+
+/// What ACME events are given to.
+pub type AcmeHandler = Box<dyn Fn(AcmeEvent<'_>) + Send + Sync>;
+
+static ON_CONFIG: OnceLock<ConfigHandler> = OnceLock::new();
+static ON_ACME: OnceLock<AcmeHandler> = OnceLock::new();
+
+/// Sets where received configuration changes go (the supervisor, through the admin API's
+/// channel); without it they are logged and dropped.
+pub fn on_config(h: ConfigHandler) {
+    let _ = ON_CONFIG.set(h);
+}
+
+/// Sets where ACME events go.
+pub fn on_acme(h: AcmeHandler) {
+    let _ = ON_ACME.set(h);
 }
 
 /// `who` of a change that came from another instance.
@@ -74,7 +101,7 @@ pub fn acme_challenge(kind: &str, name: &str, answer: Option<&str>) {
 }
 
 /// Tells the other instances of a configuration change made here through the API, if the
-/// fleet shares them; `change` as [`describe`] gave it, `base` the tag of the configuration
+/// fleet shares them; `change` as the admin API describes it, `base` the digest of the configuration
 /// it was made on. A change at a path (or to a pool) is made elsewhere only on a
 /// configuration with the same tag (an instance whose configuration differs refuses it
 /// rather than change another route); a whole configuration is made anywhere.
@@ -84,38 +111,6 @@ pub fn changed(change: Value, base: Option<String>) {
         let base = if whole { None } else { base };
         publish(json!({ "kind": "config", "change": change, "base": base }));
     }
-}
-
-/// `change` as an event (before it is made, as it is consumed).
-pub fn describe(change: &Change) -> Value {
-    match change {
-        Change::Op(Op::Put(p, v)) => json!({ "op": "put", "path": p, "value": v }),
-        Change::Op(Op::Append(p, v)) => json!({ "op": "append", "path": p, "value": v }),
-        Change::Op(Op::Patch(p, v)) => json!({ "op": "patch", "path": p, "value": v }),
-        Change::Op(Op::Delete(p)) => json!({ "op": "delete", "path": p }),
-        Change::LoadToml(t) => json!({ "op": "load_toml", "text": t }),
-        Change::LoadJson(v) => json!({ "op": "load_json", "value": v }),
-        Change::AddServer { pool, server } => json!({ "op": "add_server", "pool": pool, "server": server }),
-        Change::RemoveServer { pool, addr } => json!({ "op": "remove_server", "pool": pool, "addr": addr }),
-    }
-}
-
-/// The change an event describes.
-fn change_of(v: &Value) -> Option<Change> {
-    let path =
-        || -> Option<Vec<String>> { v["path"].as_array()?.iter().map(|s| s.as_str().map(str::to_string)).collect() };
-    let text = |k: &str| v[k].as_str().map(str::to_string);
-    Some(match v["op"].as_str()? {
-        "put" => Change::Op(Op::Put(path()?, v["value"].clone())),
-        "append" => Change::Op(Op::Append(path()?, v["value"].clone())),
-        "patch" => Change::Op(Op::Patch(path()?, v["value"].clone())),
-        "delete" => Change::Op(Op::Delete(path()?)),
-        "load_toml" => Change::LoadToml(text("text")?),
-        "load_json" => Change::LoadJson(v["value"].clone()),
-        "add_server" => Change::AddServer { pool: text("pool")?, server: v["server"].clone() },
-        "remove_server" => Change::RemoveServer { pool: text("pool")?, addr: text("addr")? },
-        _ => return None,
-    })
 }
 
 /// Makes an event from another instance here.
@@ -145,35 +140,20 @@ fn made_here(f: &Fleet, payload: &[u8]) {
         }
         Some("acme-cert") => {
             tracing::debug!(from, id = ev["id"].as_str().unwrap_or(""), "an ACME certificate stored by the fleet");
-            crate::acme::wake();
+            if let Some(h) = ON_ACME.get() {
+                h(AcmeEvent::Stored);
+            }
         }
         Some("acme-challenge") => {
             let (Some(kind), Some(name)) = (ev["type"].as_str(), ev["name"].as_str()) else { return };
-            crate::acme::challenge_from_fleet(kind, name, ev["answer"].as_str());
-        }
-        Some("config") if f.cfg.share_config => {
-            let Some(change) = change_of(&ev["change"]) else { return };
-            let Some(api) = API.get() else {
-                tracing::warn!(from, "fleet: a configuration change was not made here: no admin listener");
-                return;
-            };
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let what = format!("{} from the fleet", ev["change"]["op"].as_str().unwrap_or("change"));
-            let who = format!("{FROM_FLEET}{from}");
-            let if_match = ev["base"].as_str().map(str::to_string);
-            if api.send(Cmd::Change { change, if_match, who, what, reply: tx }).is_ok() {
-                let from = from.to_string();
-                tokio::spawn(async move {
-                    if let Ok(a) = rx.await {
-                        if a.status.is_success() {
-                            tracing::info!(from, "configuration change from the fleet made");
-                        } else {
-                            tracing::warn!(from, status = a.status.as_u16(), error = %a.body, "configuration change from the fleet refused here");
-                        }
-                    }
-                });
+            if let Some(h) = ON_ACME.get() {
+                h(AcmeEvent::Challenge { kind, name, answer: ev["answer"].as_str() });
             }
         }
+        Some("config") if f.cfg.share_config => match ON_CONFIG.get() {
+            Some(h) => h(from, &ev["change"], ev["base"].as_str().map(str::to_string)),
+            None => tracing::warn!(from, "fleet: a configuration change was not made here: no admin listener"),
+        },
         _ => {}
     }
 }
@@ -204,31 +184,5 @@ pub(super) async fn listen(f: Arc<Fleet>) {
         }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(Duration::from_secs(2));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_change_travels_as_it_was_asked() {
-        let changes = [
-            Change::Op(Op::Put(vec!["a".into(), "0".into()], json!({"x": 1}))),
-            Change::Op(Op::Append(vec!["vhost".into()], json!(2))),
-            Change::Op(Op::Patch(vec![], json!({"y": true}))),
-            Change::Op(Op::Delete(vec!["b".into()])),
-            Change::LoadToml("[server]\n".into()),
-            Change::LoadJson(json!({"server": {}})),
-            Change::AddServer { pool: "p".into(), server: json!({"url": "http://a"}) },
-            Change::RemoveServer { pool: "p".into(), addr: "http://a".into() },
-        ];
-        for c in &changes {
-            let d = describe(c);
-            let back = change_of(&serde_json::from_str(&d.to_string()).unwrap()).unwrap();
-            assert_eq!(describe(&back), d);
-        }
-        assert!(change_of(&json!({"op": "drop_tables"})).is_none());
-        assert!(change_of(&json!({"op": "put", "path": [1]})).is_none());
     }
 }

@@ -90,7 +90,7 @@ pub(super) fn handle(r: &mut Running, cmd: Cmd) -> bool {
         Cmd::Change { change, if_match, who, what, reply } => {
             // A change asked here goes to the fleet once made; one from the fleet stops here.
             let share = (crate::fleet::get().is_some() && !who.starts_with(crate::fleet::events::FROM_FLEET))
-                .then(|| (crate::fleet::events::describe(&change), r.api.digest()));
+                .then(|| (change.to_json(), r.api.digest()));
             let mut a = change_config(r, change, if_match.as_deref(), &who, &what);
             if let Some((c, base)) = share.filter(|_| a.status == StatusCode::OK) {
                 crate::fleet::events::changed(c, base);

@@ -136,6 +136,31 @@ fn serve(
     Ok((handle, redirect))
 }
 
+/// Configuration changes from other instances of the fleet are made through the admin
+/// API's queue, as the request that made them (checked as this instance's own; the digest
+/// of the configuration they were made on is their `If-Match`).
+fn fleet_changes_to(tx: tokio::sync::mpsc::UnboundedSender<admin::Cmd>) {
+    crate::fleet::events::on_config(Box::new(move |from, change, base| {
+        let Some(change) = admin::Change::from_json(change) else { return };
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let what = format!("{} from the fleet", change.to_json()["op"].as_str().unwrap_or("change"));
+        let who = format!("{}{from}", crate::fleet::events::FROM_FLEET);
+        if tx.send(admin::Cmd::Change { change, if_match: base, who, what, reply }).is_err() {
+            return;
+        }
+        let from = from.to_string();
+        tokio::spawn(async move {
+            if let Ok(a) = rx.await {
+                if a.status.is_success() {
+                    info!(from, "configuration change from the fleet made");
+                } else {
+                    warn!(from, status = a.status.as_u16(), error = %a.body, "configuration change from the fleet refused here");
+                }
+            }
+        });
+    }));
+}
+
 /// The admin listener, if configured, and the queue of its configuration API.
 type AdminAndApi = (Admin, tokio::sync::mpsc::UnboundedReceiver<admin::Cmd>);
 
@@ -143,7 +168,7 @@ fn start_admin(cfg: &Config, site: &Site) -> Result<Option<AdminAndApi>, String>
     let Some(a) = &cfg.admin else { return Ok(None) };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     if cfg.fleet.is_some() {
-        crate::fleet::events::set_api(tx.clone());
+        fleet_changes_to(tx.clone());
     }
     let local = match &a.listen {
         Listen::Tcp(addr) => addr.ip().is_loopback(),
