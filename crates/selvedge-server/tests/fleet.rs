@@ -505,7 +505,8 @@ fn sentinels_name_the_primary_and_a_failover_is_followed() {
         let (s, _, body) = get(admin, "/fleet");
         s == 200 && body.contains("sentinel-1")
     });
-    eventually(10, "Redis up", || metric(admin, "selvedge_fleet_redis_up") == 1.0);
+    assert_eq!(metric(admin, "selvedge_fleet_redis_up"), 1.0, "the primary was known before any call");
+    assert!(!srv.said("fleet: Redis failed"), "no call reached the redis address");
     // The primary dies under load; the sentinel promotes the replica.
     let kill: Box<dyn FnOnce() + Send> = Box::new(move || primary.kill());
     let (statuses, _) = load(&[port], "/limited/", 40, 6, Some((Duration::from_secs(1), kill)));

@@ -200,13 +200,18 @@ pub fn start(cfg: &FleetConfig) -> std::io::Result<Arc<Fleet>> {
     if FLEET.set(fleet.clone()).is_err() {
         return Err(std::io::Error::other("the fleet link is already running"));
     }
+    // With sentinels, the primary is known before anything asks Redis (a request or the
+    // admin listener would otherwise reach the `redis` address first and find it down).
+    let f0 = fleet.clone();
+    rt.block_on(async move {
+        if let Err(e) = f0.link.resolve().await {
+            tracing::warn!("fleet: {e}; trying the redis address until they answer");
+        }
+    });
     let f = fleet.clone();
     std::thread::Builder::new().name("selvedge-fleet".into()).spawn(move || {
         rt.block_on(async move {
             f.link.set_runtime(tokio::runtime::Handle::current());
-            if let Err(e) = f.link.resolve().await {
-                tracing::warn!("fleet: {e}; trying the redis address until they answer");
-            }
             tokio::spawn(tickets::keep(f.clone()));
             tokio::spawn(members::beat(f.clone()));
             events::listen(f).await;
