@@ -135,27 +135,33 @@ struct Instance {
 }
 
 fn fleet(dir: &TempDir, redis: u16) -> Vec<Instance> {
+    let conf = site(dir, CONFIG);
+    (1..=3).map(|i| instance(dir, &conf, &format!("inst{i}"), redis)).collect()
+}
+
+/// The certificate, the site and `config` as `fleet.toml` in `dir`: the file's path.
+fn site(dir: &TempDir, config: &str) -> std::path::PathBuf {
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     dir.write("cert.pem", ck.cert.pem());
     dir.write("key.pem", ck.signing_key.serialize_pem());
     dir.write("site/index.html", "home\n");
     dir.write("site/origin/page.html", "first\n");
-    let conf = dir.write("fleet.toml", CONFIG);
-    (1..=3)
-        .map(|i| {
-            let (port, tls, admin) = (free_port(), free_port(), free_port());
-            let mut cmd = Command::new(bin());
-            clean_env(&mut cmd);
-            cmd.current_dir(dir.path())
-                .args(["run", "-c", conf.to_str().unwrap()])
-                .env("PORT", port.to_string())
-                .env("TLSPORT", tls.to_string())
-                .env("ADMIN", admin.to_string())
-                .env("REDIS", redis.to_string())
-                .env("NAME", format!("inst{i}"));
-            Instance { srv: Srv::spawn(cmd), port, tls, admin }
-        })
-        .collect()
+    dir.write("fleet.toml", config)
+}
+
+/// One instance of `conf` named `name`, on ports of its own.
+fn instance(dir: &TempDir, conf: &Path, name: &str, redis: u16) -> Instance {
+    let (port, tls, admin) = (free_port(), free_port(), free_port());
+    let mut cmd = Command::new(bin());
+    clean_env(&mut cmd);
+    cmd.current_dir(dir.path())
+        .args(["run", "-c", conf.to_str().unwrap()])
+        .env("PORT", port.to_string())
+        .env("TLSPORT", tls.to_string())
+        .env("ADMIN", admin.to_string())
+        .env("REDIS", redis.to_string())
+        .env("NAME", name);
+    Instance { srv: Srv::spawn(cmd), port, tls, admin }
 }
 
 /// `GET path` on `port` with `Host: fleet.test`: status, head and body.
@@ -485,22 +491,8 @@ fn sentinels_name_the_primary_and_a_failover_is_followed() {
             &format!("redis = \"redis://127.0.0.1:{unused}/0\"\nsentinels = [\"127.0.0.1:{sp}\"]"),
         )
         .replace("instances = 3", "instances = 1");
-    let conf = dir.write("fleet.toml", text);
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    dir.write("cert.pem", ck.cert.pem());
-    dir.write("key.pem", ck.signing_key.serialize_pem());
-    dir.write("site/index.html", "home\n");
-    dir.write("site/origin/page.html", "first\n");
-    let (port, admin) = (free_port(), free_port());
-    let mut cmd = Command::new(bin());
-    clean_env(&mut cmd);
-    cmd.current_dir(dir.path())
-        .args(["run", "-c", conf.to_str().unwrap()])
-        .env("PORT", port.to_string())
-        .env("TLSPORT", free_port().to_string())
-        .env("ADMIN", admin.to_string())
-        .env("NAME", "sentinel-1");
-    let srv = Srv::spawn(cmd);
+    let conf = site(&dir, &text);
+    let Instance { srv, port, admin, .. } = instance(&dir, &conf, "sentinel-1", unused);
     eventually(10, "listed through the primary the sentinels named", || {
         let (s, _, body) = get(admin, "/fleet");
         s == 200 && body.contains("sentinel-1")

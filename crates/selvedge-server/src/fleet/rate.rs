@@ -319,7 +319,6 @@ impl FleetLimiter {
         }
         match answer {
             Some(Ok((n, drained))) => {
-                self.shadow(key, n);
                 if now >= e.lease_until {
                     e.lease = 0;
                 }
@@ -336,6 +335,11 @@ impl FleetLimiter {
                 e.at_limit = true;
             }
             None => {}
+        }
+        drop(s);
+        // The shadow charge takes the fallback's own lock: not under this one.
+        if let Some(Ok((n, _))) = answer {
+            self.shadow(key, n);
         }
     }
 
