@@ -5,16 +5,19 @@
 #
 # The route serves the 612-byte page with `rate = { ... }`:
 #   MODE=admit (default): a limit far above the load (every request admitted: the cost of
-#     leases, one Redis round trip per up to 64 requests);
+#     leases, one Redis round trip per 256 requests);
 #   MODE=refuse: 1,000 r/s with a burst of 100 under the offered load (nine in ten refused:
-#     the cost of remembered refusals and of the round trips when they lapse).
+#     the cost of remembered refusals and of the round trips when they lapse);
+#   MODE=clients: CLIENTS (1,000) clients, named by X-Forwarded-For from a trusted proxy,
+#     each limited to 100 r/s with a burst of 20 and each offered about 9 r/s (every
+#     request admitted: the cost of many small leases, a round trip per five requests).
 # The load: wrk with CONNS connections, each waiting DELAY_MS between requests (a fixed
 # offered rate: 50 × 5 ms ≈ 10k r/s), and --latency for the percentiles.
 #
 # Pinning (2 cores): selvedge alone on $SERVER_CPU (1); wrk and redis-server on $CLIENT_CPU
 # (0). Redis's own CPU per request is reported beside.
 #
-# Env: MODE ROUNDS CONNS DELAY_MS DURATION WARMUP SELVEDGE_BIN SELVEDGE_BUILD SERVER_CPU
+# Env: MODE CLIENTS ROUNDS CONNS DELAY_MS DURATION WARMUP SELVEDGE_BIN SELVEDGE_BUILD SERVER_CPU
 # CLIENT_CPU KEEP_TMP.
 set -euo pipefail
 
@@ -38,8 +41,10 @@ fi
 case $MODE in
     admit) RATE='requests = 1000000, per = "1s", burst = 100000' ;;
     refuse) RATE='requests = 1000, per = "1s", burst = 100' ;;
-    *) die "MODE is admit or refuse" ;;
+    clients) RATE='requests = 100, per = "1s", burst = 20' ;;
+    *) die "MODE is admit, refuse or clients" ;;
 esac
+CLIENTS=${CLIENTS:-1000}
 
 REDIS_PORT=$(free_port)
 taskset -c "$CLIENT_CPU" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
@@ -56,6 +61,7 @@ instances = 1"
     cat >"$dir/selvedge.toml" <<EOF
 [server]
 workers = 1
+trusted_proxies = ["127.0.0.1"]
 [[listen]]
 address = "127.0.0.1:$port"
 [log]
@@ -76,6 +82,14 @@ srv_selvedge-fleet() { srv_selvedge_scoped "$1" "$2" fleet; }
 cat >"$WORK/paced.lua" <<EOF
 function delay() return $DELAY_MS end
 EOF
+if [[ $MODE == clients ]]; then
+    cat >>"$WORK/paced.lua" <<EOF
+request = function()
+    local i = math.random(0, $CLIENTS - 1)
+    return wrk.format("GET", nil, { ["X-Forwarded-For"] = string.format("10.%d.%d.%d", math.floor(i / 65536) % 256, math.floor(i / 256) % 256, i % 256) })
+end
+EOF
+fi
 
 # The fixed-rate load; Redis's CPU across it goes to redis-cpu.tsv. 429s are expected in
 # MODE=refuse (not errors).
@@ -121,7 +135,7 @@ mkdir -p "$OUT_DIR"
     echo
     echo "- host: $(uname -sr), $(nproc) CPUs"
     echo "- load: wrk -c$CONNS, $DELAY_MS ms between a connection's requests, $DURATION; selvedge on CPU $SERVER_CPU, wrk and redis-server $(redis-server --version | awk '{ print $3 }') on CPU $CLIENT_CPU; $ROUNDS interleaved rounds, medians"
-    echo "- route: GET $REQ_PATH with rate = { $RATE }"
+    echo "- route: GET $REQ_PATH with rate = { $RATE }$([[ $MODE == clients ]] && echo ", $CLIENTS clients by X-Forwarded-For")"
     echo "- CPU: on-CPU ns of selvedge's threads (schedstat) per request answered (admitted or refused)"
     echo
     echo "| limiter | requests/s | server CPU µs/req | p99 latency (ms) |"
@@ -131,6 +145,6 @@ mkdir -p "$OUT_DIR"
     done
     echo
     awk -v a="$fleet_us" -v b="$local_us" 'BEGIN { if (b > 0) printf "fleet ÷ local: **%.3f** (goal ≤ 1.10)\n", a / b }'
-    awk -F'\t' '{ t += $2 } END { if (NR) printf "\nredis-server CPU per measured run (median of %d): %.0f ms\n", NR, t / NR / 1e6 }' "$WORK/redis-cpu.tsv"
+    awk -F'\t' '{ t += $2 } END { if (NR) printf "\nredis-server CPU per measured run (mean of %d): %.0f ms\n", NR, t / NR / 1e6 }' "$WORK/redis-cpu.tsv"
 } | tee "$file"
 log "report: $file"

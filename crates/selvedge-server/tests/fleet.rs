@@ -192,12 +192,13 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
     (text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0), text)
 }
 
+/// The sum of `name`'s series (`name{label="…"}` for one of them): -1 without any.
 fn metric(admin: u16, name: &str) -> f64 {
     let (_, _, body) = get(admin, "/metrics");
     body.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .fold(None, |sum, v| Some(sum.unwrap_or(0.0) + v))
         .unwrap_or(-1.0)
 }
 
@@ -367,6 +368,8 @@ fn three_instances_share_members_tickets_limits_changes_and_purges() {
     );
     let asks: f64 = fleet.iter().map(|i| metric(i.admin, "selvedge_fleet_rate_asks_total")).sum();
     assert!(asks > 0.0 && asks < statuses.len() as f64, "refusals are remembered: {asks} asks");
+    let on_workers: f64 = fleet.iter().map(|i| metric(i.admin, r#"selvedge_fleet_rate_asks_total{on="worker"}"#)).sum();
+    assert!(on_workers > asks * 0.8, "the workers ask on their own connections: {on_workers} of {asks}");
 
     // A configuration change through A's API is made on B and C.
     let (s, text) = http(a.admin, "PUT", "/config/vhost/0/route/3/headers", r#"{"X-Fleet": "one"}"#);
@@ -450,6 +453,63 @@ fn redis_killed_under_load_falls_back_at_once_and_comes_back() {
         let (s, _, body) = get(fleet[0].admin, "/fleet");
         s == 200 && ["inst1", "inst2", "inst3"].iter().all(|n| body.contains(n))
     });
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let ok = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status().is_ok_and(|s| s.success());
+    assert!(ok, "kill -{signal} {pid}");
+}
+
+#[test]
+fn a_stalled_redis_costs_a_request_at_most_the_timeout_and_is_marked_down() {
+    if !have_redis("a_stalled_redis_costs_a_request_at_most_the_timeout_and_is_marked_down") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = TempDir::new("fleet-stall");
+    let port = free_port();
+    let redis = Redis::start(port);
+    let pid = redis.child.id();
+    let fleet = fleet(&dir, port);
+    let ports: Vec<u16> = fleet.iter().map(|i| i.port).collect();
+    eventually(10, "three live members", || {
+        let (_, _, body) = get(fleet[0].admin, "/fleet");
+        ["inst1", "inst2", "inst3"].iter().all(|n| body.contains(n))
+    });
+    // Redis stops answering (its process stopped: connections stay open, replies never
+    // come) for 3 s, 1 s into a paced load whose round trips run on the workers' own
+    // connections.
+    // 500 ms into the stall, every instance has marked Redis down: three late answers in a
+    // row, not the one-second limit of a round trip, decided it.
+    let admins: Vec<u16> = fleet.iter().map(|i| i.admin).collect();
+    let up_during = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let up = up_during.clone();
+    let stall: Box<dyn FnOnce() + Send> = Box::new(move || {
+        signal(pid, "STOP");
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            *up.lock().unwrap() = admins.iter().map(|a| metric(*a, "selvedge_fleet_redis_up")).collect();
+            std::thread::sleep(Duration::from_millis(2_500));
+            signal(pid, "CONT");
+        });
+    });
+    let (statuses, slowest) = load(&ports, "/limited/", 40, 5, Some((Duration::from_secs(1), stall)));
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "no failed request: {statuses:?}");
+    assert!(slowest < Duration::from_millis(250), "an answer during the stall took {slowest:?}");
+    assert_eq!(*up_during.lock().unwrap(), [0.0; 3], "redis_up 500 ms into the stall");
+    for i in &fleet {
+        assert!(i.srv.said("fleet: Redis failed"), "the late answers marked Redis down");
+        assert!(metric(i.admin, "selvedge_fleet_rate_fallbacks_total") > 0.0);
+    }
+    for i in &fleet {
+        eventually(10, "fleet mode again", || metric(i.admin, "selvedge_fleet_redis_up") == 1.0);
+    }
+    let asks_before: f64 = fleet.iter().map(|i| metric(i.admin, "selvedge_fleet_rate_asks_total")).sum();
+    let (statuses, _) = load(&ports, "/limited/", 40, 1, None);
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429));
+    let asks_after: f64 = fleet.iter().map(|i| metric(i.admin, "selvedge_fleet_rate_asks_total")).sum();
+    assert!(asks_after > asks_before, "the limit is counted in Redis again");
 }
 
 #[test]

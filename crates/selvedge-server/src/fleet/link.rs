@@ -12,15 +12,24 @@
 //! parse stays broken) with backoff until it answers, makes the connections anew, and marks
 //! it up again. Each change is logged once. A single late answer is decided locally but
 //! does not mark Redis down: on a loaded machine one reply in many comes late.
+//!
+//! The request paths' round trips (fleet rate limits) run on the worker that needs them,
+//! on a connection of that worker's own ([`Link::own`]), so that neither the question nor
+//! the answer wakes another thread. A request's late or missing answer is only a
+//! suspicion (its worker may have been busy with other requests when the answer came):
+//! the fleet thread pings Redis with the same budget ([`Link::suspect`]), and that ping's
+//! time counts.
 
+use std::cell::RefCell;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::AsyncConnectionConfig;
 use redis::IntoConnectionInfo;
 
 use super::FleetConfig;
@@ -39,9 +48,14 @@ pub const STABLE: Duration = Duration::from_secs(60);
 pub struct Link {
     late: std::sync::atomic::AtomicU32,
     conns: ArcSwap<Vec<ConnectionManager>>,
+    /// Bumped whenever the connections are made anew (a new primary, Redis back): the
+    /// workers' own connections follow.
+    generation: AtomicU64,
     next: AtomicUsize,
     up: AtomicBool,
     probing: AtomicBool,
+    /// A ping for [`Link::suspect`] is under way.
+    checking: AtomicBool,
     /// The longest a request waits.
     pub timeout: Duration,
     /// The client of the primary, for connections of their own (pub/sub).
@@ -82,9 +96,11 @@ impl Link {
         Ok(Link {
             late: std::sync::atomic::AtomicU32::new(0),
             conns: ArcSwap::from_pointee(conns),
+            generation: AtomicU64::new(0),
             next: AtomicUsize::new(0),
             up: AtomicBool::new(true),
             probing: AtomicBool::new(false),
+            checking: AtomicBool::new(false),
             timeout: cfg.timeout,
             client: ArcSwap::from_pointee(client),
             sentinel,
@@ -121,6 +137,7 @@ impl Link {
             let conns = managers(&client, &self.mc, self.size).map_err(|e| e.to_string())?;
             self.conns.store(Arc::new(conns));
             self.client.store(Arc::new(client));
+            self.generation.fetch_add(1, Ordering::AcqRel);
             tracing::info!(primary = now, "fleet: the sentinels name a new Redis primary");
         }
         Ok(())
@@ -147,6 +164,42 @@ impl Link {
         conns[i].clone()
     }
 
+    /// This thread's own connection to Redis, for a worker's round trips: `None` on the
+    /// fleet thread, outside a Tokio runtime, and while it is being made (the first call
+    /// on a worker starts that, in the background; a failed attempt is retried after
+    /// [`OWN_RETRY`]).
+    pub fn own(&self) -> Option<MultiplexedConnection> {
+        if ON_FLEET_THREAD.get() {
+            return None;
+        }
+        let handle = tokio::runtime::Handle::try_current().ok()?;
+        let generation = self.generation.load(Ordering::Acquire);
+        OWN.with_borrow_mut(|own| match own {
+            Own::Ready(g, c) if *g == generation => Some(c.clone()),
+            Own::Connecting(g) if *g == generation => None,
+            Own::Failed(g, at) if *g == generation && at.elapsed() < OWN_RETRY => None,
+            _ => {
+                *own = Own::Connecting(generation);
+                let client = self.client();
+                handle.spawn(async move {
+                    let cfg = AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(Duration::from_secs(1)))
+                        .set_response_timeout(Some(BACKGROUND_TIMEOUT));
+                    let made = client.get_multiplexed_async_connection_with_config(&cfg).await;
+                    OWN.with_borrow_mut(|own| {
+                        if matches!(own, Own::Connecting(g) if *g == generation) {
+                            *own = match made {
+                                Ok(c) => Own::Ready(generation, c),
+                                Err(_) => Own::Failed(generation, Instant::now()),
+                            };
+                        }
+                    });
+                });
+                None
+            }
+        })
+    }
+
     /// Runs `call` on a connection, waiting at most `limit`: `None` (and Redis marked down)
     /// if it failed or was late.
     pub async fn call<T, F, Fut>(&self, limit: Duration, call: F) -> Option<T>
@@ -154,7 +207,17 @@ impl Link {
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        match tokio::time::timeout(limit, call(self.conn())).await {
+        self.call_on(self.conn(), limit, call).await
+    }
+
+    /// [`Link::call`] on `conn`.
+    pub async fn call_on<C, T, F, Fut>(&self, conn: C, limit: Duration, call: F) -> Option<T>
+    where
+        C: ConnectionLike,
+        F: FnOnce(C) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        match tokio::time::timeout(limit, call(conn)).await {
             Ok(Ok(v)) => Some(v),
             Ok(Err(e)) => {
                 self.down(&format!("{e}"));
@@ -175,6 +238,28 @@ impl Link {
         } else if let Some(f) = super::get() {
             f.count_error();
         }
+    }
+
+    /// A request's answer came later than `limit`, or not within it, which may have been
+    /// its worker's doing: the fleet thread pings Redis with the same budget, and that
+    /// counts, late or on time (one such ping at a time).
+    pub fn suspect(&self, limit: Duration) {
+        if self.checking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Some(rt) = self.rt.get() else {
+            self.checking.store(false, Ordering::Release);
+            return;
+        };
+        rt.spawn(async move {
+            let Some(f) = super::get() else { return };
+            // Late or failed, `call` counts it; on time, the count starts again.
+            let ping = |mut c: ConnectionManager| async move { redis::cmd("PING").query_async::<String>(&mut c).await };
+            if f.link.call(limit, ping).await.is_some() {
+                f.link.on_time();
+            }
+            f.link.checking.store(false, Ordering::Release);
+        });
     }
 
     /// A request had its answer in time.
@@ -215,11 +300,34 @@ impl Link {
         if let Ok(conns) = managers(&client, &self.mc, self.size) {
             self.conns.store(Arc::new(conns));
         }
+        self.generation.fetch_add(1, Ordering::AcqRel);
         self.came_back.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(std::time::Instant::now());
         self.late.store(0, Ordering::Relaxed);
         self.probing.store(false, Ordering::Release);
         self.up.store(true, Ordering::Release);
     }
+}
+
+/// How long a worker waits before it tries to make its own connection again.
+pub const OWN_RETRY: Duration = Duration::from_secs(1);
+
+/// A worker's own connection ([`Link::own`]), of a generation of the link's connections.
+enum Own {
+    None,
+    Connecting(u64),
+    Failed(u64, Instant),
+    Ready(u64, MultiplexedConnection),
+}
+
+thread_local! {
+    static OWN: RefCell<Own> = const { RefCell::new(Own::None) };
+    /// Set on the fleet thread, whose round trips use the shared connections.
+    static ON_FLEET_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as the fleet thread.
+pub(super) fn on_fleet_thread() {
+    ON_FLEET_THREAD.set(true);
 }
 
 /// `n` connection managers to `client`'s server, made on first use.

@@ -150,6 +150,8 @@ pub struct FleetStats {
     pub redis_errors: AtomicU64,
     /// Requests whose fleet limit needed a round trip to Redis.
     pub rate_asks: AtomicU64,
+    /// Of those, the round trips made on a worker's own connection.
+    pub rate_asks_on_workers: AtomicU64,
     /// Requests whose fleet limit was decided by the local limiter (Redis unreachable).
     pub rate_fallbacks: AtomicU64,
     /// Live instances at the last heartbeat (this one included).
@@ -210,6 +212,7 @@ pub fn start(cfg: &FleetConfig) -> std::io::Result<Arc<Fleet>> {
     });
     let f = fleet.clone();
     std::thread::Builder::new().name("selvedge-fleet".into()).spawn(move || {
+        link::on_fleet_thread();
         rt.block_on(async move {
             f.link.set_runtime(tokio::runtime::Handle::current());
             tokio::spawn(tickets::keep(f.clone()));

@@ -11,9 +11,12 @@
 //!   refuses that client without asking until a lease's worth of admissions is due (the
 //!   wait plus `lease − 1` intervals), so a client held at its limit costs one round trip
 //!   per lease, not one per admission. While that round trip is under way, the client's
-//!   other requests are refused.
+//!   other requests are refused. A grant that leaves the client less than a lease in
+//!   Redis marks it at its limit too: no renewal, and once the lease is spent, refusals
+//!   without asking until a whole lease is due again, so a client held at its limit costs
+//!   one round trip per lease, the grant.
 //! - **Renewals.** When a lease is down to half, one renewal is asked in the background
-//!   (on the fleet thread), so a client below its limit rarely waits; a request that finds
+//!   (a task of its own), so a client below its limit rarely waits; a request that finds
 //!   the lease spent while a round trip is out waits for its answer (at most `[fleet]
 //!   timeout`) rather than send another.
 //!
@@ -39,6 +42,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
+use redis::aio::MultiplexedConnection;
 
 use crate::policy::rate::{client_key, RateConfig, RateLimiter};
 
@@ -107,7 +111,7 @@ impl Entry {
 /// A round trip older than this (ns) is taken as lost: longer than any call may take.
 const STALE_ASK: u64 = 3_000_000_000;
 
-/// How long a round trip may take on the fleet thread (a request waits `[fleet] timeout`
+/// How long a round trip may take in its task (a request waits `[fleet] timeout`
 /// of it at most).
 const BACKGROUND_LIMIT: Duration = Duration::from_secs(1);
 
@@ -118,9 +122,9 @@ const GAVE_UP_REFUSED: u8 = 1;
 const GAVE_UP_ADMITTED: u8 = 2;
 const ANSWERED: u8 = 3;
 
-/// What Redis answered: admissions granted and whether that was all the client had, or
-/// the wait.
-type Answer = Result<(u32, bool), Duration>;
+/// What Redis answered: admissions granted and how many more the client could have had at
+/// once, or the wait.
+type Answer = Result<(u32, u32), Duration>;
 
 /// Every route's fleet limiter, by route and settings, as [`RateLimiter::shared`] keeps the
 /// local ones: a rebuilt site keeps the leases, remembered refusals and local fallback of
@@ -135,6 +139,8 @@ pub struct FleetLimiter {
     interval_us: u64,
     tolerance_us: u64,
     lease: u32,
+    /// `[fleet] timeout` (ns): a round trip out longer is overdue.
+    budget: u64,
     shards: Box<[Mutex<HashMap<u128, Entry>>]>,
     cap: usize,
     hash: RandomState,
@@ -169,6 +175,8 @@ pub enum Verdict {
 struct Local {
     verdict: Verdict,
     refill: bool,
+    /// A round trip for the client has been out longer than `[fleet] timeout`.
+    overdue: bool,
 }
 
 impl FleetLimiter {
@@ -199,6 +207,7 @@ impl FleetLimiter {
             interval_us,
             tolerance_us,
             lease,
+            budget: super::get().map_or(5_000_000, |f| u64::try_from(f.cfg.timeout.as_nanos()).unwrap_or(u64::MAX)),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             cap,
             hash: RandomState::new(),
@@ -225,13 +234,23 @@ impl FleetLimiter {
     /// [`FleetLimiter::local`]'s verdict, with its renewal started.
     fn decide(self: &Arc<Self>, f: &super::Fleet, key: u128) -> Verdict {
         let l = self.local(key, self.now());
+        if l.overdue {
+            // Redis is slow or stalled, or the answer is on its way: the fleet thread's
+            // ping decides which.
+            f.link.suspect(f.link.timeout);
+        }
         if l.refill {
-            if let Some(rt) = f.link.runtime() {
-                let me = self.clone();
-                rt.spawn(async move {
-                    let answer = me.round_trip(key, BACKGROUND_LIMIT).await;
-                    me.record(key, answer, false);
-                });
+            let me = self.clone();
+            let own = f.link.own();
+            let on_worker = own.is_some();
+            let renew = async move {
+                let answer = me.round_trip(key, own, BACKGROUND_LIMIT).await;
+                me.record(key, answer, false);
+            };
+            if on_worker {
+                tokio::spawn(renew);
+            } else if let Some(rt) = f.link.runtime() {
+                rt.spawn(renew);
             } else {
                 self.record(key, None, false);
             }
@@ -240,7 +259,7 @@ impl FleetLimiter {
     }
 
     /// Counts the admissions Redis granted this instance against the local fallback too
-    /// (on the fleet thread, once per grant), so that the moment Redis goes away does not
+    /// (once per grant, where the answer is kept), so that the moment Redis goes away does not
     /// hand this instance a fresh burst (those over the fallback's limit change nothing:
     /// its debt is bounded by its burst).
     fn shadow(&self, key: u128, n: u32) {
@@ -251,31 +270,36 @@ impl FleetLimiter {
         let mut s = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
         let Some(e) = s.get_mut(&key) else { return self.asking(&mut s, key, now) };
         let asking = e.asking(now);
+        let overdue = asking && now.saturating_sub(e.asked_at) > self.budget;
         if e.lease > 0 && now < e.lease_until {
             e.lease -= 1;
             let refill = !asking && !e.at_limit && e.lease <= self.lease / 2 && now >= e.denied_until;
             if refill {
                 e.start_asking(now);
             }
-            return Local { verdict: Verdict::Pass, refill };
+            return Local { verdict: Verdict::Pass, refill, overdue };
         }
         if now < e.denied_until {
-            return Local { verdict: Verdict::Refuse(Duration::from_nanos(e.denied_until - now)), refill: false };
+            return Local {
+                verdict: Verdict::Refuse(Duration::from_nanos(e.denied_until - now)),
+                refill: false,
+                overdue,
+            };
         }
         if asking && e.at_limit {
             // At the limit, with the round trip for its next admission under way: this one
             // would be refused there too.
             let wait = Duration::from_micros(self.interval_us);
-            return Local { verdict: Verdict::Refuse(wait), refill: false };
+            return Local { verdict: Verdict::Refuse(wait), refill: false, overdue };
         }
         if asking {
             // A round trip is on its way (a renewal, or the client's first): wait for it
             // rather than ask too (a crowd arriving at once would send a crowd of them).
             e.wake.get_or_insert_with(|| Arc::new(tokio::sync::Notify::new()));
-            return Local { verdict: Verdict::Wait(key), refill: false };
+            return Local { verdict: Verdict::Wait(key), refill: false, overdue };
         }
         e.start_asking(now);
-        Local { verdict: Verdict::Ask(key), refill: false }
+        Local { verdict: Verdict::Ask(key), refill: false, overdue }
     }
 
     /// A first request from `key`: marked as asking (if the table has room).
@@ -286,24 +310,38 @@ impl FleetLimiter {
         if s.len() < self.cap {
             s.insert(key, Entry { asking: true, asked_at: now, ..Entry::default() });
         }
-        Local { verdict: Verdict::Ask(key), refill: false }
+        Local { verdict: Verdict::Ask(key), refill: false, overdue: false }
     }
 
-    /// One GCRA step in Redis for `key`, for up to a lease: `None` without an answer in time.
-    async fn round_trip(&self, key: u128, limit: Duration) -> Option<Answer> {
+    /// One GCRA step in Redis for `key`, for up to a lease, on the worker's own connection
+    /// `own` or else a shared one: `None` without an answer in time.
+    async fn round_trip(&self, key: u128, own: Option<MultiplexedConnection>, limit: Duration) -> Option<Answer> {
         let f = super::get()?;
         f.stats.rate_asks.fetch_add(1, Ordering::Relaxed);
+        if own.is_some() {
+            f.stats.rate_asks_on_workers.fetch_add(1, Ordering::Relaxed);
+        }
         let name = format!("{}{key:032x}", self.name);
         let (iv, tol, want) = (self.interval_us, self.tolerance_us, self.lease);
-        let (granted, wait_us, left) = f
-            .link
-            .call(limit, |mut c| async move {
-                SCRIPT.key(name).arg(iv).arg(tol).arg(want).invoke_async::<(u64, u64, u64)>(&mut c).await
-            })
-            .await?;
+        let (granted, wait_us, left) = match own {
+            Some(c) => {
+                f.link
+                    .call_on(c, limit, |mut c| async move {
+                        SCRIPT.key(name).arg(iv).arg(tol).arg(want).invoke_async::<(u64, u64, u64)>(&mut c).await
+                    })
+                    .await?
+            }
+            None => {
+                f.link
+                    .call(limit, |mut c| async move {
+                        SCRIPT.key(name).arg(iv).arg(tol).arg(want).invoke_async::<(u64, u64, u64)>(&mut c).await
+                    })
+                    .await?
+            }
+        };
         Some(match granted {
             0 => Err(Duration::from_micros(wait_us.max(1))),
-            n => Ok((u32::try_from(n).unwrap_or(u32::MAX), left == 0)),
+            n => Ok((u32::try_from(n).unwrap_or(u32::MAX), u32::try_from(left).unwrap_or(u32::MAX))),
         })
     }
 
@@ -318,14 +356,21 @@ impl FleetLimiter {
             w.notify_waiters();
         }
         match answer {
-            Some(Ok((n, drained))) => {
+            Some(Ok((n, left))) => {
                 if now >= e.lease_until {
                     e.lease = 0;
                 }
                 e.lease = e.lease.saturating_add(n - u32::from(take_one));
                 e.lease_until = now.saturating_add(u64::try_from(self.cfg.per.as_nanos()).unwrap_or(u64::MAX));
-                // Granted all it had: the next round trip's requests are refused meanwhile.
-                e.at_limit = drained;
+                // Less than a lease left in Redis: the client is at its limit. No renewal
+                // in the background, and once this lease is spent it is refused without
+                // asking until a whole lease is due again (a renewal now would bring a
+                // few admissions, and a round trip after the lease a refusal).
+                e.at_limit = left < self.lease;
+                if e.at_limit {
+                    let due = self.interval_us.saturating_mul(u64::from(self.lease - left)).saturating_mul(1000);
+                    e.denied_until = now.saturating_add(due);
+                }
             }
             Some(Err(wait)) => {
                 // At its limit: asked again once a lease's worth is due, not each admission.
@@ -357,11 +402,14 @@ impl FleetLimiter {
                 Some(Verdict::Wait(_)) | None => return self.fall_back_check(ip),
             }
         }
-        // The round trip runs on the fleet thread and records its answer there, even if
+        // The round trip runs as a task of its own (on this worker, with its own
+        // connection to Redis, or on the fleet thread) and records its answer, even if
         // this request is given up (a reset stream, a closed connection) or decided
         // locally (the answer is late) before it comes: the admissions Redis counted are
         // kept, less one for a request the local limiter admitted meanwhile.
         let Some(f) = super::get() else { return self.fall_back_check(ip) };
+        let own = f.link.own();
+        let on_worker = own.is_some();
         let Some(rt) = f.link.runtime() else {
             self.record(key, None, true);
             return self.fall_back_check(ip);
@@ -370,28 +418,40 @@ impl FleetLimiter {
         let state = Arc::new(AtomicU8::new(WAITING));
         let (me, st) = (self.clone(), state.clone());
         let budget = f.link.timeout;
-        rt.spawn(async move {
+        let trip = async move {
             let began = std::time::Instant::now();
-            let answer = me.round_trip(key, BACKGROUND_LIMIT).await;
-            // Redis is judged by the round trip as the fleet thread saw it: a request that
-            // waited longer because its own worker was busy says nothing about Redis.
+            let answer = me.round_trip(key, own, BACKGROUND_LIMIT).await;
+            let was = st.swap(ANSWERED, Ordering::AcqRel);
+            // Redis is judged by round trips as the fleet thread sees them: one on a worker
+            // may have waited for the worker, busy with other requests, not for Redis. A
+            // request that gave up waiting has had Redis judged already.
             if let Some(f) = super::get().filter(|_| answer.is_some()) {
-                if began.elapsed() > budget {
-                    f.link.late(budget);
-                } else {
+                if began.elapsed() <= budget {
                     f.link.on_time();
+                } else if was == WAITING && on_worker {
+                    f.link.suspect(budget);
+                } else if was == WAITING {
+                    f.link.late(budget);
                 }
             }
-            let take = st.swap(ANSWERED, Ordering::AcqRel) != GAVE_UP_REFUSED;
-            me.record(key, answer, take);
+            me.record(key, answer, was != GAVE_UP_REFUSED);
             let _ = tx.send(answer);
-        });
+        };
+        if on_worker {
+            tokio::spawn(trip);
+        } else {
+            rt.spawn(trip);
+        }
         let answer = match tokio::time::timeout(f.link.timeout, &mut rx).await {
             Ok(a) => a.ok().flatten(),
             Err(_) => {
                 let verdict = self.fall_back_check(ip);
                 let mark = if verdict.is_ok() { GAVE_UP_ADMITTED } else { GAVE_UP_REFUSED };
                 if state.compare_exchange(WAITING, mark, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    // No answer in time: the fleet thread pings Redis with the same budget,
+                    // and three late in a row mark it down (a stalled Redis: in a few
+                    // budgets, not the round trip's own limit of a second).
+                    f.link.suspect(budget);
                     return verdict;
                 }
                 // The answer came as the wait ended: it decides.
@@ -513,7 +573,7 @@ mod tests {
         let k = client_key(Some("10.0.0.1".parse().unwrap()));
         let now = 5_000_000_000;
         assert!(matches!(verdict(&l, k, now), (Verdict::Ask(x), false) if x == k), "nothing known: ask");
-        l.record(k, Some(Ok((10, false))), true);
+        l.record(k, Some(Ok((10, 30))), true);
         let t = l.now();
         // Nine left: spent locally; at half left (5), one renewal starts, once.
         let mut renewals = 0;
@@ -526,7 +586,7 @@ mod tests {
         // The renewal is late and the lease ran out: this one waits for it.
         assert!(matches!(verdict(&l, k, t), (Verdict::Wait(_), false)));
         assert!(l.shard(k).lock().unwrap().get(&k).unwrap().wake.is_some());
-        l.record(k, Some(Ok((10, false))), false);
+        l.record(k, Some(Ok((10, 20))), false);
         assert!(matches!(verdict(&l, k, l.now()), (Verdict::Pass, false)));
         // A lapsed lease is not spent.
         let later = l.now() + 2_000_000_000;
@@ -545,8 +605,23 @@ mod tests {
         let t = t + 600_000_000;
         assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
         assert!(matches!(verdict(&l, k, t), (Verdict::Refuse(w), false) if w == Duration::from_millis(10)));
-        l.record(k, Some(Ok((1, true))), true);
-        assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)), "the one admission was taken");
+        l.record(k, Some(Ok((1, 0))), true);
+        // The one admission was taken, and nothing is left in Redis: refused without
+        // asking until a whole lease (10 intervals of 10 ms) is due, then asked once.
+        let t = l.now();
+        assert!(matches!(verdict(&l, k, t), (Verdict::Refuse(w), false) if w > Duration::from_millis(90)));
+        let t = t + 100_000_000;
+        assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
+        assert!(matches!(verdict(&l, k, t), (Verdict::Refuse(_), false)));
+        // A grant of a lease with less than another left: spent locally, no renewal, then
+        // refused until the rest of a lease is due.
+        l.record(k, Some(Ok((10, 4))), false);
+        let t = l.now();
+        for _ in 0..10 {
+            assert!(matches!(verdict(&l, k, t), (Verdict::Pass, false)));
+        }
+        assert!(matches!(verdict(&l, k, t), (Verdict::Refuse(w), false) if w > Duration::from_millis(50)));
+        assert!(matches!(verdict(&l, k, t + 60_000_000), (Verdict::Ask(_), false)));
     }
 
     #[test]
@@ -561,13 +636,16 @@ mod tests {
         // Its answer never came (the request was dropped before the fix ran it elsewhere):
         // after STALE_ASK the next request asks again.
         assert!(matches!(verdict(&l, k, t + STALE_ASK), (Verdict::Ask(_), false)));
-        // A grant of all that was left: at the limit again, the next round trip's
-        // companions are refused; a grant with room to spare lets them ask.
-        l.record(k, Some(Ok((1, true))), true);
+        // A grant of all that was left: at the limit again, refused until a lease is due;
+        // then the next round trip's companions are refused; a grant with room to spare
+        // lets them ask.
+        l.record(k, Some(Ok((1, 0))), true);
         let t = l.now();
+        assert!(matches!(verdict(&l, k, t), (Verdict::Refuse(_), false)));
+        let t = t + 100_000_000;
         assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
         assert!(matches!(verdict(&l, k, t), (Verdict::Refuse(_), false)));
-        l.record(k, Some(Ok((1, false))), true);
+        l.record(k, Some(Ok((1, 10))), true);
         assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
         assert!(matches!(verdict(&l, k, t), (Verdict::Wait(_), false)), "below the limit: wait for it");
     }

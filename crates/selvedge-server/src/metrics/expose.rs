@@ -306,8 +306,11 @@ impl Collector for Scrape {
             counter(
                 &mut e,
                 "selvedge_fleet_rate_asks",
-                "Requests whose fleet rate limit asked Redis",
-                &[(vec![], v(&st.rate_asks))],
+                "Requests whose fleet rate limit asked Redis, on a worker's own connection or through the fleet thread",
+                &[
+                    (vec![("on", "worker")], v(&st.rate_asks_on_workers)),
+                    (vec![("on", "fleet")], v(&st.rate_asks).saturating_sub(v(&st.rate_asks_on_workers))),
+                ],
             )?;
             counter(
                 &mut e,
