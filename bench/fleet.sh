@@ -5,7 +5,7 @@
 #
 # The route serves the 612-byte page with `rate = { ... }`:
 #   MODE=admit (default): a limit far above the load (every request admitted: the cost of
-#     leases, one Redis round trip per 256 requests);
+#     leases, one Redis round trip per 1,024 requests);
 #   MODE=refuse: 1,000 r/s with a burst of 100 under the offered load (nine in ten refused:
 #     the cost of remembered refusals and of the round trips when they lapse);
 #   MODE=clients: CLIENTS (1,000) clients, named by X-Forwarded-For from a trusted proxy,
@@ -17,7 +17,7 @@
 # Pinning (2 cores): selvedge alone on $SERVER_CPU (1); wrk and redis-server on $CLIENT_CPU
 # (0). Redis's own CPU per request is reported beside.
 #
-# Env: MODE CLIENTS ROUNDS CONNS DELAY_MS DURATION WARMUP SELVEDGE_BIN SELVEDGE_BUILD SERVER_CPU
+# Env: MODE CLIENTS ROUNDS ALTERNATE (1: every second round runs the fleet first) CONNS DELAY_MS DURATION WARMUP SELVEDGE_BIN SELVEDGE_BUILD SERVER_CPU
 # CLIENT_CPU KEEP_TMP.
 set -euo pipefail
 
@@ -25,6 +25,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 SERVERS="selvedge-local selvedge-fleet"
+ALTERNATE=${ALTERNATE:-1}
 MODE=${MODE:-admit}
 DELAY_MS=${DELAY_MS:-5}
 CPU_SOURCE=schedstat

@@ -685,12 +685,17 @@ bench_round() {
     tail -n 1 "$RESULTS" | awk -F'\t' '{ printf "[round %s] %-10s %9d req  %8s req/s  cpu %6ss  %7s us/req  (schedstat %s us/req, server cpu %s%%, kernel %s%%)  errors: %s\n", $1, $2, $3, $4, $6, $7, $8, $9, $11, $10 }' >&2
 }
 
-# bench_run PROTO LOADER: ROUNDS interleaved rounds over $SERVERS.
+# bench_run PROTO LOADER: ROUNDS interleaved rounds over $SERVERS (with ALTERNATE=1, every
+# second round in the reverse order, so that neither of two servers always runs first).
 bench_run() {
-    local proto=$1 loader=$2 r s
+    local proto=$1 loader=$2 r s order
     for ((r = 1; r <= ROUNDS; r++)); do
         log "round $r/$ROUNDS"
-        for s in $SERVERS; do bench_round "$s" "$proto" "$loader" "$r"; done
+        order=$SERVERS
+        if [[ ${ALTERNATE:-0} == 1 && $((r % 2)) == 0 ]]; then
+            order=$(printf '%s\n' $SERVERS | tac | tr '\n' ' ')
+        fi
+        for s in $order; do bench_round "$s" "$proto" "$loader" "$r"; done
     done
 }
 

@@ -455,6 +455,35 @@ fn redis_killed_under_load_falls_back_at_once_and_comes_back() {
     });
 }
 
+#[test]
+fn idle_connections_redis_closes_are_made_anew_without_leaving_fleet_mode() {
+    if !have_redis("idle_connections_redis_closes_are_made_anew_without_leaving_fleet_mode") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = TempDir::new("fleet-idle");
+    let port = free_port();
+    // Redis closes a connection idle for a second; `CLIENT KILL` closes the busy ones.
+    let _redis = Redis::start_with(port, &["--timeout", "1"]);
+    let conf = site(&dir, CONFIG);
+    let a = instance(&dir, &conf, "inst1", port);
+    eventually(10, "a live member", || get(a.admin, "/fleet").2.contains("inst1"));
+    for round in 0..4 {
+        let (statuses, slowest) = load(&[a.port], "/limited/", 40, 1, None);
+        assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "round {round}: {statuses:?}");
+        assert!(slowest < Duration::from_millis(250), "round {round}: {slowest:?}");
+        if round == 1 {
+            assert!(redis_cmd(port, &["CLIENT", "KILL", "TYPE", "normal"]).starts_with(':'));
+        } else {
+            std::thread::sleep(Duration::from_millis(2_500));
+        }
+    }
+    assert_eq!(metric(a.admin, "selvedge_fleet_redis_up"), 1.0);
+    assert!(!a.srv.said("fleet: Redis failed"), "a closed connection is not a failed Redis");
+    let on_workers = metric(a.admin, r#"selvedge_fleet_rate_asks_total{on="worker"}"#);
+    assert!(on_workers > 0.0, "the workers' connections were made again: {on_workers}");
+}
+
 /// Sends `signal` (`STOP`, `CONT`) to process `pid`.
 fn signal(pid: u32, signal: &str) {
     let ok = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status().is_ok_and(|s| s.success());

@@ -220,7 +220,7 @@ impl Link {
         match tokio::time::timeout(limit, call(conn)).await {
             Ok(Ok(v)) => Some(v),
             Ok(Err(e)) => {
-                self.down(&format!("{e}"));
+                self.failed(&e);
                 None
             }
             Err(_) => {
@@ -240,9 +240,26 @@ impl Link {
         }
     }
 
+    /// A call failed with `e`. A connection that dropped (Redis closed an idle one after
+    /// its `timeout`, `CLIENT KILL`, a restart) says little about Redis: the worker's own
+    /// connection is made anew on its next use, and a ping decides ([`Link::suspect`]).
+    /// Any other error (an error reply, a reply that is not Redis's) marks Redis down.
+    fn failed(&self, e: &redis::RedisError) {
+        if !e.is_connection_dropped() {
+            self.down(&format!("{e}"));
+            return;
+        }
+        if !ON_FLEET_THREAD.get() {
+            OWN.with_borrow_mut(|own| *own = Own::None);
+        }
+        self.suspect(self.timeout);
+    }
+
     /// A request's answer came later than `limit`, or not within it, which may have been
-    /// its worker's doing: the fleet thread pings Redis with the same budget, and that
-    /// counts, late or on time (one such ping at a time).
+    /// its worker's doing, or a connection dropped: the fleet thread pings Redis with the
+    /// same budget, and that counts, late or on time (one such ping at a time). A ping whose
+    /// connection dropped too is sent again on a fresh connection: Redis is down only if
+    /// that fails.
     pub fn suspect(&self, limit: Duration) {
         if self.checking.swap(true, Ordering::AcqRel) {
             return;
@@ -253,12 +270,27 @@ impl Link {
         };
         rt.spawn(async move {
             let Some(f) = super::get() else { return };
-            // Late or failed, `call` counts it; on time, the count starts again.
-            let ping = |mut c: ConnectionManager| async move { redis::cmd("PING").query_async::<String>(&mut c).await };
-            if f.link.call(limit, ping).await.is_some() {
-                f.link.on_time();
+            let link = &f.link;
+            let mut c = link.conn();
+            match tokio::time::timeout(limit, redis::cmd("PING").query_async::<String>(&mut c)).await {
+                Ok(Ok(_)) => link.on_time(),
+                Err(_) => link.late(limit),
+                Ok(Err(e)) if e.is_connection_dropped() => {
+                    let client = link.client();
+                    let fresh = tokio::time::timeout(BACKGROUND_TIMEOUT, async {
+                        let mut c = client.get_multiplexed_async_connection().await?;
+                        redis::cmd("PING").query_async::<String>(&mut c).await
+                    })
+                    .await;
+                    match fresh {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => link.down(&format!("{e}")),
+                        Err(_) => link.down("no answer to a ping on a fresh connection"),
+                    }
+                }
+                Ok(Err(e)) => link.down(&format!("{e}")),
             }
-            f.link.checking.store(false, Ordering::Release);
+            link.checking.store(false, Ordering::Release);
         });
     }
 

@@ -20,7 +20,7 @@
 //!   the lease spent while a round trip is out waits for its answer (at most `[fleet]
 //!   timeout`) rather than send another.
 //!
-//! `lease` is the burst divided by four times the instances (at least 1, at most 256).
+//! `lease` is the burst divided by four times the instances (at least 1, at most 1,024).
 //!
 //! When Redis does not answer within `[fleet] timeout`, the request is decided by the
 //! local limiter with the limit (and burst) divided by `[fleet] instances` (default: the
@@ -49,7 +49,7 @@ use crate::policy::rate::{client_key, RateConfig, RateLimiter};
 const SHARDS: usize = 16;
 
 /// The most admissions one round trip leases.
-const MAX_LEASE: u32 = 256;
+const MAX_LEASE: u32 = 1024;
 
 /// The GCRA step for `want` admissions at once: `{granted, wait_µs, left}` (`left`: how
 /// many more the client could have now).
@@ -87,8 +87,9 @@ struct Entry {
     /// [`STALE_ASK`] is taken as lost).
     asking: bool,
     asked_at: u64,
-    /// The last answer left the client nothing more (it is at its limit).
-    at_limit: bool,
+    /// Until then the client is at its limit: the last answer left it less than a lease
+    /// (or refused it), and no lease is due long since.
+    limit_until: u64,
     /// Requests waiting for the round trip's answer, woken when it is kept.
     wake: Option<Arc<tokio::sync::Notify>>,
 }
@@ -100,6 +101,10 @@ impl Entry {
 
     fn lapsed(&self, now: u64) -> bool {
         !self.asking(now) && (self.lease == 0 || now >= self.lease_until) && now >= self.denied_until
+    }
+
+    fn at_limit(&self, now: u64) -> bool {
+        now < self.limit_until
     }
 
     fn start_asking(&mut self, now: u64) {
@@ -216,6 +221,15 @@ impl FleetLimiter {
         }
     }
 
+    /// A lease's worth of intervals (ns): how long a client at its limit stays so after the
+    /// refusal or the short grant that said so expires. In a steady stream at the limit, its
+    /// next round trip starts within that time, and the other requests arriving while it is
+    /// out are refused instead of waiting for it; a client back after a pause has at least
+    /// a lease more and waits for the answer instead.
+    fn lease_ns(&self) -> u64 {
+        self.interval_us.saturating_mul(u64::from(self.lease)).saturating_mul(1000)
+    }
+
     fn now(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
@@ -273,7 +287,7 @@ impl FleetLimiter {
         let overdue = asking && now.saturating_sub(e.asked_at) > self.budget;
         if e.lease > 0 && now < e.lease_until {
             e.lease -= 1;
-            let refill = !asking && !e.at_limit && e.lease <= self.lease / 2 && now >= e.denied_until;
+            let refill = !asking && !e.at_limit(now) && e.lease <= self.lease / 2 && now >= e.denied_until;
             if refill {
                 e.start_asking(now);
             }
@@ -286,7 +300,7 @@ impl FleetLimiter {
                 overdue,
             };
         }
-        if asking && e.at_limit {
+        if asking && e.at_limit(now) {
             // At the limit, with the round trip for its next admission under way: this one
             // would be refused there too.
             let wait = Duration::from_micros(self.interval_us);
@@ -341,7 +355,8 @@ impl FleetLimiter {
         };
         Some(match granted {
             0 => Err(Duration::from_micros(wait_us.max(1))),
-            n => Ok((u32::try_from(n).unwrap_or(u32::MAX), u32::try_from(left).unwrap_or(u32::MAX))),
+            // Never more than was asked for, whatever the reply says.
+            n => Ok((u32::try_from(n).unwrap_or(u32::MAX).min(want), u32::try_from(left).unwrap_or(u32::MAX))),
         })
     }
 
@@ -366,10 +381,11 @@ impl FleetLimiter {
                 // in the background, and once this lease is spent it is refused without
                 // asking until a whole lease is due again (a renewal now would bring a
                 // few admissions, and a round trip after the lease a refusal).
-                e.at_limit = left < self.lease;
-                if e.at_limit {
+                e.limit_until = 0;
+                if left < self.lease {
                     let due = self.interval_us.saturating_mul(u64::from(self.lease - left)).saturating_mul(1000);
                     e.denied_until = now.saturating_add(due);
+                    e.limit_until = e.denied_until.saturating_add(self.lease_ns());
                 }
             }
             Some(Err(wait)) => {
@@ -377,7 +393,7 @@ impl FleetLimiter {
                 let batch = Duration::from_micros(self.interval_us.saturating_mul(u64::from(self.lease - 1)));
                 let until = wait.saturating_add(batch);
                 e.denied_until = now.saturating_add(u64::try_from(until.as_nanos()).unwrap_or(u64::MAX));
-                e.at_limit = true;
+                e.limit_until = e.denied_until.saturating_add(self.lease_ns());
             }
             None => {}
         }
@@ -394,12 +410,19 @@ impl FleetLimiter {
     /// # Errors
     /// Refused: the wait.
     pub async fn ask(self: Arc<Self>, key: u128, ip: Option<IpAddr>, wait: bool) -> Result<(), Duration> {
+        let budget = super::get().map_or(Duration::from_millis(5), |f| f.link.timeout);
+        let deadline = tokio::time::Instant::now() + budget;
         if wait {
-            match self.clone().wait_for_answer(key).await {
-                Some(Verdict::Pass) => return Ok(()),
-                Some(Verdict::Refuse(w)) => return Err(w),
-                Some(Verdict::Ask(_)) => {}
-                Some(Verdict::Wait(_)) | None => return self.fall_back_check(ip),
+            loop {
+                match self.clone().wait_for_answer(key, deadline).await {
+                    Some(Verdict::Pass) => return Ok(()),
+                    Some(Verdict::Refuse(w)) => return Err(w),
+                    Some(Verdict::Ask(_)) => break,
+                    // The answer came and the requests ahead took the lease, and another
+                    // round trip is out: wait for that one too, while the budget lasts.
+                    Some(Verdict::Wait(_)) if tokio::time::Instant::now() < deadline => {}
+                    Some(Verdict::Wait(_)) | None => return self.fall_back_check(ip),
+                }
             }
         }
         // The round trip runs as a task of its own (on this worker, with its own
@@ -417,7 +440,7 @@ impl FleetLimiter {
         let (tx, mut rx) = tokio::sync::oneshot::channel();
         let state = Arc::new(AtomicU8::new(WAITING));
         let (me, st) = (self.clone(), state.clone());
-        let budget = f.link.timeout;
+        let asked = std::time::Instant::now();
         let trip = async move {
             let began = std::time::Instant::now();
             let answer = me.round_trip(key, own, BACKGROUND_LIMIT).await;
@@ -442,16 +465,19 @@ impl FleetLimiter {
         } else {
             rt.spawn(trip);
         }
-        let answer = match tokio::time::timeout(f.link.timeout, &mut rx).await {
+        let answer = match tokio::time::timeout_at(deadline, &mut rx).await {
             Ok(a) => a.ok().flatten(),
             Err(_) => {
                 let verdict = self.fall_back_check(ip);
                 let mark = if verdict.is_ok() { GAVE_UP_ADMITTED } else { GAVE_UP_REFUSED };
                 if state.compare_exchange(WAITING, mark, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                    // No answer in time: the fleet thread pings Redis with the same budget,
-                    // and three late in a row mark it down (a stalled Redis: in a few
-                    // budgets, not the round trip's own limit of a second).
-                    f.link.suspect(budget);
+                    // No answer within the budget: the fleet thread pings Redis with the
+                    // same budget, and three late in a row mark it down (a stalled Redis: in
+                    // a few budgets, not the round trip's own limit of a second). A request
+                    // that spent its budget waiting behind others says nothing of Redis.
+                    if asked.elapsed() >= budget {
+                        f.link.suspect(budget);
+                    }
                     return verdict;
                 }
                 // The answer came as the wait ended: it decides.
@@ -465,9 +491,10 @@ impl FleetLimiter {
         }
     }
 
-    /// Waits (at most `[fleet] timeout`) for the answer another request of the client is
-    /// asking, then decides again: `None` if Redis is down meanwhile.
-    async fn wait_for_answer(self: Arc<Self>, key: u128) -> Option<Verdict> {
+    /// Waits (until `deadline`, the end of the request's `[fleet] timeout`) for the answer
+    /// another request of the client is asking, then decides again: `None` if Redis is down
+    /// meanwhile.
+    async fn wait_for_answer(self: Arc<Self>, key: u128, deadline: tokio::time::Instant) -> Option<Verdict> {
         let f = super::get()?;
         let wake = {
             let s = self.shard(key).lock().unwrap_or_else(|p| p.into_inner());
@@ -483,7 +510,7 @@ impl FleetLimiter {
                 s.get(&key).is_some_and(|e| e.asking(self.now()))
             };
             if still {
-                let _ = tokio::time::timeout(f.link.timeout, woken).await;
+                let _ = tokio::time::timeout_at(deadline, woken).await;
             }
         }
         if !f.link.is_up() {
@@ -601,8 +628,9 @@ mod tests {
         l.record(k, Some(Err(Duration::from_millis(300))), true);
         let t = l.now();
         assert!(matches!(verdict(&l, k, t), (Verdict::Refuse(w), false) if w > Duration::from_millis(250)));
-        // The wait is over: one request asks; the others are refused while it does.
-        let t = t + 600_000_000;
+        // The wait (and a lease's worth, 90 ms) is over: one request asks; the others are
+        // refused while it does.
+        let t = t + 400_000_000;
         assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
         assert!(matches!(verdict(&l, k, t), (Verdict::Refuse(w), false) if w == Duration::from_millis(10)));
         l.record(k, Some(Ok((1, 0))), true);
@@ -625,12 +653,33 @@ mod tests {
     }
 
     #[test]
+    fn a_client_back_after_a_pause_is_not_held_at_its_limit() {
+        let l = FleetLimiter::new("r", &cfg(100, 40));
+        let k = client_key(Some("10.0.0.4".parse().unwrap()));
+        assert!(matches!(verdict(&l, k, l.now()), (Verdict::Ask(_), _)));
+        l.record(k, Some(Ok((1, 0))), true);
+        // At its limit: refused until a lease is due (100 ms), and a lease's worth after
+        // that, the requests beside the round trip are refused too.
+        let t = l.now() + 150_000_000;
+        assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
+        assert!(matches!(verdict(&l, k, t), (Verdict::Refuse(_), false)));
+        l.record(k, None, false);
+        // Back after a pause: its budget is there again, so the requests beside the round
+        // trip wait for its answer instead of being refused.
+        let t = l.now() + 1_000_000_000;
+        assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
+        for _ in 0..49 {
+            assert!(matches!(verdict(&l, k, t), (Verdict::Wait(_), false)));
+        }
+    }
+
+    #[test]
     fn a_round_trip_never_answered_does_not_lock_the_client_out() {
         let l = FleetLimiter::new("r", &cfg(100, 40));
         let k = client_key(Some("10.0.0.3".parse().unwrap()));
         let t = 1_000_000_000;
         // At its limit: the one asking, the others refused while it does.
-        l.remember(k, Entry { at_limit: true, ..Entry::default() });
+        l.remember(k, Entry { limit_until: u64::MAX, ..Entry::default() });
         assert!(matches!(verdict(&l, k, t), (Verdict::Ask(_), false)));
         assert!(matches!(verdict(&l, k, t + 1), (Verdict::Refuse(_), false)));
         // Its answer never came (the request was dropped before the fix ran it elsewhere):
