@@ -167,7 +167,7 @@ impl Link {
     /// This thread's own connection to Redis, for a worker's round trips: `None` on the
     /// fleet thread, outside a Tokio runtime, and while it is being made (the first call
     /// on a worker starts that, in the background; a failed attempt is retried after
-    /// [`OWN_RETRY`]).
+    /// a second).
     pub fn own(&self) -> Option<MultiplexedConnection> {
         if ON_FLEET_THREAD.get() {
             return None;
