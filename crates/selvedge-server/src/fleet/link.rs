@@ -341,7 +341,7 @@ impl Link {
 }
 
 /// How long a worker waits before it tries to make its own connection again.
-pub const OWN_RETRY: Duration = Duration::from_secs(1);
+const OWN_RETRY: Duration = Duration::from_secs(1);
 
 /// A worker's own connection ([`Link::own`]), of a generation of the link's connections.
 enum Own {

@@ -75,6 +75,17 @@ return {n, 0, room - n}
 
 static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(GCRA));
 
+/// [`GCRA`] for key `name` on `c`: `{granted, wait_µs, left}`.
+async fn gcra<C: redis::aio::ConnectionLike>(
+    mut c: C,
+    name: String,
+    interval_us: u64,
+    tolerance_us: u64,
+    want: u32,
+) -> redis::RedisResult<(u64, u64, u64)> {
+    SCRIPT.key(name).arg(interval_us).arg(tolerance_us).arg(want).invoke_async(&mut c).await
+}
+
 #[derive(Debug, Clone, Default)]
 struct Entry {
     /// Admissions left of the lease.
@@ -338,20 +349,8 @@ impl FleetLimiter {
         let name = format!("{}{key:032x}", self.name);
         let (iv, tol, want) = (self.interval_us, self.tolerance_us, self.lease);
         let (granted, wait_us, left) = match own {
-            Some(c) => {
-                f.link
-                    .call_on(c, limit, |mut c| async move {
-                        SCRIPT.key(name).arg(iv).arg(tol).arg(want).invoke_async::<(u64, u64, u64)>(&mut c).await
-                    })
-                    .await?
-            }
-            None => {
-                f.link
-                    .call(limit, |mut c| async move {
-                        SCRIPT.key(name).arg(iv).arg(tol).arg(want).invoke_async::<(u64, u64, u64)>(&mut c).await
-                    })
-                    .await?
-            }
+            Some(c) => f.link.call_on(c, limit, |c| gcra(c, name, iv, tol, want)).await?,
+            None => f.link.call(limit, |c| gcra(c, name, iv, tol, want)).await?,
         };
         Some(match granted {
             0 => Err(Duration::from_micros(wait_us.max(1))),
