@@ -164,6 +164,12 @@ fn instance(dir: &TempDir, conf: &Path, name: &str, redis: u16) -> Instance {
     Instance { srv: Srv::spawn(cmd), port, tls, admin }
 }
 
+/// Whether `/fleet` on `admin` lists all three instances of [`fleet`].
+fn lists_all(admin: u16) -> bool {
+    let (s, _, body) = get(admin, "/fleet");
+    s == 200 && ["inst1", "inst2", "inst3"].iter().all(|n| body.contains(n))
+}
+
 /// `GET path` on `port` with `Host: fleet.test`: status, head and body.
 fn get(port: u16, path: &str) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -418,10 +424,7 @@ fn redis_killed_under_load_falls_back_at_once_and_comes_back() {
     let redis = std::sync::Arc::new(Mutex::new(Redis::start(port)));
     let fleet = fleet(&dir, port);
     let ports: Vec<u16> = fleet.iter().map(|i| i.port).collect();
-    eventually(10, "three live members", || {
-        let (_, _, body) = get(fleet[0].admin, "/fleet");
-        ["inst1", "inst2", "inst3"].iter().all(|n| body.contains(n))
-    });
+    eventually(10, "three live members", || lists_all(fleet[0].admin));
     let r2 = redis.clone();
     let kill: Box<dyn FnOnce() + Send> = Box::new(move || r2.lock().unwrap().kill());
     let (statuses, slowest) = load(&ports, "/limited/", 40, 4, Some((Duration::from_secs(2), kill)));
@@ -449,10 +452,7 @@ fn redis_killed_under_load_falls_back_at_once_and_comes_back() {
     assert!(statuses.iter().all(|s| *s == 200 || *s == 429));
     let asks_after: f64 = fleet.iter().map(|i| metric(i.admin, "selvedge_fleet_rate_asks_total")).sum();
     assert!(asks_after > asks_before, "the limit is counted in Redis again");
-    eventually(10, "the members list again", || {
-        let (s, _, body) = get(fleet[0].admin, "/fleet");
-        s == 200 && ["inst1", "inst2", "inst3"].iter().all(|n| body.contains(n))
-    });
+    eventually(10, "the members list again", || lists_all(fleet[0].admin));
 }
 
 #[test]
@@ -502,10 +502,7 @@ fn a_stalled_redis_costs_a_request_at_most_the_timeout_and_is_marked_down() {
     let pid = redis.child.id();
     let fleet = fleet(&dir, port);
     let ports: Vec<u16> = fleet.iter().map(|i| i.port).collect();
-    eventually(10, "three live members", || {
-        let (_, _, body) = get(fleet[0].admin, "/fleet");
-        ["inst1", "inst2", "inst3"].iter().all(|n| body.contains(n))
-    });
+    eventually(10, "three live members", || lists_all(fleet[0].admin));
     // Redis stops answering (its process stopped: connections stay open, replies never
     // come) for 3 s, 1 s into a paced load whose round trips run on the workers' own
     // connections.
