@@ -579,7 +579,8 @@ acme = table(
                             r"\s*https://.*"),
         "ca_roots": string("PEM roots trusted for the CA's own HTTPS; default the system's."),
         "storage": string("Account, certificates and keys. Default \"/var/lib/selvedge/acme\"."),
-        "challenge": enum("\"tls-alpn-01\" (default) or \"http-01\".", ["tls-alpn-01", "http-01"]),
+        "challenge": enum("\"tls-alpn-01\" (default), \"http-01\" or \"dns-01\" (needs [acme.dns]; the only one for "
+                          "wildcard names).", ["tls-alpn-01", "http-01", "dns-01"]),
         "renew_before": {
             "description": "Renew when this much of the lifetime is left: a percentage (\"33%\", the "
             "default) or a duration (\"30d\").",
@@ -593,6 +594,28 @@ acme = table(
                               True), minimum=1),
         "retry_max": dict(dur("Longest wait between attempts (at least 1s). Default \"6h\".", True),
                           minimum=1),
+        "dns": table(
+            "[acme.dns]: how the DNS-01 TXT records are written and checked (challenge = \"dns-01\").",
+            {
+                "provider": enum("\"rfc2136\" (TSIG-signed dynamic updates) or \"exec\" (a command).",
+                                 ["rfc2136", "exec"]),
+                "server": string("rfc2136: the zone's primary, \"host\" or \"host:port\" (port 53 by default)."),
+                "zone": string("rfc2136: the zone to update; default the zone whose SOA the server gives."),
+                "key_file": string("rfc2136: a TSIG key as tsig-keygen writes it (key \"NAME\" { ... };)."),
+                "key_name": string("rfc2136: the TSIG key's name (with key_secret, instead of key_file)."),
+                "key_algorithm": enum("rfc2136: the TSIG algorithm. Default \"hmac-sha256\".",
+                                      ["hmac-sha256", "hmac-sha384", "hmac-sha512"]),
+                "key_secret": string("rfc2136: the TSIG secret, base64."),
+                "command": strings("exec: the program (absolute path) and its first arguments; run as "
+                                   "COMMAND present|cleanup FQDN VALUE.", minItems=1),
+                "check": strings("Servers (\"host:port\") asked for the records before the CA is told; default "
+                                 "the zone's NS servers and the rfc2136 server."),
+                "propagation_timeout": dur("Longest wait for the records on every checked server (and for a "
+                                           "command). Default \"2m\".", True),
+                "ttl": count("TTL of the records, seconds (1 to 86400). Default 60.", 1, 86400),
+            },
+            required=["provider"],
+        ),
     },
 )
 
@@ -998,8 +1021,9 @@ defs["vhost"]["allOf"] = [
      "then": {"required": ["hosts"], "properties": {"hosts": {"minItems": 1}}}},
     {"if": {"required": ["tls"], "properties": {"tls": {"const": "acme"}}},
      "then": {"properties": {"hosts": {"items": {
-         "description": "a fully qualified DNS name (ACME: no wildcard, no IP address)",
-         "pattern": pat(ACME_HOST)}}}}},
+         "description": "a fully qualified DNS name, or *. and one (ACME: no IP address; a wildcard needs "
+                        "challenge = \"dns-01\")",
+         "pattern": pat(rf"(?:\*\.)?{ACME_HOST}")}}}}},
 ]
 
 # ---------------------------------------------------------------- the document

@@ -27,6 +27,8 @@ const ACME_PORT: u16 = 23400;
 const MGMT_PORT: u16 = 23401;
 const DNS_PORT: u16 = 23453;
 const CHALL_MGMT_PORT: u16 = 23455;
+/// BIND's, for DNS-01.
+const BIND_PORT: u16 = 23454;
 /// Where pebble validates HTTP-01 ("port 80") and TLS-ALPN-01 ("port 443").
 const HTTP_PORT: u16 = 23480;
 const TLS_PORT: u16 = 23443;
@@ -126,11 +128,14 @@ struct Pebble {
 struct PebbleOpts {
     /// Certificate lifetime, seconds.
     validity: u64,
+    /// The DNS server pebble asks: pebble-challtestsrv's (every name is 127.0.0.1), or
+    /// BIND's ([`Bind`]).
+    dns_port: u16,
 }
 
 impl Default for PebbleOpts {
     fn default() -> Self {
-        PebbleOpts { validity: 90 * 86400 }
+        PebbleOpts { validity: 90 * 86400, dns_port: DNS_PORT }
     }
 }
 
@@ -197,8 +202,11 @@ impl Pebble {
         wait_port(CHALL_MGMT_PORT, "pebble-challtestsrv");
         let pebble = Proc::spawn(
             Command::new(pebble)
-                .args(["-config", config.to_str().unwrap(), "-dnsserver", &format!("127.0.0.1:{DNS_PORT}")])
-                .env("PEBBLE_VA_NOSLEEP", "1"),
+                .args(["-config", config.to_str().unwrap(), "-dnsserver", &format!("127.0.0.1:{}", opts.dns_port)])
+                .env("PEBBLE_VA_NOSLEEP", "1")
+                // Every order validates its names (pebble reuses half of the valid
+                // authorizations by default, which made renewals differ from run to run).
+                .env("PEBBLE_AUTHZREUSE", "0"),
         );
         wait_port(ACME_PORT, "pebble");
         wait_port(MGMT_PORT, "pebble management");
@@ -436,7 +444,7 @@ fn http01_certificate_is_obtained_and_served_before_the_redirect() {
 #[test]
 fn forced_renewal_installs_a_new_certificate_and_keeps_connections() {
     // 20-second certificates renewed 8 seconds before they expire.
-    let Some(pb) = Pebble::start(PebbleOpts { validity: 20 }) else { return };
+    let Some(pb) = Pebble::start(PebbleOpts { validity: 20, ..Default::default() }) else { return };
     let storage = pb.dir.path().join("acme");
     let cfg = pb.config("renew.toml", &tls_listener(TLS_PORT), "renew_before = \"8s\"", &[&["renew.test"]], &storage);
     let srv = start_selvedge(&cfg);
@@ -772,7 +780,54 @@ fn check_validates_acme_settings() {
     assert!(!dir.path().join("acme").exists());
     // (the [acme] lines, the vhost's tls, the listeners, the message, the line it points at)
     for (acme, vhost_tls, listeners, want, at) in [
-        ("[acme]\nchallenge = \"dns-01\"", "\"acme\"", tls, "tls-alpn-01", "challenge"),
+        ("[acme]\nchallenge = \"dns-02\"", "\"acme\"", tls, "\"dns-01\"", "challenge"),
+        ("[acme]\nchallenge = \"dns-01\"", "\"acme\"", tls, "needs [acme.dns]", "challenge"),
+        ("[acme]\n[acme.dns]\nprovider = \"exec\"", "\"acme\"", tls, "dns-01\" only", ""),
+        (
+            "[acme]\nchallenge = \"dns-01\"\n[acme.dns]\nprovider = \"route53\"",
+            "\"acme\"",
+            tls,
+            "\"rfc2136\" or",
+            "provider",
+        ),
+        ("[acme]\nchallenge = \"dns-01\"\n[acme.dns]\nprovider = \"rfc2136\"", "\"acme\"", tls, "needs `server`", ""),
+        (
+            "[acme]\nchallenge = \"dns-01\"\n[acme.dns]\nprovider = \"rfc2136\"\nserver = \"ns1.example.com\"",
+            "\"acme\"",
+            tls,
+            "TSIG key",
+            "",
+        ),
+        (
+            "[acme]\nchallenge = \"dns-01\"\n[acme.dns]\nprovider = \"rfc2136\"\nserver = \"ns1.example.com\"\n\
+             key_name = \"k\"\nkey_secret = \"not base64!\"",
+            "\"acme\"",
+            tls,
+            "not base64",
+            "key_secret",
+        ),
+        (
+            "[acme]\nchallenge = \"dns-01\"\n[acme.dns]\nprovider = \"rfc2136\"\nserver = \"ns1.example.com\"\n\
+             key_name = \"k\"\nkey_algorithm = \"hmac-md5\"\nkey_secret = \"c2VsdmVkZ2Ugc2VsdmVkZ2Ugc2VsdmVkZ2U=\"",
+            "\"acme\"",
+            tls,
+            "hmac-sha256, hmac-sha384, hmac-sha512",
+            "key_algorithm",
+        ),
+        (
+            "[acme]\nchallenge = \"dns-01\"\n[acme.dns]\nprovider = \"rfc2136\"\nserver = \"ns1:x\"",
+            "\"acme\"",
+            tls,
+            "host:port",
+            "server",
+        ),
+        (
+            "[acme]\nchallenge = \"dns-01\"\n[acme.dns]\nprovider = \"exec\"\ncommand = [\"hook\"]",
+            "\"acme\"",
+            tls,
+            "absolute path",
+            "",
+        ),
         ("[acme]\nrenew_before = \"soon\"", "\"acme\"", tls, "invalid duration", "renew_before"),
         ("[acme]\ndirectory = \"http://ca.test/dir\"", "\"acme\"", tls, "https://", "directory"),
         ("[acme]\nca_roots = \"missing.pem\"", "\"acme\"", tls, "missing.pem", "ca_roots"),
@@ -792,11 +847,184 @@ fn check_validates_acme_settings() {
             assert!(out.contains(&format!("c.toml:{line}:")), "{acme}: line {line}: {out}");
         }
     }
-    // Wildcards need DNS-01, which is not answered.
-    let cfg = dir.write(
-        "w.toml",
-        format!("{tls}[[vhost]]\nhosts = [\"*.example.com\"]\ntls = \"acme\"\n[[vhost.route]]\npath = \"/\"\nroot = \"site\"\n"),
+    // Wildcards need DNS-01.
+    let wild = |acme: &str| {
+        let cfg = dir.write(
+            "w.toml",
+            format!(
+                "{tls}{acme}\n[[vhost]]\nhosts = [\"*.example.com\"]\ntls = \"acme\"\n[[vhost.route]]\npath = \"/\"\nroot = \"site\"\n"
+            ),
+        );
+        let out = Command::new(BIN).args(["--config", cfg.to_str().unwrap(), "--check"]).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, out) = wild("");
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("*.example.com: a wildcard certificate needs challenge = \"dns-01\""), "{out}");
+    let key = dir.write(
+        "k.key",
+        "key \"selvedge\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2VsdmVkZ2Ugc2VsdmVkZ2Ugc2VsdmVkZ2U=\";\n};\n",
     );
-    let out = Command::new(BIN).args(["--config", cfg.to_str().unwrap(), "--check"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("DNS-01"), "{out:?}");
+    let (code, out) = wild(&format!(
+        "[acme]\nstorage = \"{}\"\nchallenge = \"dns-01\"\n[acme.dns]\nprovider = \"rfc2136\"\nserver = \"127.0.0.1:53\"\nkey_file = \"{}\"",
+        dir.path().join("acme").display(),
+        key.display()
+    ));
+    assert_eq!(code, Some(0), "{out}");
+}
+
+/// BIND 9 (Debian's `bind9`) serving the zone `wild.test` on BIND_PORT, authoritative only,
+/// taking TXT updates signed with the TSIG key `selvedge` (written by `tsig-keygen`).
+struct Bind {
+    proc: Proc,
+    key_file: PathBuf,
+}
+
+impl Bind {
+    /// `None` (a skip) when BIND is not installed outside CI.
+    fn start(dir: &TempDir) -> Option<Bind> {
+        let named = ["/usr/sbin/named", "/usr/bin/named"].into_iter().find(|p| Path::new(p).exists());
+        let keygen = ["/usr/sbin/tsig-keygen", "/usr/bin/tsig-keygen"].into_iter().find(|p| Path::new(p).exists());
+        let (Some(named), Some(keygen)) = (named, keygen) else {
+            common::missing_tool("named and tsig-keygen (bind9)", "acme dns-01");
+            return None;
+        };
+        let bind = dir.path().join("bind");
+        std::fs::create_dir_all(&bind).unwrap();
+        let key = Command::new(keygen).args(["-a", "hmac-sha256", "selvedge"]).output().unwrap();
+        assert!(key.status.success());
+        let key_file = dir.write("bind/selvedge.key", &key.stdout);
+        dir.write(
+            "bind/wild.test.zone",
+            "$TTL 60\n@ IN SOA ns.wild.test. hostmaster.wild.test. 1 60 60 600 5\n@ IN NS ns.wild.test.\n\
+             ns IN A 127.0.0.1\n",
+        );
+        let b = bind.display();
+        let conf = dir.write(
+            "bind/named.conf",
+            format!(
+                "options {{ directory \"{b}\"; listen-on port {BIND_PORT} {{ 127.0.0.1; }}; listen-on-v6 {{ none; }};\n\
+                 recursion no; pid-file \"{b}/named.pid\"; session-keyfile \"{b}/session.key\"; notify no; }};\n\
+                 controls {{ }};\ninclude \"{}\";\n\
+                 zone \"wild.test\" {{ type primary; file \"{b}/wild.test.zone\";\n\
+                 update-policy {{ grant selvedge zonesub TXT; }}; }};\n",
+                key_file.display()
+            ),
+        );
+        let proc = Proc::spawn(Command::new(named).args(["-g", "-4", "-c", conf.to_str().unwrap()]));
+        eventually(20, "BIND running", || proc.count("running") > 0);
+        Some(Bind { proc, key_file })
+    }
+
+    /// The TXT values at `name`, asked of BIND with `dig`.
+    fn txt(&self, name: &str) -> Vec<String> {
+        let out = Command::new("dig")
+            .args(["+short", "+norecurse", "@127.0.0.1", "-p", &BIND_PORT.to_string(), name, "TXT"])
+            .output()
+            .expect("dig");
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| l.trim_matches('"').to_string()).collect()
+    }
+}
+
+fn dns01_config(provider: &str) -> String {
+    format!(
+        "challenge = \"dns-01\"\nrenew_before = \"8s\"\n[acme.dns]\n{provider}\ncheck = [\"127.0.0.1:{BIND_PORT}\"]\n\
+         propagation_timeout = \"20s\"\n"
+    )
+}
+
+#[test]
+fn dns01_through_rfc2136_gets_a_wildcard_certificate_renews_it_and_removes_its_records() {
+    // 20-second certificates renewed 8 seconds before they expire: one renewal in the test.
+    let Some(pb) = Pebble::start(PebbleOpts { validity: 20, dns_port: BIND_PORT }) else { return };
+    let Some(bind) = Bind::start(&pb.dir) else { return };
+    let storage = pb.dir.path().join("acme");
+    let provider = format!(
+        "provider = \"rfc2136\"\nserver = \"127.0.0.1:{BIND_PORT}\"\nkey_file = \"{}\"",
+        bind.key_file.display()
+    );
+    let cfg = pb.config(
+        "dns.toml",
+        &tls_listener(TLS_PORT),
+        &dns01_config(&provider),
+        &[&["*.wild.test", "wild.test"]],
+        &storage,
+    );
+    let srv = start_selvedge(&cfg);
+    wait_log(&srv, "obtained a certificate for *.wild.test, wild.test", 1, 60);
+    // Both records (the wildcard's and the base name's share one name) were written, signed,
+    // and seen on the checked server before the CA was told.
+    assert_eq!(log_count(&srv, "dns-01: 2 TXT record(s) at _acme-challenge.wild.test, _acme-challenge.wild.test"), 1);
+    let first = peer_serial(&tls_connect("a.wild.test", &pb.root).unwrap());
+    for name in ["a.wild.test", "b.wild.test", "wild.test"] {
+        let (ok, body, err) = pb.get(name);
+        assert!(ok && body == "acme site\n", "{name}: {err}");
+    }
+    // A wildcard covers one label only: no certificate for a deeper name.
+    assert!(!pb.get("x.a.wild.test").0);
+    // Stored under a file name without the glob character.
+    assert_eq!(find(&storage, "wildcard_.wild.test.pem").len(), 1, "{:?}", find(&storage, ".pem"));
+    // The renewal comes about 12 s after issuance, by DNS-01 again.
+    wait_log(&srv, "obtained a certificate for *.wild.test, wild.test", 2, 60);
+    assert_ne!(peer_serial(&tls_connect("b.wild.test", &pb.root).unwrap()), first);
+    assert!(log_count(&srv, "dns-01: 2 TXT record(s)") >= 2, "{}", log_text(&srv));
+    // The records are removed once the order is validated.
+    eventually(10, "the TXT records removed", || bind.txt("_acme-challenge.wild.test").is_empty());
+    assert!(bind.proc.count("adding an RR at '_acme-challenge.wild.test' TXT") >= 4, "{}", bind.proc.text());
+    assert!(bind.proc.count("deleting an RR at _acme-challenge.wild.test TXT") >= 4, "{}", bind.proc.text());
+    assert_eq!(log_count(&srv, "error"), 0, "{}", log_text(&srv));
+}
+
+#[test]
+fn dns01_updates_refused_by_the_server_fail_the_order_with_its_answer() {
+    let Some(pb) = Pebble::start(PebbleOpts { dns_port: BIND_PORT, ..Default::default() }) else { return };
+    let Some(_bind) = Bind::start(&pb.dir) else { return };
+    let storage = pb.dir.path().join("acme");
+    // A key BIND does not know: BIND answers BADKEY unsigned, the order fails at once, and
+    // the log names the key.
+    let provider = format!(
+        "provider = \"rfc2136\"\nserver = \"127.0.0.1:{BIND_PORT}\"\nzone = \"wild.test\"\nkey_name = \"selvedge\"\n\
+         key_secret = \"c2VsdmVkZ2Ugc2VsdmVkZ2Ugc2VsdmVkZ2U=\""
+    );
+    let cfg = pb.config("bad.toml", &tls_listener(TLS_PORT), &dns01_config(&provider), &[&["*.wild.test"]], &storage);
+    let srv = start_selvedge(&cfg);
+    wait_log(&srv, "could not obtain a certificate for *.wild.test", 1, 60);
+    let text = log_text(&srv);
+    assert!(text.contains("adding TXT _acme-challenge.wild.test: no verifiable answer"), "{text}");
+    assert!(text.contains("is TSIG key \"selvedge\" (hmac-sha256) the one the server has?"), "{text}");
+    assert_eq!(pb.orders(), 1);
+    assert!(!pb.get("a.wild.test").0);
+}
+
+#[test]
+fn dns01_through_a_command_gets_the_certificate_and_cleans_up() {
+    let Some(pb) = Pebble::start(PebbleOpts { dns_port: BIND_PORT, ..Default::default() }) else { return };
+    let Some(bind) = Bind::start(&pb.dir) else { return };
+    let storage = pb.dir.path().join("acme");
+    // The hook: nsupdate with the key, and a line per call in calls.log.
+    let calls = pb.dir.path().join("calls.log");
+    let hook = pb.dir.write(
+        "hook.sh",
+        format!(
+            "#!/bin/sh\necho \"$@\" >> {calls}\ncase \"$1\" in present) op=add;; cleanup) op=delete;; *) exit 2;; esac\n\
+             printf 'server 127.0.0.1 {BIND_PORT}\\nupdate %s %s 60 TXT \"%s\"\\nsend\\n' \"$op\" \"$2\" \"$3\" | nsupdate -k {key}\n",
+            calls = calls.display(),
+            key = bind.key_file.display()
+        ),
+    );
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let provider = format!("provider = \"exec\"\ncommand = [\"{}\"]", hook.display());
+    let cfg =
+        pb.config("exec.toml", &tls_listener(TLS_PORT), &dns01_config(&provider), &[&["exec.wild.test"]], &storage);
+    let srv = start_selvedge(&cfg);
+    wait_log(&srv, "obtained a certificate for exec.wild.test", 1, 60);
+    let (ok, _, err) = pb.get("exec.wild.test");
+    assert!(ok, "{err}");
+    eventually(10, "the cleanup call", || std::fs::read_to_string(&calls).is_ok_and(|c| c.contains("cleanup")));
+    let log = std::fs::read_to_string(&calls).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(lines[0].starts_with("present _acme-challenge.exec.wild.test. "), "{log}");
+    assert_eq!(lines[1], lines[0].replacen("present", "cleanup", 1), "{log}");
+    eventually(10, "the TXT record removed", || bind.txt("_acme-challenge.exec.wild.test").is_empty());
 }

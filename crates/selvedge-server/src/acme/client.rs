@@ -10,7 +10,8 @@ use instant_acme::{
 };
 
 use super::challenge::Challenges;
-use super::config::{load_roots, AcmeConfig, ChallengeKind};
+use super::config::{load_roots, AcmeConfig, ChallengeKind, DnsConfig};
+use super::dns;
 
 /// How long an order may take from "challenges ready" to the certificate.
 /// How long a fleet instance waits between publishing a challenge answer and telling the CA.
@@ -140,6 +141,13 @@ pub async fn order(
     let kind = match cfg.challenge {
         ChallengeKind::TlsAlpn01 => ChallengeType::TlsAlpn01,
         ChallengeKind::Http01 => ChallengeType::Http01,
+        ChallengeKind::Dns01 => ChallengeType::Dns01,
+    };
+    // DNS-01: every record written and seen on the zone's servers before the CA is told
+    // about any of them (the CA may look at once, and a wildcard shares its base's name).
+    let dns_records = match (&cfg.dns, cfg.challenge) {
+        (Some(dns), ChallengeKind::Dns01) => dns_records(&mut order, dns).await?,
+        _ => None,
     };
     let mut auths = order.authorizations();
     while let Some(a) = auths.next().await {
@@ -155,6 +163,7 @@ pub async fn order(
             .ok_or_else(|| format!("the CA offers no {} challenge for {name}", cfg.challenge.name()))?;
         let ka = ch.key_authorization();
         match cfg.challenge {
+            ChallengeKind::Dns01 => {}
             ChallengeKind::Http01 => {
                 let token = ch.token.clone();
                 published.tokens.push(token.clone());
@@ -165,7 +174,7 @@ pub async fn order(
                 challenges.publish_tls_alpn01(&name, ka.digest().as_ref())?;
             }
         }
-        if challenges.in_fleet() {
+        if challenges.in_fleet() && cfg.challenge != ChallengeKind::Dns01 {
             // The other instances take the answer from its event: give them a moment
             // before the CA may reach one of them.
             tokio::time::sleep(FLEET_GRACE).await;
@@ -183,6 +192,9 @@ pub async fn order(
         return Err(why_invalid(&mut order).await.unwrap_or_else(|| "the order became invalid".into()));
     }
     drop(published);
+    if let Some(d) = dns_records {
+        d.remove().await;
+    }
     let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
     let mut params = rcgen::CertificateParams::new(names.to_vec()).map_err(|e| e.to_string())?;
     params.distinguished_name = rcgen::DistinguishedName::new();
@@ -191,6 +203,41 @@ pub async fn order(
     let chain = order.poll_certificate(&policy).await.map_err(|e| format!("certificate: {e}"))?;
     let sep = if chain.ends_with('\n') { "" } else { "\n" };
     Ok(format!("{chain}{sep}{}", key.serialize_pem()))
+}
+
+/// Writes the DNS-01 records of the order's pending authorizations and waits until the
+/// zone's servers give them; `None` when every authorization is already valid.
+async fn dns_records(order: &mut Order, dns: &DnsConfig) -> Result<Option<dns::Published>, String> {
+    let mut records = Vec::new();
+    let mut auths = order.authorizations();
+    while let Some(a) = auths.next().await {
+        let mut a = a.map_err(|e| format!("authorization: {e}"))?;
+        match a.status {
+            AuthorizationStatus::Pending => {}
+            AuthorizationStatus::Valid => continue,
+            other => return Err(format!("authorization for {} is {other:?}", a.identifier())),
+        }
+        let name = a.identifier().to_string();
+        let ch =
+            a.challenge(ChallengeType::Dns01).ok_or_else(|| format!("the CA offers no dns-01 challenge for {name}"))?;
+        records.push(dns::TxtRecord::new(&name, ch.key_authorization().dns_value()));
+    }
+    if records.is_empty() {
+        return Ok(None);
+    }
+    let started = std::time::Instant::now();
+    let p = dns::Published::write(dns, records).await.map_err(|e| format!("dns-01: {e}"))?;
+    let servers = dns::propagated(dns, p.records()).await.map_err(|e| format!("dns-01: {e}"))?;
+    let names: Vec<&str> = p.records().iter().map(|r| r.name.as_str()).collect();
+    let servers: Vec<String> = servers.iter().map(ToString::to_string).collect();
+    super::log(format_args!(
+        "dns-01: {} TXT record(s) at {} written and seen on {} after {} ms",
+        names.len(),
+        names.join(", "),
+        servers.join(", "),
+        started.elapsed().as_millis()
+    ));
+    Ok(Some(p))
 }
 
 /// Why an order became invalid: each failed challenge's name and problem.

@@ -16,7 +16,8 @@
 //!    waits for the holder and then reads the holder's result, so instances sharing the
 //!    storage order each certificate once. Under the lock it orders (`client.rs`): HTTP-01
 //!    or TLS-ALPN-01 answers are published in memory and in the storage ([`challenge`]),
-//!    so whichever instance the CA reaches can answer; then the CSR, the chain, an atomic
+//!    so whichever instance the CA reaches can answer; DNS-01 records are written to the
+//!    zone and checked on its servers ([`dns`]); then the CSR, the chain, an atomic
 //!    write, and installation. Open connections keep the certificate they started with.
 //!
 //! A certificate that cannot be renewed keeps being served until it expires, with an error
@@ -32,6 +33,7 @@ pub mod cert;
 pub mod challenge;
 mod client;
 pub mod config;
+pub mod dns;
 pub mod schedule;
 pub mod storage;
 
@@ -89,8 +91,17 @@ pub fn log(msg: impl Display) {
     eprintln!("selvedge: acme: {msg}");
 }
 
-/// A certificate to keep: its id (the first host name; its file name in the storage) and
-/// its names.
+/// The id of a certificate whose first name is `first`: the name, with a leading `*.`
+/// spelled `wildcard_.` (a file name without a glob character, as Caddy's storage has it).
+pub fn spec_id(first: &str) -> String {
+    match first.strip_prefix("*.") {
+        Some(rest) => format!("wildcard_.{rest}"),
+        None => first.to_string(),
+    }
+}
+
+/// A certificate to keep: its id (the first host name, see [`spec_id`]; its file name in
+/// the storage) and its names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spec {
     /// The first host name.

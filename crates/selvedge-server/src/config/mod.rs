@@ -296,7 +296,7 @@ impl Config {
         self.vhosts
             .iter()
             .filter(|v| v.acme && !v.hosts.is_empty())
-            .map(|v| crate::acme::Spec { id: v.hosts[0].clone(), names: v.hosts.clone() })
+            .map(|v| crate::acme::Spec { id: crate::acme::spec_id(&v.hosts[0]), names: v.hosts.clone() })
             .collect()
     }
 }
@@ -392,6 +392,17 @@ fn acme(
         }
         if a.challenge == ChallengeKind::Http01 && listeners.listen.is_empty() && listeners.redirect.is_empty() {
             return Err(src.err(at, "the http-01 challenge needs a cleartext listener (port 80)".into()));
+        }
+        if a.challenge != ChallengeKind::Dns01 {
+            if let Some(h) = vhosts.iter().filter(|v| v.acme).flat_map(|v| &v.hosts).find(|h| h.starts_with("*.")) {
+                return Err(src.err(
+                    at,
+                    format!(
+                        "{h}: a wildcard certificate needs challenge = \"dns-01\" (the {} challenge cannot prove a wildcard)",
+                        a.challenge.name()
+                    ),
+                ));
+            }
         }
     }
     Ok(acme)
