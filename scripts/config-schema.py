@@ -377,6 +377,19 @@ defs["listen"] = table(
         "proxy_protocol_from": ref("networks", description="Networks of the balancers whose PROXY header "
                                    "is believed (with proxy_protocol = true)."),
         "reuse_port": boolean("Share the address with other processes listening on it. Default false."),
+        "on_demand": table(
+            "On-demand TLS: names no certificate covers get one from the ACME CA during their first "
+            "handshake, if ask allows (needs tls without a default certificate).",
+            {
+                "ask": string("GET ASK?domain=NAME must answer 200 for NAME to get a certificate.",
+                              r"\s*https?://.*"),
+                "rate": count("At most this many new certificates ordered per `per`. Default 10.", 1, 4294967295),
+                "per": dur("The window of `rate`. Default \"1m\".", True),
+                "max_certificates": count("At most this many certificates obtained on demand. Default 10000.",
+                                          1, 4294967295),
+            },
+            required=["ask"],
+        ),
     },
     anyOf=[
         {"required": ["address"], "not": {"description": "`address` with `host`/`port`: one or the other",

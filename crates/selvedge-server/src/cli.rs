@@ -389,7 +389,14 @@ fn serve_config(mut a: ServeArgs, default_addr: bool) -> Result<Config, String> 
         selvedge::tls::CertKey::from_pem_files(vec![], &cert, &key).map_err(|e| format!("tls: {e}"))?;
         for addr in std::mem::take(&mut cfg.listen) {
             let quic = a.http3 && matches!(addr, selvedge::Listen::Tcp(_));
-            cfg.tls.push(TlsListen { addr, cert: Some(cert.clone()), key: Some(key.clone()), strict_sni: false, quic });
+            cfg.tls.push(TlsListen {
+                addr,
+                cert: Some(cert.clone()),
+                key: Some(key.clone()),
+                strict_sni: false,
+                quic,
+                on_demand: None,
+            });
         }
     }
     Ok(cfg)

@@ -836,6 +836,21 @@ fn check_validates_acme_settings() {
         ("[acme]\ncolour = \"blue\"", "\"acme\"", tls, "unknown field", "colour"),
         ("", "\"acme\"", "", "needs a TLS listener", ""),
         ("[acme]\nchallenge = \"http-01\"", "\"acme\"", tls, "cleartext listener", ""),
+        ("", "\"acme\"", "[[listen]]\nport = 8443\ntls = {}\non_demand = { rate = 5 }\n", "needs `ask`", "on_demand"),
+        (
+            "",
+            "\"acme\"",
+            "[[listen]]\nport = 8443\ntls = {}\non_demand = { ask = \"ftp://a/\" }\n",
+            "http:// or",
+            "on_demand",
+        ),
+        (
+            "",
+            "\"acme\"",
+            "[[listen]]\nport = 8443\ntls = {}\non_demand = { ask = \"http://a/\", rate = 0 }\n",
+            "at least 1",
+            "on_demand",
+        ),
         ("", "\"automatic\"", tls, "\"acme\" or", "automatic"),
     ] {
         let (code, out) = check(acme, vhost_tls, listeners);
@@ -1027,4 +1042,102 @@ fn dns01_through_a_command_gets_the_certificate_and_cleans_up() {
     assert!(lines[0].starts_with("present _acme-challenge.exec.wild.test. "), "{log}");
     assert_eq!(lines[1], lines[0].replacen("present", "cleanup", 1), "{log}");
     eventually(10, "the TXT record removed", || bind.txt("_acme-challenge.exec.wild.test").is_empty());
+}
+
+/// A test `ask` service for on-demand TLS: answers `GET /check?domain=NAME` with 200 when
+/// `allow(NAME)`, else 403, and records every name asked about.
+struct AskService {
+    port: u16,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl AskService {
+    fn start(allow: fn(&str) -> bool) -> AskService {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let seen = asked.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let seen = seen.clone();
+                std::thread::spawn(move || {
+                    let mut head = Vec::new();
+                    let mut b = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut b) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&b[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head).into_owned();
+                    let target = text.split(' ').nth(1).unwrap_or("");
+                    let name = target.split_once("domain=").map_or("", |(_, n)| n).to_string();
+                    let ok = target.starts_with("/check?") && allow(&name);
+                    seen.lock().unwrap().push(name);
+                    let status = if ok { "200 OK" } else { "403 Forbidden" };
+                    let _ = conn.write_all(
+                        format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").as_bytes(),
+                    );
+                });
+            }
+        });
+        AskService { port, asked }
+    }
+
+    fn count(&self, name: &str) -> usize {
+        self.asked.lock().unwrap().iter().filter(|n| *n == name).count()
+    }
+}
+
+#[test]
+fn on_demand_names_allowed_by_ask_get_a_certificate_on_first_contact() {
+    let Some(pb) = Pebble::start(PebbleOpts::default()) else { return };
+    let storage = pb.dir.path().join("acme");
+    let ask = AskService::start(|name| !name.starts_with("evil"));
+    let listener = format!(
+        "[[listen]]\nport = {TLS_PORT}\ntls = {{}}\n\
+         on_demand = {{ ask = \"http://127.0.0.1:{}/check\", rate = 5, per = \"10m\" }}\n",
+        ask.port
+    );
+    let cfg = pb.config("od.toml", &listener, "", &[], &storage);
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str(&format!(
+        "[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"{}\"\n",
+        pb.dir.path().join("site").display()
+    ));
+    std::fs::write(&cfg, text).unwrap();
+    let srv = start_selvedge(&cfg);
+    // An allowed name: its first client gets the page, over a certificate made for it.
+    let started = Instant::now();
+    let (ok, body, err) = pb.get("shop.customer.test");
+    assert!(ok && body == "acme site\n", "{err}\n{}", log_text(&srv));
+    let first_contact = started.elapsed();
+    assert_eq!(pb.orders(), 1);
+    assert_eq!(ask.count("shop.customer.test"), 1);
+    // Known now: no second question, no second order.
+    assert!(pb.get("shop.customer.test").0);
+    assert_eq!((ask.count("shop.customer.test"), pb.orders()), (1, 1));
+    // A refused name: the handshake fails, nothing is ordered, and the refusal is remembered.
+    for _ in 0..3 {
+        let (ok, _, err) = pb.get("evil.customer.test");
+        assert!(!ok, "a refused name was served");
+        assert!(err.contains("alert") || err.contains("SSL"), "{err}");
+    }
+    assert_eq!(ask.count("evil.customer.test"), 1, "the refusal is cached");
+    assert_eq!(pb.orders(), 1);
+    assert_eq!(log_count(&srv, "on-demand: evil.customer.test: refused by ask"), 1);
+    // A burst of 100 unknown names, all allowed: rate = 5 per 10 minutes, one used above.
+    let root = pb.root.clone();
+    let handles: Vec<_> = (0..100)
+        .map(|i| {
+            let root = root.clone();
+            std::thread::spawn(move || tls_connect(&format!("n{i}.burst.test"), &root).is_ok())
+        })
+        .collect();
+    let served = handles.into_iter().map(|h| h.join().unwrap()).filter(|ok| *ok).count();
+    assert_eq!(served, 4, "{}", log_text(&srv));
+    assert_eq!(pb.orders(), 5);
+    assert_eq!(log_count(&srv, "orders in the last 600s already (rate)"), 96, "{}", log_text(&srv));
+    eprintln!("on-demand: first contact took {first_contact:?}");
 }

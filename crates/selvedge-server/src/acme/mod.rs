@@ -34,6 +34,7 @@ pub mod challenge;
 mod client;
 pub mod config;
 pub mod dns;
+mod on_demand;
 pub mod schedule;
 pub mod storage;
 
@@ -124,6 +125,11 @@ struct Shared {
     challenges: Challenges,
     account: tokio::sync::Mutex<Option<Account>>,
     ari: AtomicU8,
+    /// The control runtime, once [`Acme::start`] ran (on-demand orders are spawned there).
+    rt: std::sync::OnceLock<Handle>,
+    /// Certificates obtained on demand, by name (kept apart from the configured ones,
+    /// which a reload replaces).
+    on_demand_tasks: on_demand::Tasks,
 }
 
 const ARI_UNKNOWN: u8 = 0;
@@ -169,6 +175,8 @@ impl Acme {
             challenges,
             account: tokio::sync::Mutex::new(None),
             ari: AtomicU8::new(ARI_UNKNOWN),
+            rt: std::sync::OnceLock::new(),
+            on_demand_tasks: Mutex::default(),
         });
         for s in specs {
             shared.install_stored(s);
@@ -196,8 +204,20 @@ impl Acme {
         self.shared.cfg.challenge == ChallengeKind::Http01
     }
 
+    /// The hook of a listener with `on_demand` ([`selvedge::Server::on_demand`]): see
+    /// `on_demand.rs`. Its handshakes wait for nothing until [`Acme::start`] ran.
+    ///
+    /// # Errors
+    /// The HTTPS client for `ask` cannot be made.
+    pub fn on_demand(&self, cfg: &crate::config::OnDemandConfig) -> Result<selvedge::tls::OnDemand, String> {
+        let od = Arc::new(on_demand::OnDemand::new(cfg.clone())?);
+        let sh = self.shared.clone();
+        Ok(Arc::new(move |name| Box::pin(on_demand::handshake(sh.clone(), od.clone(), name))))
+    }
+
     /// Starts a task for each certificate on `rt`.
     pub fn start(&self, rt: &Handle, specs: &[Spec]) {
+        let _ = self.shared.rt.set(rt.clone());
         let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
         for s in specs {
             tasks.push((s.clone(), rt.spawn(run(self.shared.clone(), s.clone())).abort_handle()));

@@ -25,6 +25,32 @@ pub struct TlsListen {
     pub strict_sni: bool,
     /// Also serve HTTP/3 over QUIC on this address's UDP port (`quic = true`).
     pub quic: bool,
+    /// Certificates for names not known in advance, obtained during the handshake
+    /// (`on_demand = { ask = ... }`).
+    pub on_demand: Option<OnDemandConfig>,
+}
+
+/// A listener's `on_demand`: whom to ask whether a name may have a certificate, and how
+/// many may be ordered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OnDemandConfig {
+    /// `GET {ask}?domain=NAME`: 200 allows the name, anything else refuses it.
+    pub ask: String,
+    /// At most this many new certificates ordered per `per`: 10.
+    pub rate: u32,
+    /// The window of `rate`: 1 minute.
+    pub per: std::time::Duration,
+    /// At most this many certificates obtained on demand kept at once: 10,000.
+    pub max_certificates: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOnDemand {
+    ask: Option<Spanned<String>>,
+    rate: Option<Spanned<u32>>,
+    per: Option<crate::units::NonZeroDur>,
+    max_certificates: Option<Spanned<u32>>,
 }
 
 /// A file's listeners, by what they serve.
@@ -54,6 +80,7 @@ pub(super) struct RawListen {
     proxy_protocol_from: Option<Spanned<Vec<String>>>,
     quic: Option<bool>,
     reuse_port: Option<bool>,
+    on_demand: Option<Spanned<RawOnDemand>>,
 }
 
 #[derive(Deserialize)]
@@ -168,7 +195,53 @@ fn tls_listener(src: &Source<'_>, l: &Spanned<RawListen>, t: &RawTls, addr: List
         };
         return Err(src.err(Some(l.span()), why.into()));
     }
-    Ok(TlsListen { addr, cert, key, strict_sni: t.strict_sni.unwrap_or(false), quic })
+    let on_demand = match &l.get_ref().on_demand {
+        Some(od) => {
+            if cert.is_some() {
+                return Err(src.err(
+                    Some(od.span()),
+                    "on_demand needs a listener without a default certificate (tls = {}): with one, every \
+                     unknown name would get it instead"
+                        .into(),
+                ));
+            }
+            Some(on_demand(src, od)?)
+        }
+        None => None,
+    };
+    Ok(TlsListen { addr, cert, key, strict_sni: t.strict_sni.unwrap_or(false), quic, on_demand })
+}
+
+/// `on_demand = { ask = URL, rate, per, max_certificates }`; `ask` is required (without it
+/// anyone could make the server order certificates for any name pointed at it).
+fn on_demand(src: &Source<'_>, od: &Spanned<RawOnDemand>) -> Result<OnDemandConfig, ConfigError> {
+    let r = od.get_ref();
+    let Some(ask) = &r.ask else {
+        return Err(src.err(
+            Some(od.span()),
+            "on_demand needs `ask` (a URL that answers 200 for the names allowed a certificate): \
+             without it, anyone could make the server order certificates for names they point at it"
+                .into(),
+        ));
+    };
+    let url: Option<selvedge::http::Uri> = ask.get_ref().parse().ok();
+    if !url.as_ref().is_some_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()) {
+        return Err(src.err(Some(ask.span()), format!("on_demand ask {:?}: an http:// or https:// URL", ask.get_ref())));
+    }
+    let rate = match &r.rate {
+        Some(n) if *n.get_ref() == 0 => return Err(src.err(Some(n.span()), "on_demand rate: at least 1".into())),
+        Some(n) => *n.get_ref(),
+        None => 10,
+    };
+    let max_certificates = match &r.max_certificates {
+        Some(n) if *n.get_ref() == 0 => {
+            return Err(src.err(Some(n.span()), "on_demand max_certificates: at least 1".into()))
+        }
+        Some(n) => *n.get_ref(),
+        None => 10_000,
+    };
+    let per = r.per.as_ref().map_or(std::time::Duration::from_secs(60), |d| d.get());
+    Ok(OnDemandConfig { ask: ask.get_ref().clone(), rate, per, max_certificates })
 }
 
 /// A listener's `address`: `"unix:PATH"` (relative to the file's directory) or an IP

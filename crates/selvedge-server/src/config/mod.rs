@@ -32,7 +32,7 @@ use selvedge::{Listen, Settings, Workers};
 use serde::Deserialize;
 use toml::Spanned;
 
-pub use self::listen::TlsListen;
+pub use self::listen::{OnDemandConfig, TlsListen};
 pub use self::route::{RouteConfig, RouteKind};
 pub use self::vhost::VhostConfig;
 use crate::access_log::LogConfig;
@@ -376,7 +376,7 @@ fn acme(
     listeners: &listen::Listeners,
 ) -> Result<Option<AcmeConfig>, ConfigError> {
     let abs = |p: &str| src.abs(p);
-    let acme_hosts = vhosts.iter().any(|v| v.acme);
+    let acme_hosts = vhosts.iter().any(|v| v.acme) || listeners.tls.iter().any(|t| t.on_demand.is_some());
     let acme = match raw {
         Some(a) => Some(AcmeConfig::from_raw(a.get_ref(), &abs).map_err(|(sp, e)| src.err(sp.or(Some(a.span())), e))?),
         None if acme_hosts => Some(AcmeConfig::from_raw(&Default::default(), &abs).map_err(|(sp, e)| src.err(sp, e))?),

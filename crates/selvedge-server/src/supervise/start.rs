@@ -184,7 +184,8 @@ fn start_admin(cfg: &Config, site: &Site) -> Result<Option<AdminAndApi>, String>
 /// Automatic HTTPS, if a virtual host asks for it: its storage opened (and given to the
 /// `[server]` user, who writes it after the drop).
 fn start_acme(cfg: &Config, specs: &[Spec], identity: Option<&Identity>) -> Result<Option<Acme>, String> {
-    let Some(a) = cfg.acme.as_ref().filter(|_| !specs.is_empty()) else { return Ok(None) };
+    let on_demand = cfg.tls.iter().any(|t| t.on_demand.is_some());
+    let Some(a) = cfg.acme.as_ref().filter(|_| !specs.is_empty() || on_demand) else { return Ok(None) };
     let acme = Acme::new(a, specs).map_err(|e| format!("acme storage: {e}"))?;
     if let Some(id) = identity {
         id.give_tree(acme.storage_root()).map_err(|e| {
@@ -258,7 +259,21 @@ fn bind_tls(
     for (i, t) in cfg.tls.iter().enumerate() {
         let (tc, store) = tls_config(cfg, t, acme)?;
         let fds = std::mem::take(&mut assigned.tls[i]);
-        let h3 = |server: Server| if t.quic { http3(server) } else { server };
+        let on_demand = match (&t.on_demand, acme) {
+            (Some(o), Some(a)) => Some(a.on_demand(o).map_err(|e| format!("on_demand: {e}"))?),
+            _ => None,
+        };
+        let h3 = |server: Server| {
+            let server = match &on_demand {
+                Some(hook) => server.on_demand(hook.clone()),
+                None => server,
+            };
+            if t.quic {
+                http3(server)
+            } else {
+                server
+            }
+        };
         if fds.is_empty() {
             server = h3(listener_options(cfg, server.bind_tls(t.addr.clone(), tc.clone()), &t.addr));
             names.push(format!("https:{i}"));

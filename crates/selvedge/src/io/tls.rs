@@ -254,6 +254,53 @@ fn name_matches(pattern: &str, name: &str) -> bool {
     }
 }
 
+/// Asked during a handshake for a server name no certificate of the listener covers
+/// (on-demand TLS, [`crate::Server::on_demand`]): the handshake waits for the returned
+/// future, then chooses its certificate as usual (one installed meanwhile, for example in
+/// [`ManagedCerts`], is used; else the handshake fails with an alert). The wait counts
+/// against `tls_handshake_timeout`.
+pub type OnDemand =
+    Arc<dyn Fn(String) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync>;
+
+/// The most of a ClientHello peeked at to find its server name (one full record).
+pub const MAX_HELLO_PEEK: usize = 16 * 1024 + 5;
+
+/// The server name of the ClientHello queued on `sock` when no certificate of `config`
+/// covers it (peeked: the bytes stay queued for the handshake). `None` when a certificate
+/// covers it, when there is no name, for a TLS-ALPN-01 validation, and for anything that is
+/// not a ClientHello within [`MAX_HELLO_PEEK`] bytes (the handshake then fails as usual).
+pub(crate) async fn uncovered_name(sock: &Socket, config: &ServerConfig) -> Option<String> {
+    let mut buf = vec![0u8; 2048];
+    let mut have = 0;
+    loop {
+        have = sock.peek_more(&mut buf, have).await.ok()?;
+        if have == 0 {
+            return None;
+        }
+        let mut acceptor = rustls::server::Acceptor::default();
+        let mut slice = &buf[..have];
+        while !slice.is_empty() {
+            match acceptor.read_tls(&mut slice) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        match acceptor.accept() {
+            Ok(Some(accepted)) => {
+                let hello = accepted.client_hello();
+                if hello.alpn().is_some_and(|mut p| p.next() == Some(ACME_TLS_ALPN) && p.next().is_none()) {
+                    return None;
+                }
+                let name = hello.server_name()?.to_ascii_lowercase();
+                return config.cert_resolver.resolve(hello).is_none().then_some(name);
+            }
+            Ok(None) if have < buf.len() => {}
+            Ok(None) if buf.len() < MAX_HELLO_PEEK => buf.resize((buf.len() * 4).min(MAX_HELLO_PEEK), 0),
+            Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
 /// Builds a rustls server configuration: TLS 1.2 and 1.3, ALPN `h2` then `http/1.1`
 /// (only `http/1.1` when `h2` is false), tickets and a session cache for resumption.
 ///

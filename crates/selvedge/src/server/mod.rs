@@ -92,6 +92,21 @@ struct ListenOpts {
     /// HTTP/3 on this TLS listener's port ([`Server::http3`]).
     #[cfg(feature = "http3")]
     quic: Quic,
+    /// Certificates obtained during the handshake ([`Server::on_demand`]).
+    #[cfg(feature = "tls")]
+    on_demand: Option<OnDemandHook>,
+}
+
+/// A TLS listener's on-demand hook ([`Server::on_demand`]).
+#[cfg(feature = "tls")]
+#[derive(Clone)]
+struct OnDemandHook(crate::io::tls::OnDemand);
+
+#[cfg(feature = "tls")]
+impl std::fmt::Debug for OnDemandHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnDemand")
+    }
 }
 
 /// Which peers a `proxy_protocol` listener believes ([`Server::proxy_protocol_from`]).
@@ -253,6 +268,21 @@ impl Server {
         if let Some(o) = self.tls.last_mut() {
             o.proxy_protocol = true;
             o.proxy_from = Some(TrustPeer(Arc::new(trusted)));
+        }
+        self
+    }
+
+    /// The TLS listener added last asks `hook` during a handshake whose server name none of
+    /// its certificates covers, and waits for it before choosing the certificate (see
+    /// [`crate::io::tls::OnDemand`]): on-demand TLS, for names not known in advance. Only
+    /// such handshakes pay for it (their ClientHello is read once more). Ignored on
+    /// cleartext listeners; QUIC handshakes do not ask.
+    #[cfg(feature = "tls")]
+    pub fn on_demand(mut self, hook: crate::io::tls::OnDemand) -> Server {
+        if let Some(o) = self.tls.last_mut() {
+            if o.tls.is_some() {
+                o.on_demand = Some(OnDemandHook(hook));
+            }
         }
         self
     }
@@ -657,7 +687,7 @@ async fn accept_loop<A: App>(
                         #[cfg(feature = "tls")]
                         match &opts.tls {
                             Some(tc) => tokio::spawn(dispatch::in_connection_span(
-                                negotiate::serve_tls(sock, tc.clone(), a),
+                                negotiate::serve_tls(sock, tc.clone(), opts.on_demand.as_ref().map(|h| h.0.clone()), a),
                                 &span_peer,
                                 true,
                                 false,
@@ -718,7 +748,7 @@ async fn proxied<A: App>(sock: Socket, opts: ListenOpts, mut a: Accepted<A>) {
     }
     #[cfg(feature = "tls")]
     if let Some(tc) = opts.tls {
-        return Box::pin(negotiate::serve_tls(sock, tc, a)).await;
+        return Box::pin(negotiate::serve_tls(sock, tc, opts.on_demand.map(|h| h.0), a)).await;
     }
     #[cfg(not(feature = "tls"))]
     let _ = opts;

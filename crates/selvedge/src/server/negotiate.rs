@@ -143,20 +143,27 @@ pub(crate) async fn resume<A: App>(lot: Arc<Lot<A>>, p: Parked) {
 }
 
 /// A TLS connection: the handshake (on the connection's timer, within
-/// `tls_handshake_timeout`), then [`serve_connection`] (or, for an ACME TLS-ALPN-01 validation, the
+/// `tls_handshake_timeout`, which includes an on-demand certificate's wait), then [`serve_connection`] (or, for an ACME TLS-ALPN-01 validation, the
 /// close).
 #[cfg(feature = "tls")]
 pub(crate) async fn serve_tls<A: App>(
     sock: crate::io::socket::Socket,
     config: Arc<rustls::ServerConfig>,
+    on_demand: Option<crate::io::tls::OnDemand>,
     a: Accepted<A>,
 ) {
     let (cfg, timer) = (a.lot.cfg(), &a.timer);
+    timer.set_deadline(now_ms(), cfg.tls_handshake_timeout);
+    if let Some(hook) = &on_demand {
+        // A name no certificate covers yet: the hook may get one while the client waits.
+        if let Some(name) = crate::io::tls::uncovered_name(&sock, &config).await {
+            hook(name).await;
+        }
+    }
     let session = match crate::io::tls::Session::new(config) {
         Ok(s) => s,
         Err(e) => return cfg.exception(&Error::io(e)),
     };
-    timer.set_deadline(now_ms(), cfg.tls_handshake_timeout);
     let counted = crate::stats::TlsHandshake::start();
     if let Err(e) = session.handshake(&sock).await {
         counted.failed(e.kind() == std::io::ErrorKind::UnexpectedEof);
