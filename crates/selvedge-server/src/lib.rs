@@ -22,6 +22,7 @@ pub mod fuzzing;
 pub mod lang;
 pub mod metrics;
 pub mod observe;
+pub mod ocsp;
 pub mod path;
 pub mod policy;
 pub mod redirect;

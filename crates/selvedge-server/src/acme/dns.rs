@@ -55,7 +55,8 @@ impl TxtRecord {
 pub async fn present(cfg: &DnsConfig, records: &[TxtRecord]) -> Result<(), String> {
     for (i, r) in records.iter().enumerate() {
         if let Err(e) = write(cfg, r, true).await {
-            let _ = remove(cfg, &records[..i]).await;
+            // The failed one too: a command may have written it before it failed.
+            let _ = remove(cfg, &records[..=i]).await;
             return Err(e);
         }
     }
@@ -120,26 +121,59 @@ async fn write(cfg: &DnsConfig, r: &TxtRecord, add: bool) -> Result<(), String> 
     }
 }
 
-/// Runs `command action fqdn value`, within `limit`.
+/// Runs `command action fqdn value` in a process group of its own, within `limit`: the
+/// command's exit is what is waited for (a background process it leaves holding stderr
+/// does not count), its first [`MAX_COMMAND_OUTPUT`] bytes of stderr are kept for the log
+/// and the rest is read and dropped, and at the limit the whole group is killed.
 async fn run(command: &[String], action: &str, fqdn: &str, value: &str, limit: Duration) -> Result<(), String> {
-    let child = tokio::process::Command::new(&command[0])
+    use tokio::io::AsyncReadExt;
+    let mut child = tokio::process::Command::new(&command[0])
         .args(&command[1..])
         .args([action, fqdn, value])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("{}: {e}", command[0]))?;
-    let out = match tokio::time::timeout(limit, child.wait_with_output()).await {
-        Ok(r) => r.map_err(|e| format!("{}: {e}", command[0]))?,
-        Err(_) => return Err(format!("{} {action} {fqdn}: no exit after {}s (killed)", command[0], limit.as_secs())),
+    let group = child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32));
+    let mut stderr = child.stderr.take();
+    let mut kept = Vec::new();
+    let read = async {
+        let Some(err) = stderr.as_mut() else { return };
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = err.read(&mut buf).await {
+            let room = MAX_COMMAND_OUTPUT.saturating_sub(kept.len());
+            kept.extend_from_slice(&buf[..n.min(room)]);
+        }
     };
-    if out.status.success() {
+    let status = tokio::time::timeout(limit, async {
+        tokio::pin!(read);
+        tokio::select! {
+            s = child.wait() => {
+                // What the command wrote before it exited; a background child of its may
+                // keep the pipe open, so only briefly.
+                let _ = tokio::time::timeout(Duration::from_millis(100), &mut read).await;
+                s
+            }
+            () = &mut read => child.wait().await,
+        }
+    })
+    .await;
+    let status = match status {
+        Ok(s) => s.map_err(|e| format!("{}: {e}", command[0]))?,
+        Err(_) => {
+            if let Some(g) = group {
+                let _ = rustix::process::kill_process_group(g, rustix::process::Signal::KILL);
+            }
+            return Err(format!("{} {action} {fqdn}: no exit after {}s (killed)", command[0], limit.as_secs()));
+        }
+    };
+    if status.success() {
         return Ok(());
     }
-    let err = String::from_utf8_lossy(&out.stderr[..out.stderr.len().min(MAX_COMMAND_OUTPUT)]);
-    Err(format!("{} {action} {fqdn}: {}: {}", command[0], out.status, err.trim()))
+    Err(format!("{} {action} {fqdn}: {status}: {}", command[0], String::from_utf8_lossy(&kept).trim()))
 }
 
 /// Waits until every record is on every checked server, or `propagation_timeout` passed.
@@ -149,8 +183,14 @@ async fn run(command: &[String], action: &str, fqdn: &str, value: &str, limit: D
 /// A record is still missing somewhere (the message says which and where), or there is no
 /// server to check.
 pub async fn propagated(cfg: &DnsConfig, records: &[TxtRecord]) -> Result<Vec<SocketAddr>, String> {
-    let servers = check_servers(cfg, records).await?;
     let deadline = Instant::now() + cfg.propagation_timeout;
+    let mut servers = check_servers(cfg, records).await?;
+    let mut seen = Vec::new();
+    servers.retain(|s| {
+        let new = !seen.contains(s);
+        seen.push(*s);
+        new
+    });
     loop {
         let mut missing = Vec::new();
         for s in &servers {
@@ -162,7 +202,10 @@ pub async fn propagated(cfg: &DnsConfig, records: &[TxtRecord]) -> Result<Vec<So
                 }
             }
             for (n, want) in by_name {
-                match txt_values(*s, n).await {
+                let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
+                let asked =
+                    tokio::time::timeout(left, txt_values(*s, n)).await.unwrap_or_else(|_| Err("no answer".into()));
+                match asked {
                     Ok(have) if want.iter().all(|w| have.iter().any(|h| h == w)) => {}
                     Ok(_) => missing.push(format!("{n} not yet on {s}")),
                     Err(e) => missing.push(format!("{n} on {s}: {e}")),
@@ -399,6 +442,37 @@ mod tests {
         assert_eq!(k.algorithm, "hmac-sha256");
         assert_eq!(k.secret, b"selvedge selvedge selvedge");
         assert!(super::super::config::parse_key_file("key x { algorithm hmac-sha256; };").is_err());
+    }
+
+    fn hook(script: &str) -> Vec<String> {
+        vec!["/bin/sh".into(), "-c".into(), script.into(), "hook".into()]
+    }
+
+    #[tokio::test]
+    async fn a_command_s_exit_is_waited_for_its_output_bounded_and_its_group_killed() {
+        let limit = Duration::from_secs(3);
+        // Its arguments: action, name, value.
+        let r = run(&hook("test \"$1 $2 $3\" = \"present x. v\" || exit 3"), "present", "x.", "v", limit).await;
+        assert_eq!(r, Ok(()));
+        // Megabytes on stderr: the error keeps the first MAX_COMMAND_OUTPUT bytes.
+        let e = run(&hook("head -c 5000000 /dev/zero | tr '\\0' x >&2; exit 1"), "present", "x.", "v", limit)
+            .await
+            .unwrap_err();
+        assert!(e.len() < MAX_COMMAND_OUTPUT + 200 && e.contains("xxxx"), "{}", e.len());
+        // A background process holding stderr does not make the command "hang".
+        let started = Instant::now();
+        assert_eq!(run(&hook("sleep 30 & exit 0"), "present", "x.", "v", limit).await, Ok(()));
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // At the limit the whole group is killed, its children too.
+        let pid_file = std::env::temp_dir().join(format!("selvedge-dns-hook-{}", std::process::id()));
+        let script = format!("sleep 30 & echo $! > {}; wait", pid_file.display());
+        let e = run(&hook(&script), "present", "x.", "v", Duration::from_millis(500)).await.unwrap_err();
+        assert!(e.contains("killed"), "{e}");
+        let child: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        let _ = std::fs::remove_file(&pid_file);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let state = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        assert!(state.is_empty() || state.contains(") Z "), "the hook's child lives on: {state}");
     }
 
     #[test]

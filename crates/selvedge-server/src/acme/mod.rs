@@ -59,6 +59,24 @@ static WAKE: tokio::sync::Notify = tokio::sync::Notify::const_new();
 /// This instance's challenge answers, when they are shared with a fleet.
 static FLEET_CHALLENGES: std::sync::OnceLock<Challenges> = std::sync::OnceLock::new();
 
+/// Serials of ACME certificates their OCSP responder says are revoked: replaced at once.
+static REVOKED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// The certificate with `serial` (lower-case hex) is revoked (OCSP): its task orders a
+/// replacement now.
+pub fn revoked(serial: &str) {
+    let mut r = REVOKED.lock().unwrap_or_else(|p| p.into_inner());
+    if !r.iter().any(|s| s == serial) {
+        r.push(serial.to_string());
+    }
+    drop(r);
+    wake();
+}
+
+fn is_revoked(serial: &str) -> bool {
+    REVOKED.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|s| s == serial)
+}
+
 /// Another instance of the fleet stored a certificate: every task reads the storage now.
 pub fn wake() {
     WAKE.notify_waiters();
@@ -433,6 +451,7 @@ async fn run(sh: Arc<Shared>, spec: Spec) {
                     ));
                 }
                 sh.managed.set(&spec.id, spec.names.clone(), Some(b.key.clone()));
+                crate::ocsp::wake();
                 installed = Some(b.info.serial.clone());
                 failed = None;
             }
@@ -458,9 +477,12 @@ async fn run(sh: Arc<Shared>, spec: Spec) {
             Some(b) => sh.ari_window(&mut memo, b).await,
             None => None,
         };
-        let due = current
-            .as_ref()
-            .map_or(now, |b| schedule::renew_at(b.info.not_before, b.info.not_after, sh.cfg.renew_before, window, r));
+        let due = match &current {
+            // Revoked (its OCSP responder says): replaced at once.
+            Some(b) if is_revoked(&b.info.serial) => now,
+            Some(b) => schedule::renew_at(b.info.not_before, b.info.not_after, sh.cfg.renew_before, window, r),
+            None => now,
+        };
         let shared_retry = sh.storage.load_retry(&spec.id).filter(|s| s.names == spec.names);
         let retry = match (shared_retry.clone(), failed.clone()) {
             (Some(s), Some(m)) => Some(if m.retry_at > s.retry_at { m } else { s }),
@@ -509,6 +531,7 @@ async fn run(sh: Arc<Shared>, spec: Spec) {
                 // Served before it is announced: whoever reads the line (an operator, a
                 // test) finds the handshake using it.
                 sh.managed.set(&spec.id, spec.names.clone(), Some(b.key.clone()));
+                crate::ocsp::wake();
                 installed = Some(b.info.serial.clone());
                 log(format_args!(
                     "obtained a certificate for {names} (serial {}, valid until {})",

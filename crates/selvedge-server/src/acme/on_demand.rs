@@ -38,8 +38,10 @@ pub const MAX_REFUSALS: usize = 10_000;
 pub const ASKS_AT_ONCE: usize = 16;
 /// How long `ask` may take to answer.
 pub const ASK_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often a waiting handshake looks for its certificate.
+/// How often a waiting handshake looks for its certificate…
 const WAIT_POLL: Duration = Duration::from_millis(25);
+/// …and for a failure of its order.
+const FAILURE_POLL: Duration = Duration::from_millis(500);
 
 type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
@@ -51,8 +53,22 @@ pub(super) struct OnDemand {
     state: Mutex<State>,
 }
 
+/// Takes a name off the list of names being asked about, however the question ends.
+struct Asking<'a> {
+    od: &'a OnDemand,
+    name: &'a str,
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        self.od.state().asking.remove(self.name);
+    }
+}
+
 #[derive(Default)]
 struct State {
+    /// Names being asked about now.
+    asking: std::collections::HashSet<String>,
     /// Names `ask` refused, and until when that holds.
     refused: HashMap<String, Instant>,
     /// When the orders within the last `per` started.
@@ -159,18 +175,30 @@ fn start_task(sh: &Arc<Shared>, od: &OnDemand, name: &str) -> bool {
 }
 
 /// Waits until `name` has a certificate, or its order failed (its failure count passed
-/// `failures`). The handshake's own timeout ends the wait otherwise.
+/// `failures`). The handshake's own timeout ends the wait otherwise. The certificate is
+/// looked for in memory every [`WAIT_POLL`]; the storage's retry state only every
+/// [`FAILURE_POLL`].
 async fn wait(sh: &Shared, name: &str, failures: u32) {
     let id = super::spec_id(name);
+    let mut last_look = Instant::now();
     loop {
         if sh.managed.has_cert(&id) {
             return;
         }
-        if sh.storage.load_retry(&id).is_some_and(|r| r.failures > failures) {
-            return;
+        if last_look.elapsed() >= FAILURE_POLL {
+            last_look = Instant::now();
+            if sh.storage.load_retry(&id).is_some_and(|r| r.failures > failures) {
+                return;
+            }
         }
         tokio::time::sleep(WAIT_POLL).await;
     }
+}
+
+/// Whether `id`'s last order failed and its next attempt is still ahead: its handshakes
+/// fail at once until then, as the log line of the failure says.
+fn failing(sh: &Shared, id: &str) -> bool {
+    sh.storage.load_retry(id).is_some_and(|r| r.retry_time() > std::time::SystemTime::now())
 }
 
 /// A handshake for `name`, which no certificate of the listener covers (see the module
@@ -183,6 +211,9 @@ pub(super) async fn handshake(sh: Arc<Shared>, od: Arc<OnDemand>, name: String) 
     let failures = sh.storage.load_retry(&id).map_or(0, |r| r.failures);
     let known = sh.on_demand_tasks.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&name);
     if known {
+        if failing(&sh, &id) {
+            return;
+        }
         return wait(&sh, &name, failures).await;
     }
     let spec = Spec { id: id.clone(), names: vec![name.clone()] };
@@ -195,6 +226,21 @@ pub(super) async fn handshake(sh: Arc<Shared>, od: Arc<OnDemand>, name: String) 
     if od.refused(&name) {
         return;
     }
+    // One question per name at a time: a handshake for a name being asked about waits for
+    // that answer, then looks again.
+    if !od.state().asking.insert(name.clone()) {
+        while od.state().asking.contains(&name) {
+            tokio::time::sleep(WAIT_POLL).await;
+        }
+        let known = sh.on_demand_tasks.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&name);
+        if known {
+            wait(&sh, &name, failures).await;
+        }
+        return;
+    }
+    // Held until the order's task is started (or the name refused), so that the handshakes
+    // waiting above find either.
+    let asking = Asking { od: &od, name: &name };
     let allowed = {
         let Ok(_turn) = od.asks.acquire().await else { return };
         od.ask(&name).await
@@ -227,7 +273,9 @@ pub(super) async fn handshake(sh: Arc<Shared>, od: Arc<OnDemand>, name: String) 
         }
         log(format_args!("on-demand: {name}: allowed by ask; obtaining a certificate while the handshake waits"));
     }
-    if start_task(&sh, &od, &name) {
+    let started = start_task(&sh, &od, &name);
+    drop(asking);
+    if started {
         wait(&sh, &name, failures).await;
     }
 }

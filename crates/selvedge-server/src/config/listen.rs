@@ -103,6 +103,9 @@ pub(super) fn listeners(src: &Source<'_>, raw: &[Spanned<RawListen>]) -> Result<
         if let Some(nets) = proxy_protocol(src, l)? {
             out.proxy_protocol.push((addr.clone(), nets));
         }
+        if let (Some(od), None) = (&r.on_demand, &r.tls) {
+            return Err(src.err(Some(od.span()), "on_demand is for TLS listeners (tls = {})".into()));
+        }
         match (&r.tls, r.redirect_https) {
             (Some(_), Some(true)) => {
                 return Err(src.err(Some(l.span()), "a listener is either tls or redirect_https".into()))
@@ -225,6 +228,9 @@ fn on_demand(src: &Source<'_>, od: &Spanned<RawOnDemand>) -> Result<OnDemandConf
         ));
     };
     let url: Option<selvedge::http::Uri> = ask.get_ref().parse().ok();
+    if ask.get_ref().contains('#') {
+        return Err(src.err(Some(ask.span()), "on_demand ask: no #fragment (the name is sent in the query)".into()));
+    }
     if !url.as_ref().is_some_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()) {
         return Err(src.err(Some(ask.span()), format!("on_demand ask {:?}: an http:// or https:// URL", ask.get_ref())));
     }

@@ -157,7 +157,10 @@ pub(super) fn reopen_logs(r: &Running, log: &LogConfig, errors: &ErrorTarget) {
 fn reload_certs(stores: &[(TlsListen, selvedge::tls::CertStore)], cfg: &Config) {
     for (t, store) in stores {
         match load_certs(t, cfg) {
-            Ok(certs) => store.replace(certs),
+            Ok(certs) => {
+                store.replace(certs);
+                crate::ocsp::wake();
+            }
             Err(e) => error!("tls reload kept the old certificates for {:?}: {e}", t.addr),
         }
     }

@@ -493,6 +493,12 @@ fn ready(r: &Running, rt: &Runtime, acme_specs: &[Spec]) -> Result<(), String> {
     if let Some(a) = &r.acme {
         a.start(rt.handle(), acme_specs);
     }
+    if !r.cert_stores.is_empty() {
+        // OCSP staples for every certificate that names a responder (files and ACME).
+        let stores = r.cert_stores.iter().map(|(_, s)| s.clone()).collect();
+        let stapler = crate::ocsp::Stapler::new(stores, r.acme.as_ref().map(|a| a.managed()))?;
+        rt.spawn(Arc::new(stapler).run());
+    }
     // Upstream health checks and re-resolution, off the workers.
     crate::upstream::pool::start_maintenance().map_err(|e| format!("upstream maintenance thread: {e}"))?;
     notify::ready("serving");

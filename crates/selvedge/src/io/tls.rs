@@ -83,6 +83,23 @@ impl CertKey {
         let signing = provider.key_provider.load_private_key(key).map_err(|e| bad("private key", &e))?;
         Ok(CertKey { names, key: Arc::new(CertifiedKey::new(certs, signing)) })
     }
+
+    /// The certificate chain, leaf first.
+    pub fn chain(&self) -> &[CertificateDer<'static>] {
+        &self.key.cert
+    }
+
+    /// The OCSP response stapled to handshakes with this certificate, if any.
+    pub fn ocsp(&self) -> Option<&[u8]> {
+        self.key.ocsp.as_deref()
+    }
+
+    /// This certificate with `ocsp` stapled (`None`: nothing stapled).
+    pub fn with_ocsp(&self, ocsp: Option<Vec<u8>>) -> CertKey {
+        let mut key = CertifiedKey::clone(&self.key);
+        key.ocsp = ocsp;
+        CertKey { names: self.names.clone(), key: Arc::new(key) }
+    }
 }
 
 /// The certificates a listener chooses from; [`CertStore::replace`] swaps them (certificate
@@ -106,6 +123,18 @@ impl CertStore {
     /// not affected.
     pub fn replace(&self, certs: Vec<CertKey>) {
         *self.certs.write().unwrap_or_else(|p| p.into_inner()) = certs;
+    }
+
+    /// Calls `f` on each certificate of the store and puts what it returns in its place
+    /// (`None`: kept as it is). New handshakes use the new ones at once (an OCSP staple
+    /// refreshed, for example).
+    pub fn update(&self, mut f: impl FnMut(&CertKey) -> Option<CertKey>) {
+        let mut certs = self.certs.write().unwrap_or_else(|p| p.into_inner());
+        for c in certs.iter_mut() {
+            if let Some(n) = f(c) {
+                *c = n;
+            }
+        }
     }
 
     /// This store, also choosing among `managed` (before its own certificates). A listener
@@ -174,6 +203,20 @@ impl ManagedCerts {
                 e.key = key;
             }
             None => m.entries.push(ManagedEntry { id: id.to_string(), names, key }),
+        }
+    }
+
+    /// Calls `f` with the id and certificate of each entry that has one, and puts what it
+    /// returns in its place (`None`: kept as it is).
+    pub fn update(&self, mut f: impl FnMut(&str, &CertKey) -> Option<CertKey>) {
+        let mut m = self.0.write().unwrap_or_else(|p| p.into_inner());
+        for e in m.entries.iter_mut() {
+            if let Some(key) = &e.key {
+                let c = CertKey { names: e.names.clone(), key: key.clone() };
+                if let Some(n) = f(&e.id, &c) {
+                    e.key = Some(n.key);
+                }
+            }
         }
     }
 
