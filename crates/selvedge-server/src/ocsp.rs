@@ -303,6 +303,8 @@ impl Entry {
 pub struct Stapler {
     stores: Vec<CertStore>,
     managed: Option<ManagedCerts>,
+    /// Where the answers of ACME certificates are kept with them.
+    saved: Option<crate::acme::storage::Storage>,
     http: HttpClient,
     entries: Mutex<HashMap<Vec<u8>, Entry>>,
 }
@@ -326,7 +328,11 @@ impl Stapler {
     ///
     /// # Errors
     /// The HTTPS client cannot be made.
-    pub fn new(stores: Vec<CertStore>, managed: Option<ManagedCerts>) -> Result<Stapler, String> {
+    pub fn new(
+        stores: Vec<CertStore>,
+        managed: Option<ManagedCerts>,
+        saved: Option<crate::acme::storage::Storage>,
+    ) -> Result<Stapler, String> {
         let mut roots = rustls::RootCertStore::empty();
         for c in rustls_native_certs::load_native_certs().certs {
             let _ = roots.add(c);
@@ -339,7 +345,7 @@ impl Stapler {
         let https =
             hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
         let http = Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
-        Ok(Stapler { stores, managed, http, entries: Mutex::new(HashMap::new()) })
+        Ok(Stapler { stores, managed, saved, http, entries: Mutex::new(HashMap::new()) })
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Entry>> {
@@ -364,12 +370,31 @@ impl Stapler {
                         None
                     }
                 };
+                // An ACME certificate's answer kept with it (a restart): stapled at once if
+                // it still checks out.
+                let stored = match (&self.saved, acme_id, &subject) {
+                    (Some(st), Some(id), Some(sub)) => st
+                        .load_ocsp(id)
+                        .and_then(|der| sub.check(&der, now).ok())
+                        .filter(|s| s.status != Status::Unknown),
+                    _ => None,
+                };
+                let next_fetch = stored.as_ref().map_or(now, |s| next_fetch(s, now));
+                if let Some(st) = &stored {
+                    let serial = subject.as_ref().map_or("", |s| s.serial.as_str());
+                    log(format_args!(
+                        "stapling the stored answer for {} (serial {serial}, {:?}), next fetch in {}s",
+                        c.names.join(", "),
+                        st.status,
+                        next_fetch.duration_since(now).unwrap_or_default().as_secs()
+                    ));
+                }
                 Entry {
                     subject,
                     names: if c.names.is_empty() { "the default certificate".into() } else { c.names.join(", ") },
                     acme_id: acme_id.map(str::to_string),
-                    staple: None,
-                    next_fetch: now,
+                    staple: stored,
+                    next_fetch,
                     failures: 0,
                     seen: false,
                 }
@@ -409,10 +434,12 @@ impl Stapler {
             let Some(e) = entries.get_mut(&key) else { continue };
             match got {
                 Ok(staple) => {
-                    let next = staple.next_update.map_or(now + NO_NEXT_UPDATE, |n| {
-                        let half = n.duration_since(staple.this_update).unwrap_or_default() / 2;
-                        (staple.this_update + half).max(now + RETRY_MIN)
-                    });
+                    let next = next_fetch(&staple, now);
+                    if let (Some(st), Some(id), true) = (&self.saved, &e.acme_id, staple.status != Status::Unknown) {
+                        if let Err(err) = st.save_ocsp(id, &staple.der) {
+                            log(format_args!("error: storing the OCSP answer for {}: {err}", e.names));
+                        }
+                    }
                     match staple.status {
                         Status::Good => log(format_args!(
                             "stapling a good answer for {} (serial {}), next fetch in {}s",
@@ -518,6 +545,15 @@ impl Stapler {
             }
         }
     }
+}
+
+/// When to fetch again after `staple`: halfway through its validity (not sooner than
+/// [`RETRY_MIN`] from now), or [`NO_NEXT_UPDATE`] after now when it gives no end.
+fn next_fetch(staple: &Staple, now: SystemTime) -> SystemTime {
+    staple.next_update.map_or(now + NO_NEXT_UPDATE, |n| {
+        let half = n.duration_since(staple.this_update).unwrap_or_default() / 2;
+        (staple.this_update + half).max(now + RETRY_MIN)
+    })
 }
 
 fn backoff(failures: u32) -> Duration {

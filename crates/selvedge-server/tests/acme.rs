@@ -1259,10 +1259,16 @@ fn ocsp_answers_are_stapled_refreshed_and_a_revoked_certificate_is_replaced() {
     let out = s_client_status("ocsp.test", &pb.root);
     assert!(out.contains("Cert Status: good"), "{out}");
     assert_ne!(out.lines().find(|l| l.contains("This Update")).unwrap(), first_update, "the staple was refreshed");
+    // The answer is kept with the certificate: after a restart it is stapled at once.
+    assert_eq!(find(&storage, "ocsp.test.ocsp").len(), 1);
+    drop(srv);
+    let srv = start_selvedge(&cfg);
+    wait_log(&srv, &format!("stapling the stored answer for ocsp.test (serial {serial}, Good)"), 1, 10);
+    assert!(s_client_status("ocsp.test", &pb.root).contains("Cert Status: good"));
     // Revoked: the next answer says so, and a new certificate is ordered and served.
     ocsp.set(&serial, true);
     wait_log(&srv, &format!("(serial {serial}) is REVOKED, says its OCSP responder; ordering a replacement"), 1, 60);
-    wait_log(&srv, "obtained a certificate for ocsp.test", 2, 60);
+    wait_log(&srv, "obtained a certificate for ocsp.test", 1, 60);
     let new_serial = peer_serial(&tls_connect("ocsp.test", &pb.root).unwrap());
     assert_ne!(new_serial, serial);
 }

@@ -207,6 +207,11 @@ impl Acme {
         self.shared.storage.root()
     }
 
+    /// The storage (where OCSP answers are kept with the certificates).
+    pub fn storage(&self) -> Storage {
+        self.shared.storage.clone()
+    }
+
     /// The certificates to add to every TLS listener's store.
     pub fn managed(&self) -> ManagedCerts {
         self.shared.managed.clone()

@@ -286,6 +286,25 @@ impl Storage {
         }
     }
 
+    /// The OCSP answer last stapled to certificate `id`, if any (checked again before use).
+    pub fn load_ocsp(&self, id: &str) -> Option<Vec<u8>> {
+        match &self.fleet {
+            Some(f) => f.get(&format!("ocsp:{id}")).ok()?,
+            None => read_opt(&self.cert_path(id, "ocsp")).ok()?,
+        }
+    }
+
+    /// Stores the OCSP answer stapled to certificate `id`.
+    ///
+    /// # Errors
+    /// Writing failed.
+    pub fn save_ocsp(&self, id: &str, der: &[u8]) -> io::Result<()> {
+        if let Some(f) = &self.fleet {
+            return f.set(&format!("ocsp:{id}"), der);
+        }
+        write_atomic(&self.cert_path(id, "ocsp"), der)
+    }
+
     /// The retry state of certificate `id` (`None` when absent or unreadable).
     pub fn load_retry(&self, id: &str) -> Option<RetryState> {
         let bytes = match &self.fleet {

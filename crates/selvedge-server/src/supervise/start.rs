@@ -496,7 +496,11 @@ fn ready(r: &Running, rt: &Runtime, acme_specs: &[Spec]) -> Result<(), String> {
     if !r.cert_stores.is_empty() {
         // OCSP staples for every certificate that names a responder (files and ACME).
         let stores = r.cert_stores.iter().map(|(_, s)| s.clone()).collect();
-        let stapler = crate::ocsp::Stapler::new(stores, r.acme.as_ref().map(|a| a.managed()))?;
+        let stapler = crate::ocsp::Stapler::new(
+            stores,
+            r.acme.as_ref().map(|a| a.managed()),
+            r.acme.as_ref().map(|a| a.storage()),
+        )?;
         rt.spawn(Arc::new(stapler).run());
     }
     // Upstream health checks and re-resolution, off the workers.
