@@ -38,6 +38,8 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 pub const RETRY_MIN: Duration = Duration::from_secs(5);
 /// …up to this.
 pub const RETRY_MAX: Duration = Duration::from_secs(3600);
+/// The most answers fetched at once.
+pub const FETCHES_AT_ONCE: usize = 8;
 /// The longest the task sleeps without looking at the certificates again.
 const LOOK_EVERY: Duration = Duration::from_secs(3600);
 /// An answer from up to this far in the future is accepted (clock skew).
@@ -215,7 +217,10 @@ impl Subject {
             || basic.certs.iter().flatten().any(|c| {
                 let Ok(c_der) = c.to_der() else { return false };
                 let Ok((_, r)) = X509Certificate::from_der(&c_der) else { return false };
-                let certified = r.tbs_certificate.issuer.as_raw() == issuer.tbs_certificate.subject.as_raw()
+                let secs = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+                let valid = r.validity().not_before.timestamp() <= secs && secs <= r.validity().not_after.timestamp();
+                let certified = valid
+                    && r.tbs_certificate.issuer.as_raw() == issuer.tbs_certificate.subject.as_raw()
                     && verify(
                         issuer.public_key(),
                         &r.signature_algorithm.algorithm.to_id_string(),
@@ -226,7 +231,9 @@ impl Subject {
                 certified && verify(r.public_key(), &sig_alg, &tbs, sig)
             });
         if !signed {
-            return Err("the answer's signature is not the issuer's nor a responder's it certified".into());
+            return Err(
+                "the answer's signature is not the issuer's nor that of a current responder it certified".into()
+            );
         }
         let single = basic
             .tbs_response_data
@@ -416,78 +423,124 @@ impl Stapler {
         entries.retain(|_, e| e.seen);
     }
 
-    /// Fetches the answers that are due; returns when the next is due.
-    async fn fetch_due(&self) -> SystemTime {
+    /// Fetches the answers that are due, [`FETCHES_AT_ONCE`] at a time; each second (and
+    /// on [`wake`]) meanwhile the certificates are walked again and the staples in hand put
+    /// on, so a slow responder holds back no other certificate and a reload gets its
+    /// current staples back at once. Returns when something is next due: a fetch, or the
+    /// end of a staple's validity.
+    async fn fetch_due(self: &Arc<Self>) -> SystemTime {
+        let mut flying: Vec<Vec<u8>> = Vec::new();
+        let mut due = self.due(&flying);
+        let mut running = tokio::task::JoinSet::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            while running.len() < FETCHES_AT_ONCE {
+                let Some((key, subject)) = due.pop() else { break };
+                flying.push(key.clone());
+                let me = self.clone();
+                running.spawn(async move {
+                    let got = me.fetch(&subject).await.and_then(|der| subject.check(&der, SystemTime::now()));
+                    (key, subject, got)
+                });
+            }
+            if running.is_empty() {
+                break;
+            }
+            let walk = tokio::select! {
+                done = running.join_next() => {
+                    if let Some(Ok((key, subject, got))) = done {
+                        flying.retain(|k| *k != key);
+                        self.record(&key, &subject, got);
+                    }
+                    false
+                }
+                _ = tick.tick() => true,
+                () = WAKE.notified() => true,
+            };
+            if walk {
+                self.collect();
+                // What fell due meanwhile (a retry) goes on beside the fetches still out.
+                due = self.due(&flying);
+            }
+            self.apply();
+        }
+        let now = SystemTime::now();
+        let entries = self.entries();
+        let fetches = entries.values().filter(|e| e.subject.is_some()).map(|e| e.next_fetch);
+        let lapses = entries.values().filter_map(|e| e.current(now)).filter_map(|s| s.next_update);
+        fetches.chain(lapses).min().unwrap_or(now + LOOK_EVERY)
+    }
+
+    /// The certificates whose answer is due and not being fetched (`flying`), Must-Staple
+    /// ones last (they are taken from the end: clients refuse those without a staple).
+    fn due(&self, flying: &[Vec<u8>]) -> Vec<(Vec<u8>, Subject)> {
         let now = SystemTime::now();
         let mut due: Vec<(Vec<u8>, Subject)> = self
             .entries()
             .iter()
-            .filter(|(_, e)| e.next_fetch <= now)
+            .filter(|(k, e)| e.next_fetch <= now && !flying.contains(k))
             .filter_map(|(k, e)| e.subject.clone().map(|s| (k.clone(), s)))
             .collect();
-        // Must-Staple first: clients refuse those without a staple.
-        due.sort_by_key(|(_, s)| !s.must_staple);
-        for (key, subject) in due {
-            let got = self.fetch(&subject).await.and_then(|der| subject.check(&der, SystemTime::now()));
-            let now = SystemTime::now();
-            let mut entries = self.entries();
-            let Some(e) = entries.get_mut(&key) else { continue };
-            match got {
-                Ok(staple) => {
-                    let next = next_fetch(&staple, now);
-                    if let (Some(st), Some(id), true) = (&self.saved, &e.acme_id, staple.status != Status::Unknown) {
-                        if let Err(err) = st.save_ocsp(id, &staple.der) {
-                            log(format_args!("error: storing the OCSP answer for {}: {err}", e.names));
-                        }
+        due.sort_by_key(|(_, s)| s.must_staple);
+        due
+    }
+
+    /// What a fetch for `key` brought.
+    fn record(&self, key: &[u8], subject: &Subject, got: Result<Staple, String>) {
+        let now = SystemTime::now();
+        let mut entries = self.entries();
+        let Some(e) = entries.get_mut(key) else { return };
+        match got {
+            Ok(staple) => {
+                let unknown = staple.status == Status::Unknown;
+                e.failures = if unknown { e.failures + 1 } else { 0 };
+                e.next_fetch = if unknown { now + backoff(e.failures) } else { next_fetch(&staple, now) };
+                let next = e.next_fetch.duration_since(now).unwrap_or_default().as_secs();
+                if let (Some(st), Some(id), false) = (&self.saved, &e.acme_id, unknown) {
+                    if let Err(err) = st.save_ocsp(id, &staple.der) {
+                        log(format_args!("error: storing the OCSP answer for {}: {err}", e.names));
                     }
-                    match staple.status {
-                        Status::Good => log(format_args!(
-                            "stapling a good answer for {} (serial {}), next fetch in {}s",
+                }
+                match staple.status {
+                    Status::Good => log(format_args!(
+                        "stapling a good answer for {} (serial {}), next fetch in {next}s",
+                        e.names, subject.serial
+                    )),
+                    Status::Revoked => {
+                        log(format_args!(
+                            "error: the certificate for {} (serial {}) is REVOKED, says its OCSP responder{}",
                             e.names,
                             subject.serial,
-                            next.duration_since(now).unwrap_or_default().as_secs()
-                        )),
-                        Status::Revoked => {
-                            log(format_args!(
-                                "error: the certificate for {} (serial {}) is REVOKED, says its OCSP responder{}",
-                                e.names,
-                                subject.serial,
-                                if e.acme_id.is_some() { "; ordering a replacement" } else { "" }
-                            ));
-                            if e.acme_id.is_some() {
-                                crate::acme::revoked(&subject.serial);
-                            }
+                            if e.acme_id.is_some() { "; ordering a replacement" } else { "" }
+                        ));
+                        if e.acme_id.is_some() {
+                            crate::acme::revoked(&subject.serial);
                         }
-                        Status::Unknown => log(format_args!(
-                            "warning: the OCSP responder does not know the certificate for {} (serial {}); nothing stapled",
-                            e.names, subject.serial
-                        )),
                     }
-                    e.failures = if staple.status == Status::Unknown { e.failures + 1 } else { 0 };
-                    e.next_fetch = if staple.status == Status::Unknown { now + backoff(e.failures) } else { next };
-                    e.staple = Some(staple);
+                    Status::Unknown => log(format_args!(
+                        "warning: the OCSP responder does not know the certificate for {} (serial {}); nothing \
+                         stapled; next attempt in {next}s",
+                        e.names, subject.serial
+                    )),
                 }
-                Err(err) => {
-                    e.failures += 1;
-                    e.next_fetch = now + backoff(e.failures);
-                    let kept = e.current(now).is_some();
-                    log(format_args!(
-                        "{}OCSP for {} (serial {}) from {}: {err}; {}; next attempt in {}s",
-                        if subject.must_staple && !kept {
-                            "error: Must-Staple certificate without a staple: "
-                        } else {
-                            ""
-                        },
-                        e.names,
-                        subject.serial,
-                        subject.url,
-                        if kept { "still stapling the last answer" } else { "nothing stapled" },
-                        backoff(e.failures).as_secs()
-                    ));
-                }
+                e.staple = Some(staple);
+            }
+            Err(err) => {
+                e.failures += 1;
+                e.next_fetch = now + backoff(e.failures);
+                let kept = e.current(now).is_some();
+                log(format_args!(
+                    "{}OCSP for {} (serial {}) from {}: {err}; {}; next attempt in {}s",
+                    if subject.must_staple && !kept { "error: Must-Staple certificate without a staple: " } else { "" },
+                    e.names,
+                    subject.serial,
+                    subject.url,
+                    if kept { "still stapling the last answer" } else { "nothing stapled" },
+                    backoff(e.failures).as_secs()
+                ));
             }
         }
-        self.entries().values().filter(|e| e.subject.is_some()).map(|e| e.next_fetch).min().unwrap_or(now + LOOK_EVERY)
     }
 
     async fn fetch(&self, subject: &Subject) -> Result<Vec<u8>, String> {
@@ -533,6 +586,8 @@ impl Stapler {
     pub async fn run(self: Arc<Self>) {
         loop {
             self.collect();
+            // Staples in hand go on before any fetch (after a reload, at once).
+            self.apply();
             let next = self.fetch_due().await;
             self.apply();
             let wait = next
@@ -569,6 +624,29 @@ mod tests {
         assert_eq!(backoff(1), RETRY_MIN);
         assert_eq!(backoff(2), RETRY_MIN * 2);
         assert_eq!(backoff(40), RETRY_MAX);
+    }
+
+    #[tokio::test]
+    async fn the_task_wakes_when_a_staple_lapses_to_take_it_off() {
+        let st = Arc::new(Stapler::new(Vec::new(), None, None).unwrap());
+        let now = SystemTime::now();
+        let lapse = now + Duration::from_secs(10);
+        let staple = Staple { der: vec![1], status: Status::Good, this_update: now, next_update: Some(lapse) };
+        st.entries().insert(
+            vec![7],
+            Entry {
+                subject: None,
+                names: "a.test".into(),
+                acme_id: None,
+                staple: Some(staple),
+                next_fetch: now + Duration::from_secs(3600),
+                failures: 3,
+                seen: true,
+            },
+        );
+        // Not the next fetch (an hour away, a backoff): the staple's end.
+        assert_eq!(st.fetch_due().await, lapse);
+        assert!(st.entries()[&vec![7]].current(lapse).is_none(), "a lapsed staple is not served");
     }
 
     #[test]

@@ -124,7 +124,8 @@ async fn write(cfg: &DnsConfig, r: &TxtRecord, add: bool) -> Result<(), String> 
 /// Runs `command action fqdn value` in a process group of its own, within `limit`: the
 /// command's exit is what is waited for (a background process it leaves holding stderr
 /// does not count), its first [`MAX_COMMAND_OUTPUT`] bytes of stderr are kept for the log
-/// and the rest is read and dropped, and at the limit the whole group is killed.
+/// and the rest is read and dropped, and when it exits or its time is up the whole group
+/// is killed (nothing it started outlives it).
 async fn run(command: &[String], action: &str, fqdn: &str, value: &str, limit: Duration) -> Result<(), String> {
     use tokio::io::AsyncReadExt;
     let mut child = tokio::process::Command::new(&command[0])
@@ -161,14 +162,13 @@ async fn run(command: &[String], action: &str, fqdn: &str, value: &str, limit: D
         }
     })
     .await;
+    // The command's processes end with it (or with its time): none is left behind.
+    if let Some(g) = group {
+        let _ = rustix::process::kill_process_group(g, rustix::process::Signal::KILL);
+    }
     let status = match status {
         Ok(s) => s.map_err(|e| format!("{}: {e}", command[0]))?,
-        Err(_) => {
-            if let Some(g) = group {
-                let _ = rustix::process::kill_process_group(g, rustix::process::Signal::KILL);
-            }
-            return Err(format!("{} {action} {fqdn}: no exit after {}s (killed)", command[0], limit.as_secs()));
-        }
+        Err(_) => return Err(format!("{} {action} {fqdn}: no exit after {}s (killed)", command[0], limit.as_secs())),
     };
     if status.success() {
         return Ok(());
@@ -184,7 +184,9 @@ async fn run(command: &[String], action: &str, fqdn: &str, value: &str, limit: D
 /// server to check.
 pub async fn propagated(cfg: &DnsConfig, records: &[TxtRecord]) -> Result<Vec<SocketAddr>, String> {
     let deadline = Instant::now() + cfg.propagation_timeout;
-    let mut servers = check_servers(cfg, records).await?;
+    let mut servers = tokio::time::timeout(cfg.propagation_timeout, check_servers(cfg, records))
+        .await
+        .map_err(|_| format!("finding the zone's servers took over {}s", cfg.propagation_timeout.as_secs()))??;
     let mut seen = Vec::new();
     servers.retain(|s| {
         let new = !seen.contains(s);
@@ -202,9 +204,10 @@ pub async fn propagated(cfg: &DnsConfig, records: &[TxtRecord]) -> Result<Vec<So
                 }
             }
             for (n, want) in by_name {
-                let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
-                let asked =
-                    tokio::time::timeout(left, txt_values(*s, n)).await.unwrap_or_else(|_| Err("no answer".into()));
+                let left = deadline.saturating_duration_since(Instant::now());
+                let asked = tokio::time::timeout(left, txt_values(*s, n))
+                    .await
+                    .unwrap_or_else(|_| Err("no answer in time".into()));
                 match asked {
                     Ok(have) if want.iter().all(|w| have.iter().any(|h| h == w)) => {}
                     Ok(_) => missing.push(format!("{n} not yet on {s}")),
@@ -459,10 +462,18 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.len() < MAX_COMMAND_OUTPUT + 200 && e.contains("xxxx"), "{}", e.len());
-        // A background process holding stderr does not make the command "hang".
+        // A background process holding stderr does not make the command "hang", and does not
+        // outlive it.
         let started = Instant::now();
-        assert_eq!(run(&hook("sleep 30 & exit 0"), "present", "x.", "v", limit).await, Ok(()));
+        let pid_file = std::env::temp_dir().join(format!("selvedge-dns-hook-bg-{}", std::process::id()));
+        let script = format!("sleep 30 & echo $! > {}; exit 0", pid_file.display());
+        assert_eq!(run(&hook(&script), "present", "x.", "v", limit).await, Ok(()));
         assert!(started.elapsed() < Duration::from_secs(2));
+        let child: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        let _ = std::fs::remove_file(&pid_file);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let state = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        assert!(state.is_empty() || state.contains(") Z "), "the hook's background child lives on: {state}");
         // At the limit the whole group is killed, its children too.
         let pid_file = std::env::temp_dir().join(format!("selvedge-dns-hook-{}", std::process::id()));
         let script = format!("sleep 30 & echo $! > {}; wait", pid_file.display());
