@@ -11,7 +11,7 @@
 //!   certified for OCSP signing), is about this certificate, and is current. An answer that
 //!   lapses without a new one is no longer stapled.
 //! - **Revoked**: the answer is stapled (it is the truth) and an error is logged at each
-//!   fetch; for an ACME certificate a replacement is ordered at once ([`crate::acme::revoked`]).
+//!   fetch; for an ACME certificate a replacement is ordered at once ([`Keeper::revoked`]).
 //! - **Must-Staple** (the TLS Feature extension, RFC 7633): such a certificate is fetched
 //!   for first, and each failure to get it a staple is an error in the log, since clients
 //!   refuse it without one.
@@ -306,12 +306,26 @@ impl Entry {
     }
 }
 
+/// What the stapler asks of the certificate manager (ACME) about the certificates it keeps,
+/// named by their id.
+pub trait Keeper: Send + Sync {
+    /// The answer stored with certificate `id`, if any (checked before use).
+    fn load(&self, id: &str) -> Option<Vec<u8>>;
+    /// Stores `der` with certificate `id`.
+    ///
+    /// # Errors
+    /// Writing failed.
+    fn save(&self, id: &str, der: &[u8]) -> std::io::Result<()>;
+    /// The certificate with `serial` (lower-case hex) is revoked: replace it.
+    fn revoked(&self, serial: &str);
+}
+
 /// Fetches and staples OCSP answers for the certificates of some listeners.
 pub struct Stapler {
     stores: Vec<CertStore>,
     managed: Option<ManagedCerts>,
-    /// Where the answers of ACME certificates are kept with them.
-    saved: Option<crate::acme::storage::Storage>,
+    /// Keeps the answers of ACME certificates with them, and replaces revoked ones.
+    keeper: Option<Arc<dyn Keeper>>,
     http: HttpClient,
     entries: Mutex<HashMap<Vec<u8>, Entry>>,
 }
@@ -338,7 +352,7 @@ impl Stapler {
     pub fn new(
         stores: Vec<CertStore>,
         managed: Option<ManagedCerts>,
-        saved: Option<crate::acme::storage::Storage>,
+        keeper: Option<Arc<dyn Keeper>>,
     ) -> Result<Stapler, String> {
         let mut roots = rustls::RootCertStore::empty();
         for c in rustls_native_certs::load_native_certs().certs {
@@ -352,7 +366,7 @@ impl Stapler {
         let https =
             hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
         let http = Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
-        Ok(Stapler { stores, managed, saved, http, entries: Mutex::new(HashMap::new()) })
+        Ok(Stapler { stores, managed, keeper, http, entries: Mutex::new(HashMap::new()) })
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Entry>> {
@@ -379,11 +393,10 @@ impl Stapler {
                 };
                 // An ACME certificate's answer kept with it (a restart): stapled at once if
                 // it still checks out.
-                let stored = match (&self.saved, acme_id, &subject) {
-                    (Some(st), Some(id), Some(sub)) => st
-                        .load_ocsp(id)
-                        .and_then(|der| sub.check(&der, now).ok())
-                        .filter(|s| s.status != Status::Unknown),
+                let stored = match (&self.keeper, acme_id, &subject) {
+                    (Some(k), Some(id), Some(sub)) => {
+                        k.load(id).and_then(|der| sub.check(&der, now).ok()).filter(|s| s.status != Status::Unknown)
+                    }
                     _ => None,
                 };
                 let next_fetch = stored.as_ref().map_or(now, |s| next_fetch(s, now));
@@ -497,8 +510,8 @@ impl Stapler {
                 e.failures = if unknown { e.failures + 1 } else { 0 };
                 e.next_fetch = if unknown { now + backoff(e.failures) } else { next_fetch(&staple, now) };
                 let next = e.next_fetch.duration_since(now).unwrap_or_default().as_secs();
-                if let (Some(st), Some(id), false) = (&self.saved, &e.acme_id, unknown) {
-                    if let Err(err) = st.save_ocsp(id, &staple.der) {
+                if let (Some(k), Some(id), false) = (&self.keeper, &e.acme_id, unknown) {
+                    if let Err(err) = k.save(id, &staple.der) {
                         log(format_args!("error: storing the OCSP answer for {}: {err}", e.names));
                     }
                 }
@@ -514,8 +527,8 @@ impl Stapler {
                             subject.serial,
                             if e.acme_id.is_some() { "; ordering a replacement" } else { "" }
                         ));
-                        if e.acme_id.is_some() {
-                            crate::acme::revoked(&subject.serial);
+                        if let (Some(k), Some(_)) = (&self.keeper, &e.acme_id) {
+                            k.revoked(&subject.serial);
                         }
                     }
                     Status::Unknown => log(format_args!(

@@ -128,6 +128,20 @@ pub struct DnsConfig {
     pub ttl: u32,
 }
 
+/// A listener's `on_demand`: whom to ask whether a name may have a certificate, and how
+/// many may be ordered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OnDemandConfig {
+    /// `GET {ask}?domain=NAME`: 200 allows the name, anything else refuses it.
+    pub ask: String,
+    /// At most this many new certificates ordered per `per`: 10.
+    pub rate: u32,
+    /// The window of `rate`: 1 minute.
+    pub per: std::time::Duration,
+    /// At most this many certificates obtained on demand kept at once: 10,000.
+    pub max_certificates: u32,
+}
+
 /// The TSIG algorithms the updates can be signed with.
 pub const TSIG_ALGORITHMS: [&str; 3] = ["hmac-sha256", "hmac-sha384", "hmac-sha512"];
 

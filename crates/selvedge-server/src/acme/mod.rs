@@ -59,6 +59,23 @@ static WAKE: tokio::sync::Notify = tokio::sync::Notify::const_new();
 /// This instance's challenge answers, when they are shared with a fleet.
 static FLEET_CHALLENGES: std::sync::OnceLock<Challenges> = std::sync::OnceLock::new();
 
+/// OCSP answers kept in the storage with their certificates.
+struct OcspKeeper(Storage);
+
+impl crate::ocsp::Keeper for OcspKeeper {
+    fn load(&self, id: &str) -> Option<Vec<u8>> {
+        self.0.load_ocsp(id)
+    }
+
+    fn save(&self, id: &str, der: &[u8]) -> std::io::Result<()> {
+        self.0.save_ocsp(id, der)
+    }
+
+    fn revoked(&self, serial: &str) {
+        revoked(serial);
+    }
+}
+
 /// Serials of ACME certificates their OCSP responder says are revoked: replaced at once.
 static REVOKED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -207,9 +224,10 @@ impl Acme {
         self.shared.storage.root()
     }
 
-    /// The storage (where OCSP answers are kept with the certificates).
-    pub fn storage(&self) -> Storage {
-        self.shared.storage.clone()
+    /// What OCSP stapling needs of ACME: answers kept with the certificates, revoked
+    /// certificates replaced.
+    pub fn ocsp_keeper(&self) -> Arc<dyn crate::ocsp::Keeper> {
+        Arc::new(OcspKeeper(self.shared.storage.clone()))
     }
 
     /// The certificates to add to every TLS listener's store.
@@ -232,7 +250,7 @@ impl Acme {
     ///
     /// # Errors
     /// The HTTPS client for `ask` cannot be made.
-    pub fn on_demand(&self, cfg: &crate::config::OnDemandConfig) -> Result<selvedge::tls::OnDemand, String> {
+    pub fn on_demand(&self, cfg: &config::OnDemandConfig) -> Result<selvedge::tls::OnDemand, String> {
         let od = Arc::new(on_demand::OnDemand::new(cfg.clone())?);
         let sh = self.shared.clone();
         Ok(Arc::new(move |name| Box::pin(on_demand::handshake(sh.clone(), od.clone(), name))))

@@ -27,8 +27,8 @@ use http_body_util::Empty;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 
+use super::config::OnDemandConfig;
 use super::{log, run, Shared, Spec};
-use crate::config::OnDemandConfig;
 
 /// How long a name `ask` refused is refused without asking again.
 pub const REFUSAL_TTL: Duration = Duration::from_secs(600);

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{ConfigError, Source};
+pub use crate::acme::config::OnDemandConfig;
 
 /// A TLS listener: address and the PEM files of its default certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,20 +29,6 @@ pub struct TlsListen {
     /// Certificates for names not known in advance, obtained during the handshake
     /// (`on_demand = { ask = ... }`).
     pub on_demand: Option<OnDemandConfig>,
-}
-
-/// A listener's `on_demand`: whom to ask whether a name may have a certificate, and how
-/// many may be ordered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OnDemandConfig {
-    /// `GET {ask}?domain=NAME`: 200 allows the name, anything else refuses it.
-    pub ask: String,
-    /// At most this many new certificates ordered per `per`: 10.
-    pub rate: u32,
-    /// The window of `rate`: 1 minute.
-    pub per: std::time::Duration,
-    /// At most this many certificates obtained on demand kept at once: 10,000.
-    pub max_certificates: u32,
 }
 
 #[derive(Deserialize)]

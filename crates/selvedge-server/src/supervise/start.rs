@@ -499,7 +499,7 @@ fn ready(r: &Running, rt: &Runtime, acme_specs: &[Spec]) -> Result<(), String> {
         let stapler = crate::ocsp::Stapler::new(
             stores,
             r.acme.as_ref().map(|a| a.managed()),
-            r.acme.as_ref().map(|a| a.storage()),
+            r.acme.as_ref().map(|a| a.ocsp_keeper()),
         )?;
         rt.spawn(Arc::new(stapler).run());
     }
