@@ -23,6 +23,7 @@ pub mod lang;
 pub mod metrics;
 pub mod observe;
 pub mod ocsp;
+pub mod outbound;
 pub mod path;
 pub mod policy;
 pub mod redirect;

@@ -24,8 +24,6 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use der::{Decode, Encode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
 use rustls::pki_types::CertificateDer;
 use selvedge::tls::{CertKey, CertStore, ManagedCerts};
 use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509Certificate};
@@ -282,8 +280,6 @@ fn verify(key: &x509_parser::x509::SubjectPublicKeyInfo<'_>, alg: &str, msg: &[u
     s::UnparsedPublicKey::new(algorithm, &key.subject_public_key.data).verify(msg, sig).is_ok()
 }
 
-type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
-
 /// One certificate the stapler knows.
 struct Entry {
     /// `None`: the certificate names no responder (or its issuer is missing).
@@ -326,7 +322,7 @@ pub struct Stapler {
     managed: Option<ManagedCerts>,
     /// Keeps the answers of ACME certificates with them, and replaces revoked ones.
     keeper: Option<Arc<dyn Keeper>>,
-    http: HttpClient,
+    http: crate::outbound::HttpClient<Full<Bytes>>,
     entries: Mutex<HashMap<Vec<u8>, Entry>>,
 }
 
@@ -354,18 +350,7 @@ impl Stapler {
         managed: Option<ManagedCerts>,
         keeper: Option<Arc<dyn Keeper>>,
     ) -> Result<Stapler, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        for c in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(c);
-        }
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let https =
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
-        let http = Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
+        let http = crate::outbound::client()?;
         Ok(Stapler { stores, managed, keeper, http, entries: Mutex::new(HashMap::new()) })
     }
 

@@ -152,10 +152,8 @@ pub async fn order(
     let mut auths = order.authorizations();
     while let Some(a) = auths.next().await {
         let mut a = a.map_err(|e| format!("authorization: {e}"))?;
-        match a.status {
-            AuthorizationStatus::Pending => {}
-            AuthorizationStatus::Valid => continue,
-            other => return Err(format!("authorization for {} is {other:?}", a.identifier())),
+        if !pending(a.status, &a.identifier())? {
+            continue;
         }
         let name = a.identifier().to_string();
         let mut ch = a
@@ -205,6 +203,18 @@ pub async fn order(
     Ok(format!("{chain}{sep}{}", key.serialize_pem()))
 }
 
+/// Whether an authorization still needs its challenge answered (`false`: already valid).
+///
+/// # Errors
+/// It failed, expired or was withdrawn: the order cannot succeed.
+fn pending(status: AuthorizationStatus, name: &impl std::fmt::Display) -> Result<bool, String> {
+    match status {
+        AuthorizationStatus::Pending => Ok(true),
+        AuthorizationStatus::Valid => Ok(false),
+        other => Err(format!("authorization for {name} is {other:?}")),
+    }
+}
+
 /// Writes the DNS-01 records of the order's pending authorizations and waits until the
 /// zone's servers give them; `None` when every authorization is already valid.
 async fn dns_records(order: &mut Order, dns: &DnsConfig) -> Result<Option<dns::Published>, String> {
@@ -212,10 +222,8 @@ async fn dns_records(order: &mut Order, dns: &DnsConfig) -> Result<Option<dns::P
     let mut auths = order.authorizations();
     while let Some(a) = auths.next().await {
         let mut a = a.map_err(|e| format!("authorization: {e}"))?;
-        match a.status {
-            AuthorizationStatus::Pending => {}
-            AuthorizationStatus::Valid => continue,
-            other => return Err(format!("authorization for {} is {other:?}", a.identifier())),
+        if !pending(a.status, &a.identifier())? {
+            continue;
         }
         let name = a.identifier().to_string();
         let ch =

@@ -24,8 +24,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Empty;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
 
 use super::config::OnDemandConfig;
 use super::{log, run, Shared, Spec};
@@ -43,13 +41,11 @@ const WAIT_POLL: Duration = Duration::from_millis(25);
 /// …and for a failure of its order.
 const FAILURE_POLL: Duration = Duration::from_millis(500);
 
-type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>;
-
 /// One listener's on-demand state: its `ask`, refusals and order rate.
 pub(super) struct OnDemand {
     cfg: OnDemandConfig,
     asks: tokio::sync::Semaphore,
-    http: HttpsClient,
+    http: crate::outbound::HttpClient<Empty<Bytes>>,
     state: Mutex<State>,
 }
 
@@ -77,18 +73,7 @@ struct State {
 
 impl OnDemand {
     pub(super) fn new(cfg: OnDemandConfig) -> Result<OnDemand, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        for c in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(c);
-        }
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let https =
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
-        let http = Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
+        let http = crate::outbound::client()?;
         Ok(OnDemand { cfg, asks: tokio::sync::Semaphore::new(ASKS_AT_ONCE), http, state: Mutex::new(State::default()) })
     }
 

@@ -144,8 +144,10 @@ pub fn parse_response(buf: &[u8]) -> Option<(Resp, usize)> {
         return Some((Resp { status, headers, body: buf[end..end + cl].to_vec() }, end + cl));
     }
     if get("transfer-encoding").is_some() {
+        // The chunks' places first, and the body copied only once it is all there: a large
+        // body read in many pieces is not copied again at every piece.
         let mut pos = end;
-        let mut body = Vec::new();
+        let mut chunks = Vec::new();
         loop {
             let le = buf[pos..].windows(2).position(|w| w == b"\r\n")? + pos;
             let size = usize::from_str_radix(std::str::from_utf8(&buf[pos..le]).unwrap(), 16).unwrap();
@@ -153,12 +155,13 @@ pub fn parse_response(buf: &[u8]) -> Option<(Resp, usize)> {
                 if buf.len() < le + 4 {
                     return None;
                 }
+                let body = chunks.iter().flat_map(|&(at, n)| &buf[at..at + n]).copied().collect();
                 return Some((Resp { status, headers, body }, le + 4));
             }
             if buf.len() < le + 2 + size + 2 {
                 return None;
             }
-            body.extend_from_slice(&buf[le + 2..le + 2 + size]);
+            chunks.push((le + 2, size));
             pos = le + 2 + size + 2;
         }
     }
