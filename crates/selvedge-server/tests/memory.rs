@@ -243,9 +243,8 @@ fn settle(pid: u32, before: u64, bound: u64, secs: u64) -> u64 {
 /// --workspace --all-features` builds it), `tracing-subscriber`'s registry would keep a
 /// slot for each connection span the burst had open at once, about 2.5 KiB per connection
 /// that no release can return, and the half would then hold only when the burst happened
-/// to strand much more (it failed 2 runs in 4): the server here leaves the connection
-/// spans off (`[log] level`), so the build with the feature measures what the shipped one
-/// does.
+/// to strand much more: the server here leaves the connection spans off (`[log] level`),
+/// so the build with the feature measures what the shipped one does.
 #[test]
 fn a_burst_gives_its_memory_back() {
     let _turn = serial();
