@@ -309,6 +309,19 @@ srv_floor-h1() {
     SRV_CMD=("$dir/h1-floor" "$EXPECT_FILE")
 }
 
+# floor-h1-uring: bench/floor/h1_uring.c, the same answer from an io_uring loop (multishot
+# accept and receive, provided buffers, one io_uring_enter per turn): the floor of the
+# io_uring I/O model in the same run.
+srv_floor-h1-uring() {
+    local dir=$1 port=$2 proto=${3:-h1}
+    [[ $proto == h1 ]] || { SRV_WHY="the floor answers HTTP/1.1 only"; return 1; }
+    (($(wc -c <"$EXPECT_FILE") <= 2048)) || { SRV_WHY="the floor serves pages of up to 2 KB"; return 1; }
+    have cc || return 1
+    cc -O2 -o "$dir/h1-floor-uring" "$REPO_DIR/bench/floor/h1_uring.c" || { SRV_WHY="cc failed"; return 1; }
+    SRV_ENV=(SELVEDGE_ADDR="127.0.0.1:$port")
+    SRV_CMD=("$dir/h1-floor-uring" "$EXPECT_FILE")
+}
+
 srv_lighttpd() {
     local dir=$1 port=$2
     have lighttpd || return 1
@@ -392,6 +405,17 @@ srv_selvedge_app() {
 srv_selvedge-mt() {
     srv_selvedge_app "$@" || return 1
     SRV_ENV+=("SELVEDGE_MODE=multi")
+}
+
+# selvedge-uring / selvedge-epoll: the script's own selvedge with the I/O model forced by
+# SELVEDGE_IO (io_uring or epoll), to compare the two in one run.
+srv_selvedge-uring() {
+    srv_selvedge "$@" || return 1
+    SRV_ENV+=("SELVEDGE_IO=uring")
+}
+srv_selvedge-epoll() {
+    srv_selvedge "$@" || return 1
+    SRV_ENV+=("SELVEDGE_IO=epoll")
 }
 
 # selvedge-alt: another selvedge build ($SELVEDGE_ALT_CMD, same conventions as
@@ -495,6 +519,7 @@ server_version() {
         floor-fastcgi) echo "floor-fastcgi (bench/floor/fastcgi.c: a C gateway, no HTTP parsing)" ;;
         selvedge-floor) echo "selvedge-floor (the C floor of bench/floor/, by its older name)" ;;
         floor-h1) echo "floor-h1 (bench/floor/h1.c: an epoll loop, no HTTP parsing)" ;;
+        floor-h1-uring) echo "floor-h1-uring (bench/floor/h1_uring.c: an io_uring loop, no HTTP parsing)" ;;
         caddy) echo "caddy $(pkg_version caddy || true)" ;;
         nginx) echo "nginx $(pkg_version nginx || true)$(pkg_version nginx-core || true)" ;;
         *) echo "$1 $(pkg_version "$1" || true)" ;;

@@ -348,6 +348,8 @@ server = table(
         "release_memory_after": count("Connections served at once that make a burst, after which free "
                                       "heap memory is given back to the system; 0 never. Default 256.",
                                       0, U32),
+        "io": enum("How workers do their connections' I/O: \"epoll\" (default), \"uring\" (io_uring, "
+                   "epoll where the kernel refuses it) or \"auto\".", ["epoll", "uring", "auto"]),
     },
 )
 

@@ -87,8 +87,8 @@
 //! other in a circle (both checked by `tests/layering.rs`, which checks `selvedge-proto`
 //! the same way):
 //!
-//! 1. `error`, `io::sys`, `time`, `heap`, `stats`, `io::proxy_protocol`: errors, system
-//!    calls, the clock, giving memory back after bursts, counters and the PROXY protocol
+//! 1. `error`, `io::sys`, `io::uring`, `time`, `heap`, `stats`, `io::proxy_protocol`:
+//!    errors, system calls and the io_uring ring, the clock, giving memory back after bursts, counters and the PROXY protocol
 //!    header's parser.
 //! 2. `io::pool`, `io::socket`: buffer pools, the raw socket.
 //! 3. `io`, `io::tls`, `io::transport`: TLS over the socket, and the transport (plain or
@@ -152,9 +152,9 @@ pub use io::sys::PeerAddr;
 pub use io::tls;
 pub use selvedge_proto::h1::{BodyLimits, Limits};
 pub use selvedge_proto::message::path;
-pub use server::{Listen, Listening, Server, ServerHandle};
+pub use server::{IoInUse, Listen, Listening, Server, ServerHandle};
 #[cfg(feature = "http3")]
 pub use settings::H3Settings;
-pub use settings::{ErrorResponseHook, ExceptionHook, H2Settings, Settings, Workers};
+pub use settings::{ErrorResponseHook, ExceptionHook, H2Settings, Io, Settings, Workers};
 
 pub use http;

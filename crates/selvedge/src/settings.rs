@@ -28,6 +28,35 @@ impl Default for Workers {
     }
 }
 
+/// How worker threads do their connections' I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Io {
+    /// Readiness from epoll (tokio's reactor) and a system call per read and write. The
+    /// default.
+    Epoll,
+    /// io_uring: each per-core worker has a ring; reads and writes are operations submitted
+    /// together once per loop turn (`io::uring`). Where the kernel has no io_uring or
+    /// refuses it (a seccomp filter, `kernel.io_uring_disabled`), the workers use epoll and
+    /// [`ServerHandle::io`](crate::ServerHandle::io) says why. Needs [`Workers::PerCore`]:
+    /// with `MultiThread` it is epoll.
+    Uring,
+    /// As `Uring`: io_uring where the kernel allows it, else epoll.
+    Auto,
+}
+
+impl Io {
+    /// The model the environment variable `SELVEDGE_IO` (`epoll`, `uring` or `auto`) asks
+    /// for, if it is set: it overrides [`Settings::io`], so a test suite runs under either.
+    pub fn from_env() -> Option<Io> {
+        match std::env::var("SELVEDGE_IO").ok()?.as_str() {
+            "epoll" => Some(Io::Epoll),
+            "uring" => Some(Io::Uring),
+            "auto" => Some(Io::Auto),
+            _ => None,
+        }
+    }
+}
+
 /// Hook called with every error the engine handles on its own (bad requests, I/O errors,
 /// timeouts, app panics).
 pub type ExceptionHook = Arc<dyn Fn(&Error) + Send + Sync>;
@@ -93,6 +122,9 @@ pub struct Settings {
     pub notsent_lowat: Option<u32>,
     /// Workers: per-core runtimes, one per available core.
     pub workers: Workers,
+    /// The I/O model: [`Io::Epoll`]. The environment variable `SELVEDGE_IO` overrides it
+    /// ([`Io::from_env`]).
+    pub io: Io,
     /// `Server` header value (`None` to omit): `selvedge`.
     pub server_name: Option<&'static str>,
     /// HTTP/2 limits; see [`H2Settings`] for each default.
@@ -127,6 +159,7 @@ impl Default for Settings {
             backlog: 1024,
             notsent_lowat: Some(128 * 1024),
             workers: Workers::default(),
+            io: Io::Epoll,
             server_name: Some("selvedge"),
             h2: H2Settings::default(),
             #[cfg(feature = "http3")]
@@ -152,6 +185,7 @@ impl fmt::Debug for Settings {
             .field("max_connections", &self.max_connections)
             .field("max_connections_per_ip", &self.max_connections_per_ip)
             .field("workers", &self.workers)
+            .field("io", &self.io)
             .finish_non_exhaustive()
     }
 }

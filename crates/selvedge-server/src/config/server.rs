@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use selvedge::{Settings, Workers};
+use selvedge::{Io, Settings, Workers};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -28,6 +28,16 @@ pub(super) struct RawServer {
     resolver: Option<Spanned<Vec<String>>>,
     pub(super) release_startup_code: Option<bool>,
     release_memory_after: Option<Count<0, { u32::MAX as u64 }>>,
+    io: Option<RawIo>,
+}
+
+/// `[server] io`.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum RawIo {
+    Epoll,
+    Uring,
+    Auto,
 }
 
 impl RawServer {
@@ -50,6 +60,13 @@ impl RawServer {
         s.max_connections_per_ip = self.max_connections_per_ip.map(Count::get_usize);
         if let Some(n) = self.workers() {
             s.workers = Workers::PerCore(n);
+        }
+        if let Some(io) = self.io {
+            s.io = match io {
+                RawIo::Epoll => Io::Epoll,
+                RawIo::Uring => Io::Uring,
+                RawIo::Auto => Io::Auto,
+            };
         }
     }
 

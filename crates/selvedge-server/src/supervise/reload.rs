@@ -49,6 +49,7 @@ pub(super) fn reload(r: &mut Running) -> Result<(), String> {
 pub(super) fn apply(r: &mut Running, new: Config, site: Site) -> bool {
     let restart = new.listen != r.cfg.listen
         || new.workers != r.cfg.workers
+        || new.settings.io != r.cfg.settings.io
         || new.user != r.cfg.user
         || new.proxy_protocol != r.cfg.proxy_protocol
         || new.shared != r.cfg.shared
@@ -57,7 +58,7 @@ pub(super) fn apply(r: &mut Running, new: Config, site: Site) -> bool {
         || new.pid_file != r.cfg.pid_file;
     if restart {
         warn!(
-            "listeners (and their proxy_protocol and reuse_port), workers, user, pid_file, [admin] and [fleet] change \
+            "listeners (and their proxy_protocol and reuse_port), workers, io, user, pid_file, [admin] and [fleet] change \
              only on restart (or upgrade, SIGUSR2)"
         );
     }

@@ -53,7 +53,10 @@ pub(super) fn start(cfg: Config, errors: ErrorLog, rt: &Runtime) -> Result<Runni
         return Err(e);
     }
     let urls = urls(&cfg, &bound.names, &handle, redirect.as_ref());
-    info!("{}", startup_line(&cfg, &urls, &app.routes_served, from_fds));
+    info!("{}", startup_line(&cfg, &urls, &app.routes_served, from_fds, handle.io()));
+    if let selvedge::IoInUse::EpollInstead(why) = handle.io() {
+        warn!("io_uring is not available ({why}): using epoll");
+    }
     let api = super::api::ApiState::of(&cfg);
     let running = Running {
         cfg,
@@ -451,10 +454,10 @@ fn urls(cfg: &Config, names: &[String], handle: &ServerHandle, redirect: Option<
 }
 
 /// The line that says what serves where.
-fn startup_line(cfg: &Config, urls: &[String], routes_served: &str, from_fds: usize) -> String {
+fn startup_line(cfg: &Config, urls: &[String], routes_served: &str, from_fds: usize, io: &selvedge::IoInUse) -> String {
     let workers = cfg.worker_count();
     format!(
-        "listening on {} with {workers} worker{}; serving {routes_served}; config {}, access log {}{}",
+        "listening on {} with {workers} worker{}; serving {routes_served}; config {}, access log {}{}{}",
         urls.join(" "),
         if workers == 1 { "" } else { "s" },
         cfg.file.as_ref().map_or("none".into(), |f| f.display().to_string()),
@@ -464,6 +467,7 @@ fn startup_line(cfg: &Config, urls: &[String], routes_served: &str, from_fds: us
             LogTarget::File(p) => p.display().to_string(),
         },
         if from_fds > 0 { format!(", {from_fds} inherited sockets") } else { String::new() },
+        if *io == selvedge::IoInUse::Uring { ", I/O on io_uring" } else { "" },
     )
 }
 

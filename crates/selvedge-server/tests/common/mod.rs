@@ -52,10 +52,14 @@ impl Drop for TempDir {
 }
 
 /// Removes the variables the server reads from its environment (`SELVEDGE_*`, systemd's,
-/// `RUST_LOG`), so that the caller's environment does not change what a test runs.
+/// `RUST_LOG`), so that the caller's environment does not change what a test runs; but for
+/// `SELVEDGE_IO`, which is how the suite runs under each I/O model.
 pub fn clean_env(cmd: &mut Command) {
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
+        if k == "SELVEDGE_IO" {
+            continue;
+        }
         if k.starts_with("SELVEDGE_") || k.starts_with("LISTEN_") || k == "NOTIFY_SOCKET" || k == "RUST_LOG" {
             cmd.env_remove(&*k);
         }

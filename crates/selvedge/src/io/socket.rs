@@ -25,12 +25,22 @@ use bytes::BytesMut;
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::io::Interest;
 
-use crate::io::sys;
+use crate::io::{sys, uring};
 use crate::time::timeout::Timer;
 
-/// A non-blocking connected stream socket (TCP or Unix).
+/// A non-blocking connected stream socket (TCP or Unix): on the tokio reactor (epoll), or
+/// on the worker's io_uring when the thread has one (`io::uring`).
 #[derive(Debug)]
-pub(crate) struct Socket {
+pub(crate) enum Socket {
+    /// Readiness from epoll, and a system call per read and write.
+    Epoll(Epoll),
+    /// Reads and writes as operations on the worker's ring.
+    Uring(uring::Sock),
+}
+
+/// A socket on the tokio reactor.
+#[derive(Debug)]
+pub(crate) struct Epoll {
     fd: AsyncFd<OwnedFd>,
     /// No write has gone short or blocked yet: writes skip the readiness check. One writer
     /// at a time (see [`read_ready`](Self::read_ready)), so `Relaxed` is enough.
@@ -38,9 +48,172 @@ pub(crate) struct Socket {
 }
 
 impl Socket {
-    /// Registers an accepted socket with the current runtime's reactor.
+    /// Puts an accepted socket on this thread's ring if it has one, else on the current
+    /// runtime's reactor.
     pub(crate) fn new(fd: OwnedFd) -> io::Result<Socket> {
-        Ok(Socket { fd: sys::register(fd, Interest::READABLE | Interest::WRITABLE)?, eager: AtomicBool::new(true) })
+        if uring::active() {
+            return Ok(Socket::Uring(uring::Sock::new(fd)?));
+        }
+        Ok(Socket::Epoll(Epoll::new(fd)?))
+    }
+
+    #[inline]
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Socket::Epoll(s) => s.fd(),
+            Socket::Uring(s) => s.fd(),
+        }
+    }
+
+    /// Leaves the reactor or ring (for a parked connection): the descriptor, still open.
+    pub(crate) fn into_fd(self) -> OwnedFd {
+        match self {
+            Socket::Epoll(s) => s.into_fd(),
+            Socket::Uring(s) => s.into_fd(),
+        }
+    }
+
+    /// Tries one read without waiting; `Ok(None)` means it would block (on a ring: nothing
+    /// is queued).
+    pub(crate) fn try_read(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+        match self {
+            Socket::Epoll(s) => s.try_read(buf),
+            Socket::Uring(s) => s.try_read(buf),
+        }
+    }
+
+    /// One read without waiting, if the socket may be readable: see
+    /// [`Epoll::try_read_ready`].
+    #[inline]
+    pub(crate) fn try_read_ready(&self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+        match self {
+            Socket::Epoll(s) => s.try_read_ready(buf),
+            Socket::Uring(s) => s.try_read(buf),
+        }
+    }
+
+    /// Reads into the spare capacity of `buf` (which must have some). `Ok(0)` is end of
+    /// stream.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: bytes are only appended to `buf` by a completed read.
+    pub(crate) async fn read(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        self.read_when_ready(buf, |_| {}).await
+    }
+
+    /// Waits for readability, calls `fill` once (to give `buf` its room), then reads.
+    #[inline]
+    pub(crate) async fn read_when_ready(
+        &self,
+        buf: &mut BytesMut,
+        fill: impl FnOnce(&mut BytesMut),
+    ) -> io::Result<usize> {
+        match self {
+            Socket::Epoll(s) => s.read_when_ready(buf, fill).await,
+            Socket::Uring(s) => Ok(s.read_unless_parked(buf, fill, |_| false).await?.unwrap_or(0)),
+        }
+    }
+
+    /// An idle connection's read: as [`read_when_ready`](Self::read_when_ready), unless the
+    /// timeout manager asks the connection to park first (`Ok(None)`: nothing was read and
+    /// `fill` was not called).
+    #[inline]
+    pub(crate) async fn idle_read(
+        &self,
+        buf: &mut BytesMut,
+        fill: impl FnOnce(&mut BytesMut),
+        timer: &Timer,
+    ) -> io::Result<Option<usize>> {
+        match self {
+            Socket::Epoll(s) => s.idle_read(buf, fill, timer).await,
+            Socket::Uring(s) => s.read_unless_parked(buf, fill, |cx| timer.park_requested(cx)).await,
+        }
+    }
+
+    /// Waits until the socket is readable (`Ok(true)`) or, with an idle connection's
+    /// `timer`, the timeout manager asks the connection to park (`Ok(false)`), without
+    /// reading.
+    #[cfg(feature = "tls")]
+    pub(crate) async fn ready_unless_parked(&self, timer: Option<&Timer>) -> io::Result<bool> {
+        match self {
+            Socket::Epoll(s) => s.ready_unless_parked(timer).await,
+            Socket::Uring(s) => s.wait_queued(0, |cx| timer.is_some_and(|t| t.park_requested(cx))).await,
+        }
+    }
+
+    /// Peeks at the bytes queued on the socket (they stay queued), waiting until more than
+    /// `have` are there, `buf` is full, or the peer closed (`Ok(0)`). For the PROXY
+    /// protocol header, which must be taken to its last byte and not one byte more.
+    pub(crate) async fn peek_more(&self, buf: &mut [u8], have: usize) -> io::Result<usize> {
+        match self {
+            Socket::Epoll(s) => s.peek_more(buf, have).await,
+            Socket::Uring(s) => s.peek_more(buf, have).await,
+        }
+    }
+
+    /// Takes `n` bytes that [`peek_more`](Self::peek_more) showed are queued.
+    pub(crate) fn discard_queued(&self, n: usize) -> io::Result<()> {
+        match self {
+            Socket::Epoll(s) => s.discard_queued(n),
+            Socket::Uring(s) => s.discard_queued(n),
+        }
+    }
+
+    /// One write attempt without waiting: how many bytes the kernel took (0 if it would
+    /// block or was interrupted; always 0 on a ring, where writes are operations).
+    #[inline]
+    pub(crate) fn try_write(&self, data: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Epoll(s) => s.try_write(data),
+            Socket::Uring(_) => Ok(0),
+        }
+    }
+
+    /// Writes all of `data`.
+    pub(crate) async fn write_all(&self, data: &[u8]) -> io::Result<()> {
+        match self {
+            Socket::Epoll(s) => s.write_all(data).await,
+            Socket::Uring(s) => s.send_all(&[data], false).await,
+        }
+    }
+
+    /// Writes all of the slices (one `writev`, or one send operation, per batch).
+    pub(crate) async fn write_all_vectored(&self, bufs: &mut [&[u8]]) -> io::Result<()> {
+        match self {
+            Socket::Epoll(s) => s.write_all_vectored(bufs).await,
+            Socket::Uring(s) => s.send_all(bufs, false).await,
+        }
+    }
+
+    /// Sends `header` (with `MSG_MORE`) then `len` bytes of `file` from `offset` with
+    /// `sendfile`. `on_progress` runs after each call that moved bytes (to tickle a timer).
+    ///
+    /// # Errors
+    /// Socket errors, file read errors, or `UnexpectedEof` if the file shrank.
+    pub(crate) async fn send_file(
+        &self,
+        header: &[u8],
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        on_progress: &(dyn Fn() + Sync),
+    ) -> io::Result<()> {
+        match self {
+            Socket::Epoll(s) => s.send_file(header, file, offset, len, on_progress).await,
+            Socket::Uring(s) => s.send_file(header, file, offset, len, on_progress).await,
+        }
+    }
+
+    /// Half-closes the write side (FIN), keeping the read side open.
+    pub(crate) fn shutdown_write(&self) {
+        sys::shutdown_write(self.fd());
+    }
+}
+
+impl Epoll {
+    /// Registers an accepted socket with the current runtime's reactor.
+    pub(crate) fn new(fd: OwnedFd) -> io::Result<Epoll> {
+        Ok(Epoll { fd: sys::register(fd, Interest::READABLE | Interest::WRITABLE)?, eager: AtomicBool::new(true) })
     }
 
     #[inline]
@@ -116,15 +289,6 @@ impl Socket {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    /// Reads into the spare capacity of `buf` (which must have some). `Ok(0)` is end of
-    /// stream.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: bytes are only appended to `buf` by a completed `read`.
-    pub(crate) async fn read(&self, buf: &mut BytesMut) -> io::Result<usize> {
-        self.read_when_ready(buf, |_| {}).await
     }
 
     /// Waits for readability, calls `fill` once (to give `buf` its room), then reads as
@@ -348,11 +512,6 @@ impl Socket {
         }
         Ok(())
     }
-
-    /// Half-closes the write side (FIN), keeping the read side open.
-    pub(crate) fn shutdown_write(&self) {
-        sys::shutdown_write(self.fd());
-    }
 }
 
 #[cfg(test)]
@@ -374,6 +533,7 @@ mod tests {
         let (ours, mut theirs) = UnixStream::pair().unwrap();
         ours.set_nonblocking(true).unwrap();
         let sock = Socket::new(ours.into()).unwrap();
+        let Socket::Epoll(epoll) = &sock else { panic!("no ring on this thread") };
         let mut cx = Context::from_waker(Waker::noop());
         assert!(matches!(pin!(sock.write_all(b"first")).poll(&mut cx), Poll::Ready(Ok(()))));
         let mut got = [0u8; 5];
@@ -382,7 +542,7 @@ mod tests {
         // Fill the send buffer: the write goes short, and the socket stops being eager.
         let big = vec![0u8; 8 << 20];
         assert!(pin!(sock.write_all(&big)).poll(&mut cx).is_pending());
-        assert!(!sock.eager.load(std::sync::atomic::Ordering::Relaxed));
+        assert!(!epoll.eager.load(std::sync::atomic::Ordering::Relaxed));
     }
 
     /// An idle wait that finds the reactor's readiness stale (a `try_read` took the bytes
@@ -404,9 +564,10 @@ mod tests {
             let (ours, mut theirs) = UnixStream::pair().unwrap();
             ours.set_nonblocking(true).unwrap();
             let sock = Socket::new(ours.into()).unwrap();
+            let Socket::Epoll(epoll) = &sock else { panic!("no ring on this thread") };
             theirs.write_all(b"GET").unwrap();
             // The reactor reports the bytes (the guard goes without clearing it)...
-            drop(sock.read_ready().await.unwrap());
+            drop(epoll.read_ready().await.unwrap());
             // ...which a read past the reactor takes: the readiness is now stale.
             let mut buf = BytesMut::with_capacity(64);
             assert_eq!(sock.try_read(&mut buf).unwrap(), Some(3));

@@ -299,6 +299,20 @@ pub(crate) fn drop_clean_pages(addr: usize, len: usize) -> io::Result<()> {
     cvt(unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) } as libc::ssize_t).map(drop)
 }
 
+/// A new non-blocking, close-on-exec eventfd (counter 0).
+///
+/// # Errors
+/// `eventfd` failed.
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: `eventfd` takes no pointers; a non-negative result is a new descriptor we own.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by `eventfd` and is owned by nothing else.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
 /// Registers an owned descriptor with the current runtime's reactor.
 ///
 /// # Errors

@@ -196,6 +196,20 @@ pub struct ServerHandle {
     /// A duplicate of every listening socket (with its `bind*` index), for
     /// [`ServerHandle::listener_fds`]; dropped by `drain` and `shutdown`.
     listeners: std::sync::Mutex<Vec<(OwnedFd, usize)>>,
+    io: IoInUse,
+}
+
+/// The I/O model a server's workers run on ([`ServerHandle::io`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IoInUse {
+    /// epoll, as asked ([`Io::Epoll`](crate::Io::Epoll)).
+    Epoll,
+    /// io_uring on every worker.
+    Uring,
+    /// io_uring was asked for (`Uring` or `Auto`) and could not be had (the reason: the
+    /// kernel's error, or multi-threaded workers); the workers, or those that could not
+    /// make a ring, run on epoll.
+    EpollInstead(String),
 }
 
 impl Server {
@@ -448,11 +462,26 @@ impl Listening {
         let sockets: Vec<Vec<(OwnedFd, ListenOpts)>> =
             sockets.into_iter().map(|v| v.into_iter().map(|(fd, tls, _)| (fd, tls)).collect()).collect();
         let mut threads = Vec::new();
+        let asked = crate::settings::Io::from_env().unwrap_or(cfg.io);
+        let wants_uring = asked != crate::settings::Io::Epoll;
+        let mut io = IoInUse::Epoll;
         if per_core {
+            let (ring_tx, ring_rx) = std::sync::mpsc::channel();
+            let workers = sockets.len();
             for (w, socks) in sockets.into_iter().enumerate() {
                 let (app, cfg, group, per_ip) = (app.clone(), cfg.clone(), group.clone(), per_ip.clone());
+                let ring_tx = ring_tx.clone();
                 let t = std::thread::Builder::new().name(format!("selvedge-w{w}")).spawn(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+                    let mut rt = tokio::runtime::Builder::new_current_thread();
+                    if wants_uring {
+                        let ring = crate::io::uring::install();
+                        if ring.is_ok() {
+                            rt.on_thread_park(crate::io::uring::before_park);
+                        }
+                        let _ = ring_tx.send(ring.map_err(|e| e.to_string()));
+                    }
+                    drop(ring_tx);
+                    let rt = rt.enable_all().build();
                     match rt {
                         Ok(rt) => rt.block_on(worker(socks, app, cfg, group, per_ip)),
                         Err(e) => tracing::error!("worker {w}: cannot start its runtime: {e}"),
@@ -460,7 +489,20 @@ impl Listening {
                 })?;
                 threads.push(t);
             }
+            drop(ring_tx);
+            if wants_uring {
+                // Each worker says whether its ring is up before it serves anything.
+                let rings: Vec<Result<(), String>> = ring_rx.iter().take(workers).collect();
+                io = match rings.into_iter().find_map(Result::err) {
+                    None if workers > 0 => IoInUse::Uring,
+                    None => IoInUse::Epoll,
+                    Some(why) => IoInUse::EpollInstead(why),
+                };
+            }
         } else {
+            if wants_uring {
+                io = IoInUse::EpollInstead("io_uring needs per-core workers".into());
+            }
             let mut sockets = sockets;
             let socks = sockets.pop().unwrap_or_default();
             let group = group.clone();
@@ -470,11 +512,17 @@ impl Listening {
             })?;
             threads.push(t);
         }
-        Ok(ServerHandle { group, threads, bound, listeners: std::sync::Mutex::new(listeners) })
+        Ok(ServerHandle { group, threads, bound, listeners: std::sync::Mutex::new(listeners), io })
     }
 }
 
 impl ServerHandle {
+    /// The I/O model the workers run on: what [`Settings::io`](crate::Settings::io) asked
+    /// for, or epoll and the reason io_uring could not be had.
+    pub fn io(&self) -> &IoInUse {
+        &self.io
+    }
+
     /// Duplicates of every listening socket, each with the index of the `bind*` call that
     /// made it (several per index for per-core TCP listeners), to hand to another process
     /// (binary upgrade). Empty once [`ServerHandle::drain`] or `shutdown` has run.
@@ -590,6 +638,9 @@ async fn worker<A: App>(
     group: Arc<Group>,
     per_ip: Option<Arc<PerIp>>,
 ) {
+    if crate::io::uring::active() {
+        tokio::spawn(crate::io::uring::reap_forever());
+    }
     for (s, tls) in socks {
         #[cfg(feature = "http3")]
         match &tls.quic {

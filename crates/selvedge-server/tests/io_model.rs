@@ -1,0 +1,209 @@
+//! `[server] io`: the binary on io_uring serves pages, pipelined requests, large files to a
+//! slow reader and HTTP/2; refused io_uring (a seccomp filter, as containers have) falls
+//! back to epoll and says so. The rest of the suite runs under either model with
+//! `SELVEDGE_IO` (scripts/test runs it under both).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{connect, Srv, TempDir};
+
+/// A site (a page and an 8 MiB file) and its configuration; `io`: the `[server] io` line.
+fn config(d: &TempDir, io: &str) -> std::path::PathBuf {
+    d.write("site/index.html", "hello from the ring\n");
+    let big: Vec<u8> = (0..8u32 << 20).map(|i| (i * 7 + i / 251) as u8).collect();
+    std::fs::write(d.0.join("site/big.bin"), &big).unwrap();
+    d.write(
+        "selvedge.toml",
+        format!(
+            "[server]\nworkers = 2\n{io}\n[[listen]]\nport = 0\n[log]\nlevel = \"debug\"\n\
+             [[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"{}\"\n",
+            d.0.join("site").display()
+        ),
+    )
+}
+
+fn cmd(cfg: &std::path::Path) -> Command {
+    let mut c = Command::new(common::bin());
+    common::clean_env(&mut c);
+    c.env_remove("SELVEDGE_IO");
+    c.args(["--config", cfg.to_str().unwrap()]);
+    c
+}
+
+/// Whether this kernel lets a process make an io_uring (`kernel.io_uring_disabled` 0).
+fn uring_allowed() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").map_or(true, |s| s.trim() == "0")
+}
+
+/// Makes `io_uring_setup` fail with `EPERM` in the process about to exec, as Docker's
+/// default seccomp profile does.
+fn refuse_io_uring() -> std::io::Result<()> {
+    const IO_URING_SETUP: u32 = 425; // x86_64 and aarch64 alike
+    let filter = [
+        // A = seccomp_data.nr
+        libc::sock_filter { code: 0x20, jt: 0, jf: 0, k: 0 },
+        // A == io_uring_setup ? next : skip one
+        libc::sock_filter { code: 0x15, jt: 0, jf: 1, k: IO_URING_SETUP },
+        libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x0005_0000 | libc::EPERM as u32 },
+        libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x7fff_0000 },
+    ];
+    let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr().cast_mut() };
+    // SAFETY: prctl with integer arguments, and a pointer to a filter program that lives
+    // through the call (the kernel copies it).
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const libc::sock_fprog) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn read_response(s: &mut std::net::TcpStream, body_len: usize) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            if buf.len() >= end + 4 + body_len {
+                let rest = buf.split_off(end + 4 + body_len);
+                assert!(rest.is_empty(), "bytes past the response");
+                return buf;
+            }
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed mid-response: {:?}", String::from_utf8_lossy(&buf[..buf.len().min(200)]));
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[test]
+fn on_io_uring_pages_pipelines_big_files_to_slow_readers_and_http2_are_served() {
+    if !uring_allowed() {
+        eprintln!("SKIPPED: kernel.io_uring_disabled is set on this machine");
+        return;
+    }
+    let d = TempDir::new("io-uring");
+    let srv = Srv::spawn(cmd(&config(&d, "io = \"uring\"")));
+    assert!(srv.said("I/O on io_uring"), "{:?}", srv.stderr.lock().unwrap());
+
+    // Three requests in one write, on one connection: three answers, in order.
+    let mut s = connect(srv.addr);
+    s.write_all(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\nGET /index.html HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    for want in ["200", "404", "200"] {
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(s.read(&mut b).unwrap(), 1);
+            head.push(b[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        assert!(head.starts_with(&format!("HTTP/1.1 {want}")), "{head}");
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+            .unwrap();
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).unwrap();
+    }
+    // Many keep-alive requests on it, one at a time.
+    for _ in 0..200 {
+        s.write_all(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let r = read_response(&mut s, 20);
+        assert!(r.ends_with(b"hello from the ring\n"));
+    }
+
+    // An 8 MiB file to a reader that stops for a while: every byte, in order.
+    let want = std::fs::read(d.0.join("site/big.bin")).unwrap();
+    let mut slow = connect(srv.addr);
+    slow.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    slow.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut first = [0u8; 4096];
+    let n = slow.read(&mut first).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut got = first[..n].to_vec();
+    while got.len() < want.len() + 100 {
+        let mut chunk = [0u8; 65536];
+        let n = slow.read(&mut chunk).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&chunk[..n]);
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            if got.len() == end + 4 + want.len() {
+                assert!(got[end + 4..] == want[..], "the file's bytes");
+                break;
+            }
+        }
+    }
+    // The same connection goes on.
+    slow.write_all(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    assert!(read_response(&mut slow, 20).starts_with(b"HTTP/1.1 200"));
+
+    // A client that closes mid-answer and 300 connections at once leave nothing behind.
+    for _ in 0..20 {
+        let mut c = connect(srv.addr);
+        c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let _ = c.read(&mut [0u8; 100]);
+    }
+    let many: Vec<_> = (0..300).map(|_| connect(srv.addr)).collect();
+    for mut c in many {
+        c.write_all(b"GET /index.html HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = Vec::new();
+        c.read_to_end(&mut out).unwrap();
+        assert!(out.starts_with(b"HTTP/1.1 200"));
+    }
+    let fds = || std::fs::read_dir(format!("/proc/{}/fd", srv.pid())).unwrap().count();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fds() > 40 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(fds() <= 40, "{} descriptors open after the connections closed", fds());
+
+    // HTTP/2 with prior knowledge (curl), when curl is here.
+    if common::have("curl") {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "--http2-prior-knowledge",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_version} %{http_code} %{size_download}",
+            ])
+            .arg(format!("http://{}/big.bin", srv.addr))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("2 200 {}", want.len()));
+    }
+}
+
+#[test]
+fn refused_io_uring_falls_back_to_epoll_and_says_so() {
+    let d = TempDir::new("io-refused");
+    let mut c = cmd(&config(&d, "io = \"uring\""));
+    // SAFETY: the closure only makes system calls (prctl), as `pre_exec` requires.
+    unsafe { c.pre_exec(refuse_io_uring) };
+    let srv = Srv::spawn(c);
+    // Said right after the startup line.
+    common::eventually(5, "the fallback said", || srv.said("using epoll"));
+    let lines = srv.stderr.lock().unwrap().clone();
+    assert!(lines.iter().any(|l| l.contains("io_uring is not available") && l.contains("using epoll")), "{lines:?}");
+    assert!(!srv.said("I/O on io_uring"));
+    let r = srv.get("/index.html");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"hello from the ring\n");
+}
+
+#[test]
+fn epoll_is_the_default_and_says_nothing_of_io_uring() {
+    let d = TempDir::new("io-default");
+    let cfg = config(&d, "");
+    let srv = Srv::spawn(cmd(&cfg));
+    assert!(!srv.said("io_uring"), "{:?}", srv.stderr.lock().unwrap());
+    assert_eq!(srv.get("/index.html").status, 200);
+}
