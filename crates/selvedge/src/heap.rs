@@ -17,7 +17,8 @@
 //! returns whole free pages from the middle of every arena (`madvise(MADV_DONTNEED)`), not
 //! only the top. A page freed this way costs a page fault when it is used again. Steady
 //! load never triggers it (the count does not fall to a quarter of its peak), and each
-//! release resets the peak, so a release follows each burst once.
+//! release resets the peak, so a release follows each burst once, and once more when the
+//! connections it found still busy (up to a quarter of the burst) have gone quiet too.
 //!
 //! With an allocator other than glibc's (`#[global_allocator]`, musl), the call is skipped:
 //! those allocators return memory on their own schedules. Memory that others keep stays:
@@ -57,6 +58,9 @@ pub(crate) struct BurstWatch {
     peak: usize,
     /// Ticks in a row with the count at most a quarter of `peak`.
     quiet: u32,
+    /// The last release left some of its burst still busy (`peak` is then what was left):
+    /// once those too have gone quiet, one more release follows, however few they were.
+    rest: bool,
 }
 
 impl BurstWatch {
@@ -64,7 +68,8 @@ impl BurstWatch {
     /// size (0: never).
     pub(crate) fn tick(&mut self, busy: usize, after: usize) -> bool {
         self.peak = self.peak.max(busy);
-        if after == 0 || self.peak < after || busy > self.peak / 4 {
+        let burst = self.peak >= after || (self.rest && self.peak > 0);
+        if after == 0 || !burst || busy > self.peak / 4 {
             self.quiet = 0;
             return false;
         }
@@ -72,6 +77,9 @@ impl BurstWatch {
         if self.quiet < QUIET_TICKS {
             return false;
         }
+        // The memory of connections still busy now is freed after this release: when a
+        // quarter of the burst was left, they hold enough to be worth a second one.
+        self.rest = !self.rest && busy > 0;
         self.peak = busy;
         self.quiet = 0;
         true
@@ -126,6 +134,20 @@ mod tests {
         // Turned off.
         let mut w = BurstWatch::default();
         assert!(ticks(&mut w, &[10_000, 0, 0, 0, 0, 0, 0, 0], 0).is_empty());
+    }
+
+    /// The connections a release leaves busy (up to a quarter of the burst) free their
+    /// memory after it: one more release follows once they are quiet too, and no third.
+    #[test]
+    fn the_rest_of_a_burst_is_released_once_it_is_quiet_too() {
+        let mut w = BurstWatch::default();
+        let counts = [1500, 300, 300, 300, 300, 300, 120, 40, 10, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(ticks(&mut w, &counts, 256), vec![5, 11]);
+        assert!(ticks(&mut w, &[0; 20], 256).is_empty());
+        // A rest that stays busy (steady load after the burst) releases nothing more.
+        let mut w = BurstWatch::default();
+        let counts = [1000, 200, 200, 200, 200, 200, 200, 180, 220, 200, 190, 210];
+        assert_eq!(ticks(&mut w, &counts, 256), vec![5]);
     }
 
     #[test]
