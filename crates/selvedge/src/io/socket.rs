@@ -302,9 +302,7 @@ impl Epoll {
         Ok(self.read_unless_parked(buf, fill, None).await?.unwrap_or(0))
     }
 
-    /// An idle connection's read: as [`read_when_ready`](Self::read_when_ready), unless the
-    /// timeout manager asks the connection to park first (`Ok(None)`: nothing was read and
-    /// `fill` was not called).
+    /// [`Socket::idle_read`] on the reactor.
     #[inline]
     pub(crate) async fn idle_read(
         &self,
