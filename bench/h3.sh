@@ -14,8 +14,8 @@
 # The peer: Debian's `caddy` (2.6, HTTP/3 from quic-go; nginx 1.22 has no `quic`, h2o and
 # lighttpd are built without it) serves the same page from the same files with the same
 # certificate, one core (GOMAXPROCS=1, pinned to SERVER_CPU), no access log; it is measured
-# for the page over HTTP/2 and HTTP/3 in each round, interleaved with selvedge, and the
-# ratios selvedge / Caddy are printed. PEERS="" leaves it out.
+# for the page and the 10 MB file over HTTP/2 and HTTP/3 in each round, interleaved with
+# selvedge, and the ratios selvedge / Caddy (CPU per request, MB/s) are printed. PEERS="" leaves it out.
 #
 # Env: ROUNDS (3), PAGE_REQUESTS (200000), BIG_REQUESTS (20), LOAD_CONNS (50), LOAD_STREAMS (32),
 # SERVER_CPU (1), CLIENT_CPU (0), SELVEDGE_BUILD (1: cargo build --release first), PEERS (caddy).
@@ -124,7 +124,11 @@ for r in $(seq 1 "$ROUNDS"); do
         h2_ok caddy-h2-page
         measure caddy-h3-page "$PAGE_REQUESTS" "$LOAD" "127.0.0.1:$caddy_port" /index.html "$PAGE_REQUESTS" \
             "$LOAD_CONNS" "$LOAD_STREAMS" >>"$results"
-        lines=6
+        measure caddy-h2-big "$BIG_REQUESTS" h2load -t1 -c1 -m1 -n"$BIG_REQUESTS" \
+            "https://127.0.0.1:$caddy_port/big.bin" >>"$results"
+        h2_ok caddy-h2-big
+        measure caddy-h3-big "$BIG_REQUESTS" "$LOAD" "127.0.0.1:$caddy_port" /big.bin "$BIG_REQUESTS" 1 1 >>"$results"
+        lines=8
     fi
     log "round $r: $(tail -"$lines" "$results" | awk '{ printf "%s %s µs/req %ss; ", $1, $2, $3 }')"
 done
@@ -132,7 +136,7 @@ done
 med() { grep "^$1 " "$results" | awk -v f="$2" '{ print $f }' | median; }
 printf '\n%-10s %14s %12s %10s\n' "load" "server µs/req" "requests/s" "MB/s"
 names="h2-page h3-page h2-big h3-big"
-[[ -n $caddy_port ]] && names="$names caddy-h2-page caddy-h3-page"
+[[ -n $caddy_port ]] && names="$names caddy-h2-page caddy-h3-page caddy-h2-big caddy-h3-big"
 for name in $names; do
     n=$PAGE_REQUESTS
     [[ $name == *big ]] && n=$BIG_REQUESTS
@@ -148,6 +152,13 @@ if [[ -n $caddy_port ]]; then
         paste <(grep "^$1 " "$results" | awk '{ print $2 }') <(grep "^caddy-$1 " "$results" | awk '{ print $2 }') |
             awk '{ print $1 / $2 }' | median
     }
-    printf 'selvedge / Caddy server CPU per request (same round, median): HTTP/3 page %.2f, HTTP/2 page %.2f\n' \
-        "$(ratio h3-page)" "$(ratio h2-page)"
+    # The 10 MB file one at a time: MB/s, selvedge over Caddy (above 1: selvedge is faster).
+    speed() {
+        paste <(grep "^$1 " "$results" | awk '{ print $3 }') <(grep "^caddy-$1 " "$results" | awk '{ print $3 }') |
+            awk '{ print $2 / $1 }' | median
+    }
+    printf 'selvedge / Caddy server CPU per request (same round, median): HTTP/3 page %.2f, HTTP/2 page %.2f; 10 MB file %.2f (HTTP/3), %.2f (HTTP/2)\n' \
+        "$(ratio h3-page)" "$(ratio h2-page)" "$(ratio h3-big)" "$(ratio h2-big)"
+    printf 'selvedge / Caddy MB/s for the 10 MB file (same round, median; the goal: >= 1): HTTP/3 %.2f, HTTP/2 %.2f\n' \
+        "$(speed h3-big)" "$(speed h2-big)"
 fi

@@ -322,6 +322,14 @@ srv_floor-h1-uring() {
     SRV_CMD=("$dir/h1-floor-uring" "$EXPECT_FILE")
 }
 
+# floor-h1-uring-sqpoll / -files / -zc: the same floor with one more ring feature
+# (FLOOR_URING in bench/floor/h1_uring.c): a submission-polling kernel thread, registered
+# files from a direct accept, zero-copy sends from a registered buffer. What each is worth
+# to the engine, measured before it is built in.
+srv_floor-h1-uring-sqpoll() { srv_floor-h1-uring "$@" && SRV_ENV+=(FLOOR_URING=sqpoll); }
+srv_floor-h1-uring-files() { srv_floor-h1-uring "$@" && SRV_ENV+=(FLOOR_URING=fixed-files); }
+srv_floor-h1-uring-zc() { srv_floor-h1-uring "$@" && SRV_ENV+=(FLOOR_URING=fixed-buf); }
+
 srv_lighttpd() {
     local dir=$1 port=$2
     have lighttpd || return 1
@@ -520,6 +528,7 @@ server_version() {
         selvedge-floor) echo "selvedge-floor (the C floor of bench/floor/, by its older name)" ;;
         floor-h1) echo "floor-h1 (bench/floor/h1.c: an epoll loop, no HTTP parsing)" ;;
         floor-h1-uring) echo "floor-h1-uring (bench/floor/h1_uring.c: an io_uring loop, no HTTP parsing)" ;;
+        floor-h1-uring-*) echo "$1 (bench/floor/h1_uring.c with FLOOR_URING=$(case $1 in *sqpoll) echo sqpoll ;; *files) echo fixed-files ;; *) echo fixed-buf ;; esac))" ;;
         caddy) echo "caddy $(pkg_version caddy || true)" ;;
         nginx) echo "nginx $(pkg_version nginx || true)$(pkg_version nginx-core || true)" ;;
         *) echo "$1 $(pkg_version "$1" || true)" ;;
@@ -611,7 +620,9 @@ WARMUP=${WARMUP:-2s}
 load_wrk() {
     local mode=$1 port=$2 out=$3 dur=$DURATION
     [[ $mode == warm ]] && dur=$WARMUP
-    run_client "$out" wrk -t"$THREADS" -c"$CONNS" -d"$dur" "http://127.0.0.1:$port$REQ_PATH"
+    # WRK_HEADER: one more request field ("Connection: close": a new connection per
+    # request, which measures accepting and closing).
+    run_client "$out" wrk -t"$THREADS" -c"$CONNS" -d"$dur" ${WRK_HEADER:+-H "$WRK_HEADER"} "http://127.0.0.1:$port$REQ_PATH"
 }
 
 # wrk: "  123456 requests in 10.00s, 85.00MB read", "Requests/sec: 12345.67",

@@ -4,7 +4,7 @@
 # pinned to one core: the 612-byte index.html and a 10 MB file, with access logging off
 # and then (LOGGING=both, the default) on, to price the log.
 # See bench/README.md. Env: SERVERS ROUNDS CONNS DURATION BIG_CONNS BIG_DURATION WARMUP
-# CASES ("small big") LOGGING (off|on|both) SELVEDGE_BIN SELVEDGE_NOTSENT_LOWAT SELVEDGE_ADMIN (1: metrics on)
+# CASES ("small big") LOGGING (off|on|both) WRK_HEADER SELVEDGE_BIN SELVEDGE_NOTSENT_LOWAT SELVEDGE_ADMIN (1: metrics on)
 # SELVEDGE_LOG_FORMAT (combined|json|template) SERVER_CPU CLIENT_CPU
 # KEEP_TMP; SERVERS may add selvedge-features (route features configured, not matching),
 # selvedge-matchers (matchers and header_up configured, not matching),

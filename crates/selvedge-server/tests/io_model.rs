@@ -1,5 +1,6 @@
 //! `[server] io`: the binary on io_uring serves pages, pipelined requests, large files to a
-//! slow reader and HTTP/2; refused io_uring (a seccomp filter, as containers have) falls
+//! slow reader and HTTP/2, and takes connections with a multishot accept that holds the
+//! connection limits; refused io_uring (a seccomp filter, as containers have) falls
 //! back to epoll and says so. The rest of the suite runs under either model with
 //! `SELVEDGE_IO` (scripts/test runs it under both).
 
@@ -187,6 +188,95 @@ fn on_io_uring_pages_pipelines_big_files_to_slow_readers_and_http2_are_served() 
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), format!("2 200 {}", want.len()));
     }
+}
+
+/// The listener's multishot accept on io_uring: over `max_connections` a connection waits
+/// in the backlog, unanswered, and is served once one closes; `max_connections_per_ip`
+/// sees the peer `getpeername` gave; a burst of short connections is all served and leaves
+/// no descriptor behind; a stop with connections waiting ends at once.
+#[test]
+fn on_io_uring_the_multishot_accept_holds_the_connection_limits() {
+    if !uring_allowed() {
+        eprintln!("SKIPPED: io_uring is refused here");
+        return;
+    }
+    let d = TempDir::new("io-accept");
+    config(&d, "");
+    let cfg = d.write(
+        "limits.toml",
+        format!(
+            "[server]\nworkers = 1\nio = \"uring\"\nmax_connections_per_ip = 3\n[limits]\nmax_connections = 4\n\
+             [[listen]]\nport = 0\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"{}\"\n",
+            d.0.join("site").display()
+        ),
+    );
+    let srv = Srv::spawn(cmd(&cfg));
+    assert!(srv.said("I/O on io_uring"), "{:?}", srv.stderr.lock().unwrap());
+    let ask = |s: &mut std::net::TcpStream| {
+        s.write_all(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        read_response(s, 20)
+    };
+
+    // Three from 127.0.0.1 are served; a fourth from the same address is closed at accept.
+    let mut held: Vec<_> = (0..3).map(|_| connect(srv.addr)).collect();
+    for s in &mut held {
+        assert!(ask(s).starts_with(b"HTTP/1.1 200"));
+    }
+    let mut over_ip = connect(srv.addr);
+    over_ip.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = over_ip.write_all(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut b = [0u8; 64];
+    let r = over_ip.read(&mut b);
+    assert!(matches!(r, Ok(0)) || r.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset), "{r:?}");
+
+    // From 127.0.0.2 (its own per-address count): the fourth connection fills the server;
+    // a fifth waits unanswered until one of the first closes.
+    let from2 = || {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.bind(&"127.0.0.2:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+        s.connect(&srv.addr.into()).unwrap();
+        std::net::TcpStream::from(s)
+    };
+    let mut fourth = from2();
+    assert!(ask(&mut fourth).starts_with(b"HTTP/1.1 200"));
+    let mut fifth = from2();
+    fifth.write_all(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    fifth.set_read_timeout(Some(Duration::from_millis(700))).unwrap();
+    assert!(fifth.read(&mut b).is_err(), "a connection over max_connections was served");
+    drop(held.pop());
+    fifth.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !got.ends_with(b"hello from the ring\n") {
+        let n = fifth.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed before its answer");
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+    drop((held, fourth, fifth, over_ip));
+
+    // 500 short connections, in rounds of three (the per-address limit): all served.
+    for _ in 0..500 / 3 {
+        let conns: Vec<_> = (0..3).map(|_| connect(srv.addr)).collect();
+        for mut c in conns {
+            c.write_all(b"GET /index.html HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").unwrap();
+            let mut out = Vec::new();
+            c.read_to_end(&mut out).unwrap();
+            assert!(out.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&out));
+        }
+    }
+    let fds = || std::fs::read_dir(format!("/proc/{}/fd", srv.pid())).unwrap().count();
+    let base = fds();
+    common::eventually(10, "the connections' descriptors closed", || fds() <= 30);
+
+    // Connections waiting in the backlog do not hold up a stop.
+    let waiting: Vec<_> = (0..6).map(|_| from2()).collect();
+    let mut srv = srv;
+    let t = Instant::now();
+    srv.signal("TERM");
+    assert_eq!(srv.wait_exit(10), Some(0));
+    assert!(t.elapsed() < Duration::from_secs(5), "stop took {:?} (descriptors before: {base})", t.elapsed());
+    drop(waiting);
 }
 
 #[test]

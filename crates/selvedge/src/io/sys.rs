@@ -67,6 +67,24 @@ pub fn accept(listener: BorrowedFd<'_>) -> io::Result<(OwnedFd, PeerAddr)> {
     Ok((owned, peer_from_storage(&storage)))
 }
 
+/// The peer of connected socket `fd` (`getpeername`): for connections accepted without
+/// their address (a multishot accept on io_uring).
+///
+/// # Errors
+/// The kernel's (`ENOTCONN`: the peer is already gone).
+pub fn peer_of(fd: BorrowedFd<'_>) -> io::Result<PeerAddr> {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `storage` and `len` are valid for writes and sized as the kernel expects.
+    let r =
+        unsafe { libc::getpeername(fd.as_raw_fd(), (&mut storage as *mut libc::sockaddr_storage).cast(), &mut len) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(peer_from_storage(&storage))
+}
+
 fn peer_from_storage(storage: &libc::sockaddr_storage) -> PeerAddr {
     match storage.ss_family as libc::c_int {
         libc::AF_INET => {

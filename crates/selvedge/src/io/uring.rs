@@ -15,6 +15,12 @@
 //!   in order; a cancelled write's operation keeps its buffer until it completes.
 //! - **Everything else** (peeking at a PROXY header or a ClientHello, `sendfile`) is the
 //!   usual non-blocking system call, waited for with a poll operation on the ring.
+//! - **Listeners** take their connections with one multishot accept ([`Acceptor`]): each
+//!   new connection is a completion, with no readiness event and no `accept4` of its own.
+//!   Once [`ACCEPT_QUEUE`] accepted connections wait for the accept loop, the accept is
+//!   cancelled (and while the server is at its connection limit), so the listen backlog
+//!   holds the rest: a listener holds at most `ACCEPT_QUEUE` plus one backlog's worth
+//!   (what one completion run can take) of accepted connections.
 //!
 //! The submissions of a loop turn, across all of the worker's connections, go to the kernel
 //! in one `io_uring_enter` when the runtime is about to park ([`before_park`], from tokio's
@@ -59,6 +65,10 @@ const GROUP: u16 = 0;
 const EAGER_SUBMIT: usize = 128;
 /// Free send buffers kept per worker.
 const SPARE_SENDS: usize = 32;
+/// Accepted connections a listener's [`Acceptor`] holds for its accept loop before it
+/// stops accepting (plus those of the completion run that reached it: at most the listen
+/// backlog).
+pub const ACCEPT_QUEUE: usize = 64;
 
 const IORING_ENTER_GETEVENTS: u32 = 1;
 
@@ -66,6 +76,7 @@ const RX: u64 = 1;
 const TX: u64 = 2;
 const POLL: u64 = 3;
 const CANCEL: u64 = 4;
+const ACCEPT: u64 = 5;
 
 /// Ring ids, so a socket knows which thread's ring it belongs to.
 static NEXT_RING: AtomicU64 = AtomicU64::new(1);
@@ -84,6 +95,8 @@ struct Ring {
     bufs: BufRing,
     slots: Vec<Slot>,
     free: Vec<u32>,
+    /// Listeners' multishot accepts; a released one is reused.
+    accepts: Vec<AcceptSlot>,
     spare_sends: Vec<Vec<u8>>,
     /// Wakers to call once the ring is no longer borrowed.
     wake: Vec<Waker>,
@@ -124,6 +137,24 @@ impl Slot {
     fn busy(&self) -> bool {
         self.rx || self.tx.is_some() || self.poll
     }
+}
+
+/// One listener's multishot accept on the ring.
+#[derive(Default)]
+struct AcceptSlot {
+    gen: u32,
+    fd: RawFd,
+    /// Its `Acceptor` exists.
+    live: bool,
+    /// The multishot accept is out (until its last completion).
+    armed: bool,
+    /// Its cancellation was asked for.
+    cancel: bool,
+    /// Accepted, not yet taken (at most `ACCEPT_QUEUE`).
+    ready: std::collections::VecDeque<OwnedFd>,
+    /// The error that ended the last accept, reported once.
+    error: Option<i32>,
+    waker: Option<Waker>,
 }
 
 /// The provided-buffer ring: `BUFS` entries the kernel takes receive buffers from.
@@ -229,6 +260,7 @@ impl Ring {
             bufs,
             slots: Vec::new(),
             free: Vec::new(),
+            accepts: Vec::new(),
             spare_sends: Vec::new(),
             wake: Vec::new(),
             cq: Vec::new(),
@@ -291,9 +323,60 @@ impl Ring {
     }
 
     fn cancel(&mut self, i: u32, kind: u64) {
-        let s = &self.slots[i as usize];
-        let e = opcode::AsyncCancel::new(user_data(i, s.gen, kind)).build().user_data(user_data(i, s.gen, CANCEL));
+        let gen = if kind == ACCEPT { self.accepts[i as usize].gen } else { self.slots[i as usize].gen };
+        let e = opcode::AsyncCancel::new(user_data(i, gen, kind)).build().user_data(user_data(i, gen, CANCEL));
         self.push(&e);
+    }
+
+    fn arm_accept(&mut self, i: u32) {
+        let a = &mut self.accepts[i as usize];
+        a.armed = true;
+        a.cancel = false;
+        let e = opcode::AcceptMulti::new(types::Fd(a.fd))
+            .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+            .build()
+            .user_data(user_data(i, a.gen, ACCEPT));
+        self.push(&e);
+    }
+
+    /// Stops listener `i`'s accept, if it is out and not being stopped already.
+    fn stop_accept(&mut self, i: u32) {
+        let a = &mut self.accepts[i as usize];
+        if a.armed && !a.cancel {
+            a.cancel = true;
+            self.cancel(i, ACCEPT);
+        }
+    }
+
+    /// A completion of listener `i`'s accept.
+    fn accepted(&mut self, i: u32, res: i32, flags: u32) {
+        let a = &mut self.accepts[i as usize];
+        if !cqueue::more(flags) {
+            a.armed = false;
+            a.cancel = false;
+        }
+        if res >= 0 {
+            // SAFETY: an accept's result is a new descriptor that nothing else owns.
+            let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(res) };
+            if a.live {
+                a.ready.push_back(fd);
+            }
+        } else if res != -libc::ECANCELED && a.live {
+            a.error = Some(-res);
+        }
+        if let Some(w) = a.waker.take() {
+            self.wake.push(w);
+        }
+        let (live, armed, full) = (a.live, a.armed, a.ready.len() >= ACCEPT_QUEUE);
+        if !live && !armed {
+            let a = &mut self.accepts[i as usize];
+            a.gen = a.gen.wrapping_add(1);
+            a.ready.clear();
+            a.error = None;
+            a.waker = None;
+        } else if full {
+            self.stop_accept(i);
+        }
     }
 
     /// Handles every completion there is; wakers are collected in `self.wake`.
@@ -307,6 +390,10 @@ impl Ring {
             let kind = ud & 0xff;
             let i = (ud >> 32) as u32;
             if kind == CANCEL {
+                continue;
+            }
+            if kind == ACCEPT {
+                self.accepted(i, res, flags);
                 continue;
             }
             if let Some(bid) = cqueue::buffer_select(flags) {
@@ -813,6 +900,85 @@ impl Drop for Sock {
     }
 }
 
+/// A listener's connections, taken by a multishot accept on this thread's ring. The
+/// listener must outlive it.
+#[derive(Debug)]
+pub(crate) struct Acceptor {
+    ring: u64,
+    slot: u32,
+}
+
+impl Acceptor {
+    /// Puts `listener` (non-blocking) on this thread's ring ([`active`] must be true).
+    pub(crate) fn new(listener: BorrowedFd<'_>) -> io::Result<Acceptor> {
+        RING.with(|cell| {
+            let mut guard = cell.borrow_mut();
+            let ring = guard.as_mut().ok_or_else(|| io::Error::other("no io_uring on this thread"))?;
+            let slot = match ring.accepts.iter().position(|a| !a.live && !a.armed) {
+                Some(i) => i,
+                None => {
+                    ring.accepts.push(AcceptSlot::default());
+                    ring.accepts.len() - 1
+                }
+            };
+            let a = &mut ring.accepts[slot];
+            a.fd = listener.as_raw_fd();
+            a.live = true;
+            Ok(Acceptor { ring: ring.id, slot: slot as u32 })
+        })
+    }
+
+    /// The next accepted connection (non-blocking, close-on-exec), or the error that ended
+    /// the accept (the next call starts it again).
+    pub(crate) fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
+        let slot = self.slot;
+        let r = with_ring(self.ring, |ring| {
+            let a = &mut ring.accepts[slot as usize];
+            if let Some(fd) = a.ready.pop_front() {
+                return Poll::Ready(Ok(fd));
+            }
+            if let Some(e) = a.error.take() {
+                return Poll::Ready(Err(io::Error::from_raw_os_error(e)));
+            }
+            a.waker = Some(cx.waker().clone());
+            // (A stopped accept's last completion wakes this again to start a new one.)
+            if !a.armed {
+                ring.arm_accept(slot);
+            }
+            Poll::Pending
+        });
+        r.unwrap_or_else(|e| Poll::Ready(Err(e)))
+    }
+
+    /// Stops accepting until the next [`poll_accept`](Self::poll_accept) (the server is at
+    /// its connection limit): connections wait in the listen backlog meanwhile.
+    pub(crate) fn pause(&self) {
+        let slot = self.slot;
+        let _ = with_ring(self.ring, |ring| ring.stop_accept(slot));
+    }
+}
+
+impl Drop for Acceptor {
+    fn drop(&mut self) {
+        let slot = self.slot;
+        let _ = with_ring(self.ring, |ring| {
+            let a = &mut ring.accepts[slot as usize];
+            a.live = false;
+            // Connections accepted and not taken are closed.
+            a.ready.clear();
+            a.error = None;
+            a.waker = None;
+            if a.armed {
+                ring.stop_accept(slot);
+                // The cancel reaches the kernel before the listener can be closed.
+                let _ = ring.uring.submit();
+            } else {
+                a.gen = a.gen.wrapping_add(1);
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::future::Future;
@@ -825,7 +991,7 @@ mod tests {
 
     use bytes::BytesMut;
 
-    use super::{before_park, install, reap_forever, Sock, BUF_LEN, RING, SEND_MAX};
+    use super::{before_park, install, reap_forever, Acceptor, Sock, ACCEPT_QUEUE, BUF_LEN, RING, SEND_MAX};
 
     /// A single-threaded runtime on this thread's new ring, as a worker has; `None` (the
     /// test says it is skipped) where the kernel refuses io_uring.
@@ -1038,5 +1204,80 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(r, std::io::ErrorKind::Unsupported);
+    }
+
+    /// A listener's multishot accept: every connection arrives once, in a usable
+    /// (non-blocking) socket; once `ACCEPT_QUEUE` wait for a loop that takes none, the
+    /// accept stops and later connections stay in the backlog, all taken once the loop
+    /// goes on; a paused accept takes none; a dropped acceptor closes what it held.
+    #[test]
+    fn a_multishot_accept_takes_each_connection_once_and_holds_a_bounded_queue() {
+        use std::net::{TcpListener, TcpStream};
+        use std::os::fd::AsFd;
+
+        let Some(rt) = ring_runtime() else { return };
+        rt.block_on(async {
+            tokio::spawn(reap_forever());
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let addr = listener.local_addr().unwrap();
+            let acceptor = Acceptor::new(listener.as_fd()).unwrap();
+            let next = || std::future::poll_fn(|cx| acceptor.poll_accept(cx));
+            let ready = || RING.with(|c| c.borrow().as_ref().unwrap().accepts[acceptor.slot as usize].ready.len());
+
+            let mut client = TcpStream::connect(addr).unwrap();
+            let conn = tokio::time::timeout(Duration::from_secs(5), next()).await.expect("accepted").unwrap();
+            let sock = Sock::new(conn).unwrap();
+            client.write_all(b"ping").unwrap();
+            assert_eq!(read(&sock, 16).await, b"ping");
+            sock.send_all(&[b"pong"], false).await.unwrap();
+            let mut got = [0u8; 4];
+            client.read_exact(&mut got).unwrap();
+            assert_eq!(&got, b"pong");
+
+            // More than ACCEPT_QUEUE connections while the loop takes none: one completion
+            // run takes what the backlog (128 here) held, and the accept stops there; later
+            // connections stay in the backlog.
+            let first = ACCEPT_QUEUE + 16;
+            let mut clients: Vec<TcpStream> = (0..first).map(|_| TcpStream::connect(addr).unwrap()).collect();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let held = ready();
+            assert!((ACCEPT_QUEUE..=first).contains(&held), "{held} of {first} held");
+            clients.extend((0..32).map(|_| TcpStream::connect(addr).unwrap()));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_eq!(ready(), held, "the accept went on past ACCEPT_QUEUE");
+            let n = clients.len();
+            let mut taken = 0;
+            while taken < n {
+                let c = tokio::time::timeout(Duration::from_secs(5), next()).await;
+                c.unwrap_or_else(|_| panic!("only {taken} of {n} accepted")).unwrap();
+                taken += 1;
+            }
+
+            // Paused: a new connection stays in the backlog until the loop asks again.
+            acceptor.pause();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let late = TcpStream::connect(addr).unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(ready(), 0, "a paused accept takes nothing");
+            tokio::time::timeout(Duration::from_secs(5), next()).await.expect("accepted after the pause").unwrap();
+
+            // Dropped with a connection held: it is closed (the peer reads the end).
+            let mut last = TcpStream::connect(addr).unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(ready(), 1, "accepted, not taken");
+            drop(acceptor);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            last.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut end = [0u8; 1];
+            let r = last.read(&mut end);
+            let closed = match &r {
+                Ok(0) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+                Ok(_) => false,
+            };
+            assert!(closed, "a held connection was left open: {r:?}");
+            drop((clients, late, client, listener));
+        });
     }
 }

@@ -695,6 +695,14 @@ async fn accept_loop<A: App>(
         }
         Err(e) => return tracing::error!("listener: cannot make its parking lot: {e}"),
     };
+    let l = Door { opts, cfg, group, per_ip, lot };
+    if crate::io::uring::active() {
+        match crate::io::uring::Acceptor::new(listener.get_ref().as_fd()) {
+            Ok(acceptor) => return accept_ring(&acceptor, &l).await,
+            Err(e) => tracing::warn!("listener: accepting without io_uring: {e}"),
+        }
+    }
+    let group = &l.group;
     loop {
         group.wait_room().await;
         let mut guard = tokio::select! {
@@ -710,55 +718,7 @@ async fn accept_loop<A: App>(
             }
             match sys::accept(listener.get_ref().as_fd()) {
                 Ok((conn, peer)) => {
-                    crate::stats::add(crate::stats::Counter::Accepted, 1);
-                    // Over `max_connections_per_ip`: `conn` is dropped here, closing it.
-                    let ip = match per_ip.as_ref().map(|t| t.enter(&peer)) {
-                        None => None,
-                        Some(Ok(slot)) => slot,
-                        Some(Err(())) => continue,
-                    };
-                    let sock = match Socket::new(conn) {
-                        Ok(s) => s,
-                        Err(_) => continue,
-                    };
-                    let timer = Timer::register(&group, cfg.header_timeout);
-                    let handle = timer.handle();
-                    // (Only the `tracing` feature's connection span reads this copy.)
-                    let span_peer = peer.clone();
-                    let a = Accepted { lot: lot.clone(), peer, timer, ip };
-                    let task = if opts.proxy_protocol {
-                        // (`max_connections_per_ip` counts the socket's peer: the balancer.)
-                        tokio::spawn(dispatch::in_connection_span(
-                            proxied(sock, opts.clone(), a),
-                            &span_peer,
-                            opts.is_tls(),
-                            false,
-                        ))
-                    } else {
-                        #[cfg(feature = "tls")]
-                        match &opts.tls {
-                            Some(tc) => tokio::spawn(dispatch::in_connection_span(
-                                negotiate::serve_tls(sock, tc.clone(), opts.on_demand.as_ref().map(|h| h.0.clone()), a),
-                                &span_peer,
-                                true,
-                                false,
-                            )),
-                            None => tokio::spawn(dispatch::in_connection_span(
-                                negotiate::serve_connection(Transport::Plain(sock), a),
-                                &span_peer,
-                                false,
-                                false,
-                            )),
-                        }
-                        #[cfg(not(feature = "tls"))]
-                        tokio::spawn(dispatch::in_connection_span(
-                            negotiate::serve_connection(Transport::Plain(sock), a),
-                            &span_peer,
-                            false,
-                            false,
-                        ))
-                    };
-                    handle.set_abort(task.abort_handle());
+                    l.start(conn, peer);
                     if group.is_full() {
                         break;
                     }
@@ -767,18 +727,115 @@ async fn accept_loop<A: App>(
                     guard.clear_ready();
                     break;
                 }
-                Err(e) => match e.raw_os_error() {
-                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
-                        // Out of descriptors or memory: back off instead of spinning, keep
-                        // serving the connections we have.
-                        cfg.exception(&crate::Error::io(e));
+                Err(e) => {
+                    if l.refused(e) {
                         drop(guard);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         break;
                     }
-                    _ => continue, // ECONNABORTED, EINTR, EPROTO...: the next one may be fine
-                },
+                }
             }
+        }
+    }
+}
+
+/// The accept loop on io_uring: connections come from the listener's multishot accept,
+/// which is stopped while the server is at its connection limit.
+async fn accept_ring<A: App>(acceptor: &crate::io::uring::Acceptor, l: &Door<A>) {
+    let group = &l.group;
+    loop {
+        if group.is_full() {
+            acceptor.pause();
+            group.wait_room().await;
+        }
+        let next = tokio::select! {
+            r = std::future::poll_fn(|cx| acceptor.poll_accept(cx)) => r,
+            _ = group.wait_drain() => return,
+        };
+        if group.is_draining() {
+            return;
+        }
+        match next {
+            // (A peer already gone has no address: its connection is dropped, closed.)
+            Ok(conn) => match sys::peer_of(conn.as_fd()) {
+                Ok(peer) => l.start(conn, peer),
+                Err(_) => crate::stats::add(crate::stats::Counter::Accepted, 1),
+            },
+            Err(e) => {
+                if l.refused(e) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+/// A listener's accept loop: what it starts its connections with.
+struct Door<A> {
+    opts: ListenOpts,
+    cfg: Arc<Settings>,
+    group: Arc<Group>,
+    per_ip: Option<Arc<PerIp>>,
+    lot: Arc<Lot<A>>,
+}
+
+impl<A: App> Door<A> {
+    /// Starts serving accepted connection `conn` from `peer` in a task of its own.
+    fn start(&self, conn: OwnedFd, peer: PeerAddr) {
+        let Door { opts, cfg, group, per_ip, lot } = self;
+        crate::stats::add(crate::stats::Counter::Accepted, 1);
+        // Over `max_connections_per_ip`: `conn` is dropped here, closing it.
+        let ip = match per_ip.as_ref().map(|t| t.enter(&peer)) {
+            None => None,
+            Some(Ok(slot)) => slot,
+            Some(Err(())) => return,
+        };
+        let Ok(sock) = Socket::new(conn) else { return };
+        let timer = Timer::register(group, cfg.header_timeout);
+        let handle = timer.handle();
+        // (Only the `tracing` feature's connection span reads this copy.)
+        let span_peer = peer.clone();
+        let a = Accepted { lot: lot.clone(), peer, timer, ip };
+        let task = if opts.proxy_protocol {
+            // (`max_connections_per_ip` counts the socket's peer: the balancer.)
+            tokio::spawn(dispatch::in_connection_span(proxied(sock, opts.clone(), a), &span_peer, opts.is_tls(), false))
+        } else {
+            #[cfg(feature = "tls")]
+            match &opts.tls {
+                Some(tc) => tokio::spawn(dispatch::in_connection_span(
+                    negotiate::serve_tls(sock, tc.clone(), opts.on_demand.as_ref().map(|h| h.0.clone()), a),
+                    &span_peer,
+                    true,
+                    false,
+                )),
+                None => tokio::spawn(dispatch::in_connection_span(
+                    negotiate::serve_connection(Transport::Plain(sock), a),
+                    &span_peer,
+                    false,
+                    false,
+                )),
+            }
+            #[cfg(not(feature = "tls"))]
+            tokio::spawn(dispatch::in_connection_span(
+                negotiate::serve_connection(Transport::Plain(sock), a),
+                &span_peer,
+                false,
+                false,
+            ))
+        };
+        handle.set_abort(task.abort_handle());
+    }
+
+    /// An accept's error: `true` when the loop should back off (out of descriptors or
+    /// memory: keep serving the connections there are instead of spinning); the others
+    /// (`ECONNABORTED`, `EINTR`, `EPROTO`...) end only that connection.
+    fn refused(&self, e: io::Error) -> bool {
+        match e.raw_os_error() {
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                self.cfg.exception(&crate::Error::io(e));
+                true
+            }
+            _ => false,
         }
     }
 }
