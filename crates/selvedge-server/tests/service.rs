@@ -308,18 +308,33 @@ fn binary_upgrade_under_load_drops_nothing() {
     let mut old = Srv::start(&["run", "-c", cfg.to_str().unwrap()]);
     let addr = old.addr;
     assert_eq!(server_pid(addr), old.pid());
-    let wrk = Command::new("wrk")
-        .args(["-t2", "-c32", "-d4s", &format!("http://{addr}/a.txt")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // Kept-alive connections, and a new connection per request (connections the old
+    // process has accepted and not yet served when it drains must be served, not dropped).
+    let wrk = |conns: &str, extra: &[&str]| {
+        Command::new("wrk")
+            .args(["-t1", conns, "-d4s"])
+            .args(extra)
+            .arg(format!("http://{addr}/a.txt"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let kept = wrk("-c32", &[]);
+    let fresh = wrk("-c8", &["-H", "Connection: close"]);
     std::thread::sleep(Duration::from_millis(1200));
     old.signal("USR2");
     assert_eq!(old.wait_exit(20), Some(0), "the old process drains and exits");
-    let out = wrk.wait_with_output().unwrap();
-    let report = String::from_utf8_lossy(&out.stdout).into_owned();
     let lines = old.stderr.lock().unwrap().clone();
+    let fresh = fresh.wait_with_output().unwrap();
+    let fresh_report = String::from_utf8_lossy(&fresh.stdout).into_owned();
+    assert!(fresh.status.success(), "{fresh_report}");
+    assert!(
+        !fresh_report.contains("Socket errors") && !fresh_report.contains("Non-2xx"),
+        "failed requests, a new connection each:\n{fresh_report}\n{lines:#?}"
+    );
+    let out = kept.wait_with_output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{report}");
     assert!(!report.contains("Socket errors") && !report.contains("Non-2xx"), "failed requests:\n{report}\n{lines:#?}");
     let requests: u64 =

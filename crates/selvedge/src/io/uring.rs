@@ -15,12 +15,12 @@
 //!   in order; a cancelled write's operation keeps its buffer until it completes.
 //! - **Everything else** (peeking at a PROXY header or a ClientHello, `sendfile`) is the
 //!   usual non-blocking system call, waited for with a poll operation on the ring.
-//! - **Listeners** take their connections with one multishot accept ([`Acceptor`]): each
-//!   new connection is a completion, with no readiness event and no `accept4` of its own.
-//!   Once [`ACCEPT_QUEUE`] accepted connections wait for the accept loop, the accept is
-//!   cancelled (and while the server is at its connection limit), so the listen backlog
-//!   holds the rest: a listener holds at most `ACCEPT_QUEUE` plus one backlog's worth
-//!   (what one completion run can take) of accepted connections.
+//! - **Listeners** take their connections with accept operations on the ring
+//!   ([`Acceptor`]): each new connection is a completion, with no readiness event and no
+//!   `accept4` of its own. At most [`ACCEPT_BATCH`] accepts are out per listener, and
+//!   never more than the server has room for, so what a listener holds accepted and not
+//!   yet served is bounded by that, and the listen backlog keeps the rest, as on epoll.
+//!   (A multishot accept would take the whole backlog in one completion run.)
 //!
 //! The submissions of a loop turn, across all of the worker's connections, go to the kernel
 //! in one `io_uring_enter` when the runtime is about to park ([`before_park`], from tokio's
@@ -65,10 +65,9 @@ const GROUP: u16 = 0;
 const EAGER_SUBMIT: usize = 128;
 /// Free send buffers kept per worker.
 const SPARE_SENDS: usize = 32;
-/// Accepted connections a listener's [`Acceptor`] holds for its accept loop before it
-/// stops accepting (plus those of the completion run that reached it: at most the listen
-/// backlog).
-pub const ACCEPT_QUEUE: usize = 64;
+/// Accept operations a listener's [`Acceptor`] keeps out at most: the most connections it
+/// holds accepted and not yet served.
+pub const ACCEPT_BATCH: usize = 16;
 
 const IORING_ENTER_GETEVENTS: u32 = 1;
 
@@ -117,7 +116,7 @@ struct Slot {
     queued: BytesMut,
     /// The stream ended: `Some(0)` end of stream, `Some(errno)` an error. Sticky.
     end: Option<i32>,
-    /// A multishot receive is armed.
+    /// A receive is out.
     rx: bool,
     /// Its cancellation was asked for (the reader parks).
     rx_cancel: bool,
@@ -139,18 +138,17 @@ impl Slot {
     }
 }
 
-/// One listener's multishot accept on the ring.
+/// One listener's accepts on the ring.
 #[derive(Default)]
 struct AcceptSlot {
+    /// Changed when the accepts out are cancelled, so the cancel names only them.
     gen: u32,
     fd: RawFd,
     /// Its `Acceptor` exists.
     live: bool,
-    /// The multishot accept is out (until its last completion).
-    armed: bool,
-    /// Its cancellation was asked for.
-    cancel: bool,
-    /// Accepted, not yet taken (at most `ACCEPT_QUEUE`).
+    /// Accept operations out (each takes one connection).
+    out: usize,
+    /// Accepted, not yet taken (with `out`, at most `ACCEPT_BATCH`).
     ready: std::collections::VecDeque<OwnedFd>,
     /// The error that ended the last accept, reported once.
     error: Option<i32>,
@@ -323,41 +321,46 @@ impl Ring {
     }
 
     fn cancel(&mut self, i: u32, kind: u64) {
-        let gen = if kind == ACCEPT { self.accepts[i as usize].gen } else { self.slots[i as usize].gen };
-        let e = opcode::AsyncCancel::new(user_data(i, gen, kind)).build().user_data(user_data(i, gen, CANCEL));
+        let s = &self.slots[i as usize];
+        let e = opcode::AsyncCancel::new(user_data(i, s.gen, kind)).build().user_data(user_data(i, s.gen, CANCEL));
         self.push(&e);
     }
 
-    fn arm_accept(&mut self, i: u32) {
+    /// Puts listener `i`'s accepts out until `want` are (counting those out already).
+    fn arm_accepts(&mut self, i: u32, want: usize) {
+        while self.accepts[i as usize].out < want {
+            let a = &mut self.accepts[i as usize];
+            a.out += 1;
+            let e = opcode::Accept::new(types::Fd(a.fd), std::ptr::null_mut(), std::ptr::null_mut())
+                .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+                .build()
+                .user_data(user_data(i, a.gen, ACCEPT));
+            self.push(&e);
+        }
+    }
+
+    /// Cancels listener `i`'s accepts that are out; later ones are not touched.
+    fn stop_accepts(&mut self, i: u32) {
         let a = &mut self.accepts[i as usize];
-        a.armed = true;
-        a.cancel = false;
-        let e = opcode::AcceptMulti::new(types::Fd(a.fd))
-            .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+        if a.out == 0 {
+            return;
+        }
+        let ud = user_data(i, a.gen, ACCEPT);
+        a.gen = a.gen.wrapping_add(1);
+        let e = opcode::AsyncCancel2::new(types::CancelBuilder::user_data(ud).all())
             .build()
-            .user_data(user_data(i, a.gen, ACCEPT));
+            .user_data(user_data(i, 0, CANCEL));
         self.push(&e);
     }
 
-    /// Stops listener `i`'s accept, if it is out and not being stopped already.
-    fn stop_accept(&mut self, i: u32) {
+    /// A completion of one of listener `i`'s accepts.
+    fn accepted(&mut self, i: u32, res: i32) {
         let a = &mut self.accepts[i as usize];
-        if a.armed && !a.cancel {
-            a.cancel = true;
-            self.cancel(i, ACCEPT);
-        }
-    }
-
-    /// A completion of listener `i`'s accept.
-    fn accepted(&mut self, i: u32, res: i32, flags: u32) {
-        let a = &mut self.accepts[i as usize];
-        if !cqueue::more(flags) {
-            a.armed = false;
-            a.cancel = false;
-        }
+        a.out -= 1;
         if res >= 0 {
             // SAFETY: an accept's result is a new descriptor that nothing else owns.
             let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(res) };
+            // (Dropped, so closed, if the acceptor is gone.)
             if a.live {
                 a.ready.push_back(fd);
             }
@@ -366,16 +369,6 @@ impl Ring {
         }
         if let Some(w) = a.waker.take() {
             self.wake.push(w);
-        }
-        let (live, armed, full) = (a.live, a.armed, a.ready.len() >= ACCEPT_QUEUE);
-        if !live && !armed {
-            let a = &mut self.accepts[i as usize];
-            a.gen = a.gen.wrapping_add(1);
-            a.ready.clear();
-            a.error = None;
-            a.waker = None;
-        } else if full {
-            self.stop_accept(i);
         }
     }
 
@@ -393,7 +386,7 @@ impl Ring {
                 continue;
             }
             if kind == ACCEPT {
-                self.accepted(i, res, flags);
+                self.accepted(i, res);
                 continue;
             }
             if let Some(bid) = cqueue::buffer_select(flags) {
@@ -900,7 +893,7 @@ impl Drop for Sock {
     }
 }
 
-/// A listener's connections, taken by a multishot accept on this thread's ring. The
+/// A listener's connections, taken by accept operations on this thread's ring. The
 /// listener must outlive it.
 #[derive(Debug)]
 pub(crate) struct Acceptor {
@@ -914,7 +907,7 @@ impl Acceptor {
         RING.with(|cell| {
             let mut guard = cell.borrow_mut();
             let ring = guard.as_mut().ok_or_else(|| io::Error::other("no io_uring on this thread"))?;
-            let slot = match ring.accepts.iter().position(|a| !a.live && !a.armed) {
+            let slot = match ring.accepts.iter().position(|a| !a.live && a.out == 0) {
                 Some(i) => i,
                 None => {
                     ring.accepts.push(AcceptSlot::default());
@@ -924,13 +917,16 @@ impl Acceptor {
             let a = &mut ring.accepts[slot];
             a.fd = listener.as_raw_fd();
             a.live = true;
+            a.ready.clear();
+            a.error = None;
             Ok(Acceptor { ring: ring.id, slot: slot as u32 })
         })
     }
 
-    /// The next accepted connection (non-blocking, close-on-exec), or the error that ended
-    /// the accept (the next call starts it again).
-    pub(crate) fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
+    /// The next accepted connection (non-blocking, close-on-exec), or an accept's error.
+    /// `room`: how many more connections the server may take; at most that many accepts
+    /// (and at most [`ACCEPT_BATCH`]) are out while this waits.
+    pub(crate) fn poll_accept(&self, cx: &mut Context<'_>, room: usize) -> Poll<io::Result<OwnedFd>> {
         let slot = self.slot;
         let r = with_ring(self.ring, |ring| {
             let a = &mut ring.accepts[slot as usize];
@@ -941,20 +937,37 @@ impl Acceptor {
                 return Poll::Ready(Err(io::Error::from_raw_os_error(e)));
             }
             a.waker = Some(cx.waker().clone());
-            // (A stopped accept's last completion wakes this again to start a new one.)
-            if !a.armed {
-                ring.arm_accept(slot);
-            }
+            ring.arm_accepts(slot, room.min(ACCEPT_BATCH));
             Poll::Pending
         });
         r.unwrap_or_else(|e| Poll::Ready(Err(e)))
     }
 
-    /// Stops accepting until the next [`poll_accept`](Self::poll_accept) (the server is at
-    /// its connection limit): connections wait in the listen backlog meanwhile.
+    /// Stops accepting (the server is at its connection limit, or stops): the accepts out
+    /// are cancelled, and the listen backlog keeps new connections. Connections accepted
+    /// meanwhile are still taken by [`poll_held`](Self::poll_held) or
+    /// [`poll_accept`](Self::poll_accept).
     pub(crate) fn pause(&self) {
         let slot = self.slot;
-        let _ = with_ring(self.ring, |ring| ring.stop_accept(slot));
+        let _ = with_ring(self.ring, |ring| ring.stop_accepts(slot));
+    }
+
+    /// After [`pause`](Self::pause): the connections accepted before the accepts ended,
+    /// one by one, then `None` once none is out.
+    pub(crate) fn poll_held(&self, cx: &mut Context<'_>) -> Poll<Option<OwnedFd>> {
+        let slot = self.slot;
+        let r = with_ring(self.ring, |ring| {
+            let a = &mut ring.accepts[slot as usize];
+            if let Some(fd) = a.ready.pop_front() {
+                return Poll::Ready(Some(fd));
+            }
+            if a.out == 0 {
+                return Poll::Ready(None);
+            }
+            a.waker = Some(cx.waker().clone());
+            Poll::Pending
+        });
+        r.unwrap_or(Poll::Ready(None))
     }
 }
 
@@ -968,12 +981,10 @@ impl Drop for Acceptor {
             a.ready.clear();
             a.error = None;
             a.waker = None;
-            if a.armed {
-                ring.stop_accept(slot);
+            if a.out > 0 {
+                ring.stop_accepts(slot);
                 // The cancel reaches the kernel before the listener can be closed.
                 let _ = ring.uring.submit();
-            } else {
-                a.gen = a.gen.wrapping_add(1);
             }
         });
     }
@@ -991,7 +1002,7 @@ mod tests {
 
     use bytes::BytesMut;
 
-    use super::{before_park, install, reap_forever, Acceptor, Sock, ACCEPT_QUEUE, BUF_LEN, RING, SEND_MAX};
+    use super::{before_park, install, reap_forever, Acceptor, Sock, ACCEPT_BATCH, BUF_LEN, RING, SEND_MAX};
 
     /// A single-threaded runtime on this thread's new ring, as a worker has; `None` (the
     /// test says it is skipped) where the kernel refuses io_uring.
@@ -1206,12 +1217,13 @@ mod tests {
         assert_eq!(r, std::io::ErrorKind::Unsupported);
     }
 
-    /// A listener's multishot accept: every connection arrives once, in a usable
-    /// (non-blocking) socket; once `ACCEPT_QUEUE` wait for a loop that takes none, the
-    /// accept stops and later connections stay in the backlog, all taken once the loop
-    /// goes on; a paused accept takes none; a dropped acceptor closes what it held.
+    /// A listener's accepts: every connection arrives once, in a usable (non-blocking)
+    /// socket; however many connect, at most `ACCEPT_BATCH` (and at most the room given)
+    /// are accepted ahead of the loop, the backlog keeping the rest until it takes them;
+    /// after a pause nothing more is accepted, the held ones are handed over, and a
+    /// dropped acceptor closes what it held.
     #[test]
-    fn a_multishot_accept_takes_each_connection_once_and_holds_a_bounded_queue() {
+    fn accepts_take_each_connection_once_and_hold_at_most_a_batch() {
         use std::net::{TcpListener, TcpStream};
         use std::os::fd::AsFd;
 
@@ -1222,11 +1234,19 @@ mod tests {
             listener.set_nonblocking(true).unwrap();
             let addr = listener.local_addr().unwrap();
             let acceptor = Acceptor::new(listener.as_fd()).unwrap();
-            let next = || std::future::poll_fn(|cx| acceptor.poll_accept(cx));
-            let ready = || RING.with(|c| c.borrow().as_ref().unwrap().accepts[acceptor.slot as usize].ready.len());
+            let acc = &acceptor;
+            let next = move |room| std::future::poll_fn(move |cx| acc.poll_accept(cx, room));
+            let state = || {
+                RING.with(|c| {
+                    let g = c.borrow();
+                    let a = &g.as_ref().unwrap().accepts[acceptor.slot as usize];
+                    (a.ready.len(), a.out)
+                })
+            };
+            let settle = || tokio::time::sleep(Duration::from_millis(200));
 
             let mut client = TcpStream::connect(addr).unwrap();
-            let conn = tokio::time::timeout(Duration::from_secs(5), next()).await.expect("accepted").unwrap();
+            let conn = tokio::time::timeout(Duration::from_secs(5), next(100)).await.expect("accepted").unwrap();
             let sock = Sock::new(conn).unwrap();
             client.write_all(b"ping").unwrap();
             assert_eq!(read(&sock, 16).await, b"ping");
@@ -1235,37 +1255,65 @@ mod tests {
             client.read_exact(&mut got).unwrap();
             assert_eq!(&got, b"pong");
 
-            // More than ACCEPT_QUEUE connections while the loop takes none: one completion
-            // run takes what the backlog (128 here) held, and the accept stops there; later
-            // connections stay in the backlog.
-            let first = ACCEPT_QUEUE + 16;
-            let mut clients: Vec<TcpStream> = (0..first).map(|_| TcpStream::connect(addr).unwrap()).collect();
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let held = ready();
-            assert!((ACCEPT_QUEUE..=first).contains(&held), "{held} of {first} held");
-            clients.extend((0..32).map(|_| TcpStream::connect(addr).unwrap()));
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            assert_eq!(ready(), held, "the accept went on past ACCEPT_QUEUE");
-            let n = clients.len();
-            let mut taken = 0;
-            while taken < n {
-                let c = tokio::time::timeout(Duration::from_secs(5), next()).await;
-                c.unwrap_or_else(|_| panic!("only {taken} of {n} accepted")).unwrap();
-                taken += 1;
+            // 40 connect while the loop takes none: the accepts out take ACCEPT_BATCH - 1
+            // of them (one was taken above), the backlog keeps the rest.
+            let mut clients: Vec<TcpStream> = (0..40).map(|_| TcpStream::connect(addr).unwrap()).collect();
+            settle().await;
+            let (held, out) = state();
+            assert_eq!((held, out), (ACCEPT_BATCH - 1, 0), "held and out for a loop that takes none");
+            for taken in 0..40 {
+                let c = tokio::time::timeout(Duration::from_secs(5), next(100)).await;
+                c.unwrap_or_else(|_| panic!("only {taken} of 40 accepted")).unwrap();
+                let (held, out) = state();
+                assert!(held + out <= ACCEPT_BATCH, "{held} held and {out} out");
             }
 
-            // Paused: a new connection stays in the backlog until the loop asks again.
+            // Paused: the accepts out are cancelled.
             acceptor.pause();
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            let late = TcpStream::connect(addr).unwrap();
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            assert_eq!(ready(), 0, "a paused accept takes nothing");
-            tokio::time::timeout(Duration::from_secs(5), next()).await.expect("accepted after the pause").unwrap();
+            settle().await;
+            assert_eq!(state(), (0, 0), "the accepts out were cancelled");
+
+            // With room for 2, two accepts at most.
+            {
+                let mut w = std::pin::pin!(next(2));
+                let mut cx = Context::from_waker(Waker::noop());
+                assert!(w.as_mut().poll(&mut cx).is_pending());
+            }
+            assert_eq!(state(), (0, 2), "held and out with room for 2");
+
+            // Paused again: nothing more is accepted; connections wait in the backlog.
+            acceptor.pause();
+            settle().await;
+            assert_eq!(state(), (0, 0));
+            clients.extend((0..5).map(|_| TcpStream::connect(addr).unwrap()));
+            settle().await;
+            assert_eq!(std::future::poll_fn(|cx| acceptor.poll_held(cx)).await.map(|_| ()), None);
+            for _ in 0..5 {
+                tokio::time::timeout(Duration::from_secs(5), next(100))
+                    .await
+                    .expect("accepted after the pause")
+                    .unwrap();
+            }
+
+            // Held when the loop pauses for good (a drain): handed over, not lost.
+            clients.extend((0..3).map(|_| TcpStream::connect(addr).unwrap()));
+            settle().await;
+            acceptor.pause();
+            let mut handed = 0;
+            while std::future::poll_fn(|cx| acceptor.poll_held(cx)).await.is_some() {
+                handed += 1;
+            }
+            assert_eq!(handed, 3);
 
             // Dropped with a connection held: it is closed (the peer reads the end).
+            {
+                let mut w = std::pin::pin!(next(100));
+                let mut cx = Context::from_waker(Waker::noop());
+                assert!(w.as_mut().poll(&mut cx).is_pending());
+            }
             let mut last = TcpStream::connect(addr).unwrap();
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            assert_eq!(ready(), 1, "accepted, not taken");
+            settle().await;
+            assert_eq!(state().0, 1, "accepted, not taken");
             drop(acceptor);
             tokio::time::sleep(Duration::from_millis(50)).await;
             last.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -1277,7 +1325,7 @@ mod tests {
                 Ok(_) => false,
             };
             assert!(closed, "a held connection was left open: {r:?}");
-            drop((clients, late, client, listener));
+            drop((clients, client, listener));
         });
     }
 }

@@ -739,33 +739,44 @@ async fn accept_loop<A: App>(
     }
 }
 
-/// The accept loop on io_uring: connections come from the listener's multishot accept,
-/// which is stopped while the server is at its connection limit.
+/// The accept loop on io_uring: connections come from accept operations on the ring, as
+/// many out as the server has room for (at most `uring::ACCEPT_BATCH`), none while it is
+/// full. When the server drains, the connections accepted before the accepts ended are
+/// served (as the next process would have served them from the backlog), not dropped.
 async fn accept_ring<A: App>(acceptor: &crate::io::uring::Acceptor, l: &Door<A>) {
     let group = &l.group;
+    let start = |conn: OwnedFd| match sys::peer_of(conn.as_fd()) {
+        Ok(peer) => l.start(conn, peer),
+        // A peer already gone has no address: its connection is dropped, closed.
+        Err(_) => crate::stats::add(crate::stats::Counter::Accepted, 1),
+    };
     loop {
         if group.is_full() {
             acceptor.pause();
             group.wait_room().await;
         }
         let next = tokio::select! {
-            r = std::future::poll_fn(|cx| acceptor.poll_accept(cx)) => r,
-            _ = group.wait_drain() => return,
+            r = std::future::poll_fn(|cx| acceptor.poll_accept(cx, group.room())) => Some(r),
+            _ = group.wait_drain() => None,
         };
         if group.is_draining() {
+            acceptor.pause();
+            if let Some(Ok(conn)) = next {
+                start(conn);
+            }
+            while let Some(conn) = std::future::poll_fn(|cx| acceptor.poll_held(cx)).await {
+                start(conn);
+            }
             return;
         }
         match next {
-            // (A peer already gone has no address: its connection is dropped, closed.)
-            Ok(conn) => match sys::peer_of(conn.as_fd()) {
-                Ok(peer) => l.start(conn, peer),
-                Err(_) => crate::stats::add(crate::stats::Counter::Accepted, 1),
-            },
-            Err(e) => {
+            Some(Ok(conn)) => start(conn),
+            Some(Err(e)) => {
                 if l.refused(e) {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
+            None => {}
         }
     }
 }

@@ -177,6 +177,11 @@ impl Group {
         self.live() >= self.max
     }
 
+    /// Connections the group may still take before its limit.
+    pub fn room(&self) -> usize {
+        self.max.saturating_sub(self.live())
+    }
+
     /// Resolves once shutdown has begun.
     pub async fn wait_shutdown(&self) {
         loop {
