@@ -769,14 +769,16 @@ async fn accept_ring<A: App>(acceptor: &crate::io::uring::Acceptor, l: &Door<A>)
             }
             return;
         }
-        match next {
-            Some(Ok(conn)) => start(conn),
-            Some(Err(e)) => {
-                if l.refused(e) {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+        let back_off = match next {
+            Some(Ok(conn)) => {
+                start(conn);
+                false
             }
-            None => {}
+            Some(Err(e)) => l.refused(e),
+            None => false,
+        };
+        if back_off {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }
