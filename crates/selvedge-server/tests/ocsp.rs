@@ -16,6 +16,17 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// A port for `openssl ocsp`, which binds it seconds later (its URL is in the certificates,
+/// so it cannot change then): one below the kernel's ephemeral range, which no outgoing
+/// connection of the test's can be given meanwhile, and free now.
+fn responder_port() -> u16 {
+    let start = 20_000 + (std::process::id() % 10_000) as u16;
+    (0..2_000u16)
+        .map(|i| 20_000 + (start - 20_000 + i * 7) % 10_000)
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port below 30000")
+}
+
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl").current_dir(dir).args(args).output().expect("openssl");
     assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -52,7 +63,17 @@ impl Responder {
         // Not a test connection: `openssl ocsp` waits forever on one that closes without a
         // request.
         let l = lines.clone();
-        eventually(10, "openssl ocsp listening", || l.lock().unwrap().iter().any(|x| x.contains("waiting for OCSP")));
+        let listening = || l.lock().unwrap().iter().any(|x| x.contains("waiting for OCSP"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !listening() {
+            let exited = child.try_wait().unwrap();
+            assert!(
+                exited.is_none() && std::time::Instant::now() < deadline,
+                "openssl ocsp is not listening on {port} (exit: {exited:?}): {:?}",
+                l.lock().unwrap()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         Responder { child }
     }
 }
@@ -97,7 +118,7 @@ fn log_has(srv: &Srv, pat: &str) -> bool {
 fn file_certificates_get_staples_must_staple_is_reported_and_revocation_logged() {
     let dir = TempDir::new("ocsp-files");
     let d = dir.path();
-    let ocsp_port = free_port();
+    let ocsp_port = responder_port();
     let tls_port = free_port();
     openssl(
         d,
