@@ -68,7 +68,7 @@ pub fn accept(listener: BorrowedFd<'_>) -> io::Result<(OwnedFd, PeerAddr)> {
 }
 
 /// The peer of connected socket `fd` (`getpeername`): for connections accepted without
-/// their address (a multishot accept on io_uring).
+/// their address (an accept operation on io_uring).
 ///
 /// # Errors
 /// The kernel's (`ENOTCONN`: the peer is already gone).

@@ -94,7 +94,7 @@ struct Ring {
     bufs: BufRing,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    /// Listeners' multishot accepts; a released one is reused.
+    /// Listeners' accepts; a slot with no acceptor and none out is reused.
     accepts: Vec<AcceptSlot>,
     spare_sends: Vec<Vec<u8>>,
     /// Wakers to call once the ring is no longer borrowed.
@@ -271,7 +271,7 @@ impl Ring {
         loop {
             // SAFETY: every entry pushed points only into memory that outlives its
             // operation: a slot's send buffer (kept in the slot until the completion) or
-            // nothing (recv with a provided buffer, poll, cancel).
+            // nothing (recv with a provided buffer, accept, poll, cancel).
             if unsafe { self.uring.submission().push(entry) }.is_ok() {
                 break;
             }
