@@ -963,6 +963,12 @@ impl Bind {
     }
 }
 
+/// TXT records the server's log says it wrote, over all its DNS-01 validations.
+fn dns01_records(srv: &Srv) -> usize {
+    let lines = srv.stderr.lock().unwrap().clone();
+    lines.iter().filter_map(|l| l.split_once("dns-01: ")?.1.split_once(" TXT record(s)")?.0.parse::<usize>().ok()).sum()
+}
+
 fn dns01_config(provider: &str) -> String {
     format!(
         "challenge = \"dns-01\"\nrenew_before = \"8s\"\n[acme.dns]\n{provider}\ncheck = [\"127.0.0.1:{BIND_PORT}\"]\n\
@@ -1006,11 +1012,18 @@ fn dns01_through_rfc2136_gets_a_wildcard_certificate_renews_it_and_removes_its_r
     // The renewal comes about 12 s after issuance, by DNS-01 again.
     wait_log(&srv, "obtained a certificate for *.wild.test, wild.test", 2, 60);
     assert_ne!(peer_serial(&tls_connect("b.wild.test", &pb.root).unwrap()), first);
-    assert!(log_count(&srv, "dns-01: 2 TXT record(s)") >= 2, "{}", log_text(&srv));
+    // One record per authorization pebble made. Pebble 2.10 reuses a valid authorization
+    // in about one order in a hundred even with PEBBLE_AUTHZREUSE=0 (its test is
+    // `rand.Intn(100) > percent`), so the renewal writes a record for each name pebble
+    // asked to validate again: usually both, sometimes one.
+    let records = dns01_records(&srv);
+    let authorizations = pb.pebble.count("authorizations in the db");
+    assert_eq!(records, authorizations, "{}\n{}", log_text(&srv), pb.pebble.text());
+    assert!(log_count(&srv, "dns-01: ") >= 2 || authorizations == 2, "{}", log_text(&srv));
     // The records are removed once the order is validated.
     eventually(10, "the TXT records removed", || bind.txt("_acme-challenge.wild.test").is_empty());
-    assert!(bind.proc.count("adding an RR at '_acme-challenge.wild.test' TXT") >= 4, "{}", bind.proc.text());
-    assert!(bind.proc.count("deleting an RR at _acme-challenge.wild.test TXT") >= 4, "{}", bind.proc.text());
+    assert!(bind.proc.count("adding an RR at '_acme-challenge.wild.test' TXT") >= records, "{}", bind.proc.text());
+    assert!(bind.proc.count("deleting an RR at _acme-challenge.wild.test TXT") >= records, "{}", bind.proc.text());
     assert_eq!(log_count(&srv, "error"), 0, "{}", log_text(&srv));
 }
 

@@ -460,35 +460,49 @@ fn req_of(m: &[(String, serde_json::Map<String, Value>, f64)], route: &str, stat
 fn readyz_flips_during_a_graceful_drain() {
     let dir = TempDir::new("obs-drain");
     dir.write("site/index.html", "x\n");
-    let script = dir.write("cgi/slow.sh", "#!/bin/sh\nsleep 2\nprintf 'Content-Type: text/plain\\r\\n\\r\\ndone\\n'\n");
+    // The script says it has started, then waits for the test to release it: the request
+    // is in flight from before the signal until after every check of the drain, however
+    // slowly a loaded machine runs the test.
+    let started = dir.path().join("started");
+    let release = dir.path().join("release");
+    let script = dir.write(
+        "cgi/slow.sh",
+        format!(
+            "#!/bin/sh\ntouch {started}\ni=0\nwhile [ ! -e {release} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done\n\
+             printf 'Content-Type: text/plain\\r\\n\\r\\ndone\\n'\n",
+            started = started.display(),
+            release = release.display()
+        ),
+    );
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let cfg = dir.write(
         "selvedge.toml",
         "[[listen]]\naddress = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
          [[vhost]]\n[[vhost.route]]\npath = \"/\"\nroot = \"site\"\n\
-         [[vhost.route]]\npath = \"/cgi\"\ncgi = { dir = \"cgi\" }\n",
+         [[vhost.route]]\npath = \"/cgi\"\ncgi = { dir = \"cgi\", timeout = \"60s\" }\n",
     );
     let srv = Srv::start(&["run", "-c", cfg.to_str().unwrap()]);
     let admin = admin_addr(&srv);
     assert_eq!(get(admin, "/readyz"), (200, "ready\n".into()));
-    // A request in flight for 2 s.
+    // A request in flight until the test releases it.
     let addr = srv.addr;
     let slow = std::thread::spawn(move || {
         let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         s.write_all(b"GET /cgi/slow.sh HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
         let mut buf = Vec::new();
         let _ = s.read_to_end(&mut buf);
         String::from_utf8_lossy(&buf).into_owned()
     });
-    std::thread::sleep(Duration::from_millis(500));
+    eventually(30, "the script started", || started.exists());
     let pid = srv.pid();
     let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-    eventually(5, "readyz 503", || get(admin, "/readyz") == (503, "draining\n".into()));
+    eventually(10, "readyz 503", || get(admin, "/readyz") == (503, "draining\n".into()));
     // Still alive while draining; the public listener stops taking connections (each
     // worker closes its copy once it sees the shutdown, a moment after the flip).
     assert_eq!(get(admin, "/healthz"), (200, "ok\n".into()));
-    eventually(5, "the public listener closes", || TcpStream::connect(addr).is_err());
+    eventually(10, "the public listener closes", || TcpStream::connect(addr).is_err());
+    std::fs::write(&release, "").unwrap();
     let answer = slow.join().unwrap();
     assert!(
         answer.starts_with("HTTP/1.1 200") && answer.contains("done\n") && answer.ends_with("0\r\n\r\n"),
