@@ -277,9 +277,20 @@ fn diagnostics_are_leveled_and_json_on_request() {
     clean_env(&mut cmd);
     cmd.args(["serve", site.to_str().unwrap(), "-p", "0", "--log-level", "warn"]).env("RUST_LOG", "debug");
     let child = cmd.stderr(std::process::Stdio::piped()).stdout(std::process::Stdio::null()).spawn().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Signalled once it handles SIGTERM (before that, the signal would kill it).
+    common::eventually(10, "a SIGTERM handler", || catches_sigterm(child.id()));
     common::kill("TERM", child.id());
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert!(!text(&out.stderr).contains("INFO"), "{}", text(&out.stderr));
+}
+
+/// Whether process `pid` has a handler for SIGTERM (its bit in `SigCgt`).
+fn catches_sigterm(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (libc::SIGTERM - 1)) != 0)
 }

@@ -98,7 +98,7 @@ fn sighup_reloads_the_certificate_without_failing_requests() {
     std::fs::copy(&nc, &c).unwrap();
     std::fs::copy(&nk, &k).unwrap();
     srv.signal("HUP");
-    std::thread::sleep(Duration::from_millis(300));
+    eventually(10, "the reload", || srv.said("reloaded configuration"));
     let resolve = format!("localhost:{port}:127.0.0.1");
     let url = format!("https://localhost:{port}/");
     let (ok, _, err) = curl(&["--cacert", &nc, "--resolve", &resolve, &url]);

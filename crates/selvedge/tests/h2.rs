@@ -438,8 +438,8 @@ fn zero_window_slow_reader_is_timed_out_from_its_last_data() {
 fn graceful_shutdown_sends_goaway_and_finishes_streams() {
     let srv = start(settings(), common::app::app);
     let mut c = Client::connect(srv.addr, &[]);
-    c.get(1, "/slow");
-    std::thread::sleep(Duration::from_millis(100));
+    c.get(1, "/slow?graceful-h2");
+    assert!(common::wait_for(10, || common::app::slow_started("graceful-h2")));
     srv.handle.as_ref().unwrap().shutdown();
     let mut goaway = None;
     let mut body = Vec::new();

@@ -100,8 +100,8 @@ fn graceful_shutdown_finishes_in_flight_and_closes_idle() {
     read_responses(&mut idle, 1);
     // A request in flight (the app takes 300 ms).
     let mut busy = connect(srv.addr);
-    busy.write_all(b"GET /slow HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    busy.write_all(b"GET /slow?graceful-h1 HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
+    assert!(wait_for(10, || common::app::slow_started("graceful-h1")));
     let t = Instant::now();
     handle.shutdown();
     // The idle one closes at once.

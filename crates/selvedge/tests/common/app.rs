@@ -1,7 +1,7 @@
 //! The app most integration tests talk to.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use selvedge::http::{header, StatusCode};
@@ -9,6 +9,15 @@ use selvedge::{Cleanup, Request, Response};
 
 /// Counts stream clean-ups (released resources).
 pub static RELEASED: AtomicUsize = AtomicUsize::new(0);
+
+/// The queries of the `/slow` requests the app has begun: a test that needs its request
+/// in flight waits for its own tag here ([`slow_started`]).
+pub static SLOW_STARTED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Whether a `/slow?{tag}` request has reached the app.
+pub fn slow_started(tag: &str) -> bool {
+    SLOW_STARTED.lock().unwrap().iter().any(|q| q == tag)
+}
 
 pub async fn app(mut req: Request) -> Response {
     let path = req.path().to_string();
@@ -70,6 +79,9 @@ pub async fn app(mut req: Request) -> Response {
             panic!("the app panicked on purpose, after waiting")
         }
         "/slow" => {
+            if let Some(q) = req.query() {
+                SLOW_STARTED.lock().unwrap().push(q.to_string());
+            }
             tokio::time::sleep(Duration::from_millis(300)).await;
             Response::bytes(StatusCode::OK, "slow done")
         }
