@@ -549,7 +549,7 @@ fn three_fleet_instances_order_once_through_redis() {
         common::missing_tool("redis-server", "three_fleet_instances_order_once_through_redis");
         return;
     }
-    let redis_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let redis_port = free_port();
     let _redis = Proc::spawn(Command::new("redis-server").args([
         "--port",
         &redis_port.to_string(),

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{admin_addr, eventually, request, Resp, Srv, TempDir, BIN};
+use common::{admin_addr, eventually, free_port, request, Resp, Srv, TempDir, BIN};
 
 const DOC: &str = include_str!("../../../docs/admin-api.md");
 
@@ -267,7 +267,7 @@ fn the_command_line_talks_to_the_running_server() {
     let d = TempDir::new("api-cli");
     site(&d);
     // The command reads the admin address from the file: a port of its own, not 0.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let (mut srv, _) = start(&d, &plain(&format!("127.0.0.1:{port}"), "token = \"cli-token-0123456789\""));
     let f = d.path().join("selvedge.toml");
     let cli = |args: &[&str]| {
@@ -322,7 +322,7 @@ fn the_command_line_talks_to_the_running_server() {
     // An admin listener without the API: the signal too.
     let d3 = TempDir::new("api-cli-off");
     site(&d3);
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let text = plain(&format!("127.0.0.1:{port}"), "").replace("api = true\n", "");
     let f3 = d3.write("selvedge.toml", &text);
     let mut srv3 = Srv::start(&["run", "-c", f3.to_str().unwrap()]);
@@ -701,7 +701,7 @@ fn persisting_keeps_the_file_private_and_follows_no_link() {
 fn the_command_line_encodes_paths_and_checks_the_pid_it_signals() {
     let d = TempDir::new("api-cli-safe");
     site(&d);
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let (srv, admin) = start(&d, &plain(&format!("127.0.0.1:{port}"), ""));
     let f = d.path().join("selvedge.toml");
     let out = Command::new(BIN)

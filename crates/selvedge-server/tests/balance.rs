@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{eventually, have, Srv, TempDir};
+use common::{eventually, free_port, have, Srv, TempDir};
 
 const PY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pool_upstream.py");
 
@@ -483,10 +483,6 @@ fn retries_never_repeat_a_post() {
     }
     assert_eq!(posts(&c), 6);
     drop(px);
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A CGI route printing `REMOTE_ADDR`, and an access log.

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{connect, eventually, request, Resp, Srv, TempDir};
+use common::{connect, eventually, free_port, request, Resp, Srv, TempDir};
 
 /// The route's `cgi` table used by most tests: a short time limit.
 const CGI: &str = "dir = \"cgi\", timeout = 1.5, max_buffered_input = 100000, max_local_redirects = 3, \
@@ -411,11 +411,12 @@ fn status_location_and_local_redirects() {
 
 #[test]
 fn failing_scripts_give_502() {
-    let (_d, s) = start(&format!("{CGI}, max_output_head = 8192"));
+    // A time limit far from the script's exit: a 502 at once is the failure, not the limit.
+    let (_d, s) = start(&format!("{}, max_output_head = 8192", CGI.replace("timeout = 1.5", "timeout = 10")));
     let t = Instant::now();
     let r = get(&s, "/cgi/fail.sh");
     assert_eq!(r.status, 502);
-    assert!(t.elapsed() < Duration::from_millis(1400), "not the time limit: {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(5), "not the time limit: {:?}", t.elapsed());
     eventually(5, "stderr logged with the script's name", || log_has(&s, "WARN cgi /cgi/fail.sh: oops, failing"));
     eventually(5, "exit status logged", || log_has(&s, "cgi /cgi/fail.sh: exit status: 3"));
     for (q, why) in [("bad", "a line without ':'"), ("big", "over the limit"), ("short", "output ended early")] {
@@ -470,7 +471,7 @@ fn slow_output_is_streamed_chunked() {
     assert!(text.contains("\r\n7\r\ntick 0\n\r\n") && text.ends_with("7\r\ntick 4\n\r\n0\r\n\r\n"), "{text}");
     // The first line arrived long before the script ended (5 lines, 0.3 s apart).
     let first = first_tick.expect("tick 0");
-    assert!(first < Duration::from_millis(1000) && total >= Duration::from_millis(1200), "{first:?} {total:?}");
+    assert!(total >= Duration::from_millis(1200), "{first:?} {total:?}");
     assert!(total - first >= Duration::from_millis(900), "{first:?} {total:?}");
     no_children_left(&s);
 }
@@ -554,7 +555,7 @@ fn https_is_on_over_tls() {
     script(&d, "cgi/env.py", ENV_PY);
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     let (c, k) = (d.write("a.crt", ck.cert.pem()), d.write("a.key", ck.signing_key.serialize_pem()));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let cfg = d.write(
         "selvedge.toml",
         format!(

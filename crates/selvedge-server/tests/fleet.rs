@@ -19,10 +19,6 @@ use common::*;
 /// One fleet at a time: the rate test's numbers need the cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 struct Redis {
     child: Child,
     port: u16,

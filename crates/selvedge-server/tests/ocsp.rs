@@ -12,10 +12,6 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// A port for `openssl ocsp`, which binds it seconds later (its URL is in the certificates,
 /// so it cannot change then): one below the kernel's ephemeral range, which no outgoing
 /// connection of the test's can be given meanwhile, and free now.

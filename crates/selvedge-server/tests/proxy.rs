@@ -5,12 +5,12 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{connect, parse, request, Resp, Srv, TempDir};
+use common::{connect, free_port, parse, request, Resp, Srv, TempDir};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/proxy_upstream.py");
 
@@ -64,11 +64,6 @@ fn proxy(d: &TempDir, routes: &str) -> Srv {
 
 fn route(path: &str, table: &str) -> String {
     format!("[[vhost.route]]\npath = \"{path}\"\nproxy = {{ {table} }}\n")
-}
-
-/// A port nobody listens on right now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Sends `raw` then reads to EOF (or the 10 s read timeout).

@@ -6,11 +6,10 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 
 use common::pki::{leaf, Pki};
-use common::{connect, eventually, have, parse, Srv, TempDir};
+use common::{connect, eventually, free_port, have, parse, Srv, TempDir};
 
 fn proxy(d: &TempDir, table: &str) -> Srv {
     let cfg = d.write(
@@ -18,10 +17,6 @@ fn proxy(d: &TempDir, table: &str) -> Srv {
         format!("[server]\nworkers = 1\n[[listen]]\nport = 0\n[[vhost]]\n[[vhost.route]]\npath = \"/\"\nproxy = {{ {table} }}\n"),
     );
     Srv::start(&["--config", cfg.to_str().unwrap()])
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 struct Kid(Child);

@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Srv, TempDir, BIN};
+use common::{free_port, Srv, TempDir, BIN};
 
 fn check(cfg: &std::path::Path, dir: Option<&std::path::Path>) -> (Option<i32>, String) {
     let mut cmd = Command::new(BIN);
@@ -76,7 +76,7 @@ fn a_port_already_served_is_refused_unless_shared() {
     let err = Srv::try_start(&["run", "-c", cfg.to_str().unwrap()]).err().expect("refused");
     assert!(err.iter().any(|l| l.contains("in use by another process") && l.contains("reuse_port")), "{err:?}");
     drop(taken);
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let free = free_port();
     let shared = d.write(
         "shared.toml",
         format!(

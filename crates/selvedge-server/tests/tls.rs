@@ -18,10 +18,6 @@ fn cert(dir: &Path, name: &str, file: &str) -> (String, String) {
     (c.to_str().unwrap().to_string(), k.to_str().unwrap().to_string())
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn curl(args: &[&str]) -> (bool, String, String) {
     let out = Command::new("curl").arg("-sS").args(args).output().expect("curl");
     (

@@ -190,7 +190,8 @@ fn h1_answer_without_reading_goes_out_at_once_and_a_slow_body_is_cut() {
     let (first, got, closed) = h1_slow_post("/index.html");
     let first = first.expect("an answer");
     assert!(got.starts_with("HTTP/1.1 405 "), "{got}");
-    assert!(first <= Duration::from_millis(100), "405 after {first:?}");
+    // Before the body's second piece (sent at 500 ms): the answer did not wait for it.
+    assert!(first < Duration::from_millis(450), "405 after {first:?}");
     let closed = closed.expect("closed within 6 s");
     assert!(closed <= Duration::from_secs(5), "closed after {closed:?}");
     assert_eq!(got.matches("HTTP/1.1 ").count(), 1, "{got}");
@@ -243,7 +244,8 @@ fn h2_answer_without_reading_is_followed_by_a_reset_of_the_slow_body() {
     let (_srv, mut c, seen) = h2_slow_post("/index.html");
     let (at, status) = h2_status(&mut c, &seen, 1).expect("an answer");
     assert_eq!(status, "405");
-    assert!(at <= Duration::from_millis(100), "405 after {at:?}");
+    // Before the body's second piece (sent at 500 ms): the answer did not wait for it.
+    assert!(at < Duration::from_millis(450), "405 after {at:?}");
     // The app never asked for the body: what follows the answer is drained under the body
     // clock, as for an HTTP/1.1 body left unread (and as for an app that read part of it),
     // so a body far below the minimum rate is cut within the clock's grace, not the

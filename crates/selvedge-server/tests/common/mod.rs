@@ -20,6 +20,26 @@ pub fn bin() -> String {
     std::env::var("SELVEDGE_TEST_BIN").unwrap_or_else(|_| BIN.to_string())
 }
 
+/// A TCP port free now, for a process that binds it later (a restarted upstream, Redis,
+/// nginx, a second server on the same port). Taken below the kernel's ephemeral range
+/// (32768 and up by default), which the test's own outgoing connections draw from, so none
+/// of them can be given the port meanwhile; above 24000, clear of the ACME tests' fixed
+/// ports; never the same twice in one test process.
+pub fn free_port() -> u16 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    const BASE: u32 = 24_000;
+    const SPAN: u32 = 8_000;
+    let start = std::process::id().wrapping_mul(7919);
+    loop {
+        let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(i < SPAN, "no free port left between {BASE} and {}", BASE + SPAN);
+        let port = (BASE + start.wrapping_add(i) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// A fresh temp directory (removed when dropped).
 pub struct TempDir(pub PathBuf);
 
