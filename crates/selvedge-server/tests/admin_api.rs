@@ -396,7 +396,8 @@ fn answering(d: &TempDir, name: &str, body: &str) -> Srv {
 fn pool_servers_come_and_go_at_runtime_and_in_flight_requests_finish() {
     let d = TempDir::new("api-pools");
     site(&d);
-    // A: the scripted upstream (its echoes carry X-Conn; /slow takes 0.3 s); B and C answer "b", "c".
+    // A: the scripted upstream (its echoes carry X-Conn; /hold answers once the test
+    // releases it); B and C answer "b", "c".
     let mut a = Reaped(
         Command::new("python3")
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/proxy_upstream.py"))
@@ -433,19 +434,20 @@ fn pool_servers_come_and_go_at_runtime_and_in_flight_requests_finish() {
         .map(|_| {
             let addr = srv.addr;
             std::thread::spawn(move || {
-                let r = request(addr, "GET /app/slow HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
-                // A takes 0.3 s; B answers at once.
+                let r = request(addr, "GET /app/hold HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+                // A holds until released; B answers at once.
                 (r.status, r.text() != "b", started.elapsed())
             })
         })
         .collect();
     let capture = d.path().join("capture.bin");
     eventually(10, "A has requests in flight", || {
-        std::fs::read(&capture).is_ok_and(|b| b.windows(9).filter(|w| w == b"GET /slow").count() >= 2)
+        std::fs::read(&capture).is_ok_and(|b| b.windows(9).filter(|w| w == b"GET /hold").count() >= 2)
     });
     let removed_at = started.elapsed();
     let removed = call(admin, "DELETE", &format!("/upstreams/app/servers/127.0.0.1:{a_port}"), &[], None);
     assert_eq!(removed.status, 200, "{}", removed.text());
+    std::fs::write(d.path().join("capture.bin.release"), "").unwrap();
     let answers: Vec<_> = slow.into_iter().map(|t| t.join().unwrap()).collect();
     assert!(answers.iter().all(|(s, _, _)| *s == 200), "{answers:?}");
     let on_a: Vec<_> = answers.iter().filter(|(_, a, _)| *a).collect();

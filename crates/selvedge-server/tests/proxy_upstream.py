@@ -9,6 +9,7 @@ appended to CAPTURE_FILE. The path picks the behaviour:
   /headers      200, body = the request head exactly as received
   /stats        200, body = number of connections accepted so far
   /slow         200 after 0.3 s
+  /hold         200 once CAPTURE_FILE.release exists (at most 30 s)
   /stall        never answers
   /stall-body   a head announcing 1 MB and 10 bytes of body, then nothing
   /die          a head announcing 10 MB, 100 KB of body, then the process kills itself
@@ -133,6 +134,12 @@ class Handler(socketserver.BaseRequestHandler):
                 elif path == "/slow":
                     time.sleep(0.3)
                     respond(sock, b"200 OK", b"slow")
+                elif path == "/hold":
+                    for _ in range(600):
+                        if os.path.exists(CAPTURE + ".release"):
+                            break
+                        time.sleep(0.05)
+                    respond(sock, b"200 OK", b"held")
                 elif path == "/stall-body":
                     sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n0123456789")
                     time.sleep(30)
