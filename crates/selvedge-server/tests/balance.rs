@@ -319,9 +319,10 @@ fn killed_upstream_under_load_fails_no_request() {
     let keys = format!("upstreams = {}\nmax_fails = 3\nfail_timeout = \"2s\"\nretries = 2", list(&urls));
     let px = proxy(&d, "", "", &route("/", &keys));
     let wrk = Command::new("wrk")
-        // A slow answer on a loaded machine is not a failed request: wrk's own timeout
-        // (2 s by default) would count it as one.
-        .args(["-t2", "-c16", "-d7s", "--timeout", "10s", &format!("http://{}/id", px.addr)])
+        // A slow answer on a loaded machine is not a failed request (wrk's default timeout,
+        // 2 s, would count it as one); one stuck on the killed upstream still is: 5 s fits
+        // in the 5.5 s the load runs after the kill.
+        .args(["-t2", "-c16", "-d7s", "--timeout", "5s", &format!("http://{}/id", px.addr)])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -536,12 +536,14 @@ fn idle_connections_expire() {
     // (each holds copies of the listening socket).
     assert_eq!(s.get("/%2e%2e/x.php").status, 400);
     // The count once it holds still.
+    let settling = Instant::now();
     let before = loop {
         let n = sockets(&s);
         std::thread::sleep(Duration::from_millis(300));
         if sockets(&s) == n {
             break n;
         }
+        assert!(settling.elapsed() < Duration::from_secs(10), "the socket count never settled");
     };
     assert_eq!(s.get("/answers.php").status, 200);
     eventually(5, "the idle connection kept", || sockets(&s) == before + 1);

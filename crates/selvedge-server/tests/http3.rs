@@ -180,11 +180,11 @@ fn http3_target_http11_cannot_carry_is_refused_by_a_proxy_route() {
     assert!(!seen.contains("/a b"), "the upstream saw: {seen:?}");
 }
 
-/// A port free for both TCP and UDP on 127.0.0.1.
+/// A port free for both TCP and UDP on 127.0.0.1 (below the ephemeral range:
+/// [`free_port`]).
 fn free_udp_tcp_port() -> u16 {
     loop {
-        let t = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = t.local_addr().unwrap().port();
+        let port = free_port();
         if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }

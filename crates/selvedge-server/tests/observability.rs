@@ -480,7 +480,7 @@ fn readyz_flips_during_a_graceful_drain() {
     let script = dir.write(
         "cgi/slow.sh",
         format!(
-            "#!/bin/sh\ntouch {started}\ni=0\nwhile [ ! -e {release} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done\n\
+            "#!/bin/sh\ntouch '{started}'\ni=0\nwhile [ ! -e '{release}' ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done\n\
              printf 'Content-Type: text/plain\\r\\n\\r\\ndone\\n'\n",
             started = started.display(),
             release = release.display()

@@ -12,17 +12,6 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 
-/// A port for `openssl ocsp`, which binds it seconds later (its URL is in the certificates,
-/// so it cannot change then): one below the kernel's ephemeral range, which no outgoing
-/// connection of the test's can be given meanwhile, and free now.
-fn responder_port() -> u16 {
-    let start = 20_000 + (std::process::id() % 10_000) as u16;
-    (0..2_000u16)
-        .map(|i| 20_000 + (start - 20_000 + i * 7) % 10_000)
-        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
-        .expect("a free port below 30000")
-}
-
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl").current_dir(dir).args(args).output().expect("openssl");
     assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -114,7 +103,7 @@ fn log_has(srv: &Srv, pat: &str) -> bool {
 fn file_certificates_get_staples_must_staple_is_reported_and_revocation_logged() {
     let dir = TempDir::new("ocsp-files");
     let d = dir.path();
-    let ocsp_port = responder_port();
+    let ocsp_port = free_port();
     let tls_port = free_port();
     openssl(
         d,

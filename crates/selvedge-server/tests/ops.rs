@@ -158,7 +158,7 @@ fn reload_under_load_drops_nothing() {
     // the load running all along.
     let reloads = || s.stderr.lock().unwrap().iter().filter(|l| l.contains("reloaded")).count();
     for i in 0..7 {
-        // Six flips, ending on "two".
+        // Seven writes, flipping from "one" each time and ending on "two".
         let root = if i % 2 == 0 { "two" } else { "one" };
         config(&d, "", &d.path().join(root));
         s.signal("HUP");

@@ -29,11 +29,11 @@ pub fn free_port() -> u16 {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     const BASE: u32 = 24_000;
     const SPAN: u32 = 8_000;
-    let start = std::process::id().wrapping_mul(7919);
+    let start = std::process::id().wrapping_mul(7919) % SPAN;
     loop {
         let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         assert!(i < SPAN, "no free port left between {BASE} and {}", BASE + SPAN);
-        let port = (BASE + start.wrapping_add(i) % SPAN) as u16;
+        let port = (BASE + (start + i) % SPAN) as u16;
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }

@@ -70,6 +70,8 @@ const SPARE_SENDS: usize = 32;
 pub const ACCEPT_BATCH: usize = 16;
 
 const IORING_ENTER_GETEVENTS: u32 = 1;
+/// The longest a worker's ring waits, as its thread ends, for its operations to end.
+const QUIESCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 const RX: u64 = 1;
 const TX: u64 = 2;
@@ -99,6 +101,9 @@ struct Ring {
     spare_sends: Vec<Vec<u8>>,
     /// Wakers to call once the ring is no longer borrowed.
     wake: Vec<Waker>,
+    /// Operations submitted whose completion has not been reaped (each gives exactly
+    /// one: none is multishot), so the ring can be emptied before it is dropped.
+    inflight: usize,
     /// Scratch lists for `reap`, kept for their capacity.
     cq: Vec<(u64, i32, u32)>,
     again: Vec<u32>,
@@ -216,12 +221,23 @@ impl BufRing {
         // not handed back (so not written) until `put`.
         unsafe { std::slice::from_raw_parts(self.mem.add(bid as usize * BUF_LEN), len) }
     }
+
+    /// Leaves the entries and buffers allocated for good (the ring's operations did not
+    /// all end: see `Ring`'s drop).
+    fn leak(&mut self) {
+        self.entries = std::ptr::null_mut();
+        self.mem = std::ptr::null_mut();
+    }
 }
 
 impl Drop for BufRing {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with these layouts; the ring (declared before it in
-        // `Ring`) is already closed, so the kernel no longer uses either.
+        if self.mem.is_null() {
+            return;
+        }
+        // SAFETY: allocated in `new` with these layouts; the ring's operations have ended
+        // (`Ring`'s drop; had they not, `leak` would have left both allocated) and the ring
+        // (declared before it in `Ring`) is closed, so the kernel no longer uses either.
         unsafe {
             std::alloc::dealloc(self.entries.cast(), Self::ring_layout());
             std::alloc::dealloc(self.mem, Self::mem_layout());
@@ -261,6 +277,7 @@ impl Ring {
             accepts: Vec::new(),
             spare_sends: Vec::new(),
             wake: Vec::new(),
+            inflight: 0,
             cq: Vec::new(),
             again: Vec::new(),
             resend: Vec::new(),
@@ -270,9 +287,11 @@ impl Ring {
     fn push(&mut self, entry: &squeue::Entry) {
         loop {
             // SAFETY: every entry pushed points only into memory that outlives its
-            // operation: a slot's send buffer (kept in the slot until the completion) or
-            // nothing (recv with a provided buffer, accept, poll, cancel).
+            // operation: a slot's send buffer (kept in the slot until the completion, which
+            // the ring's drop waits for) or nothing (recv with a provided buffer, accept,
+            // poll, cancel).
             if unsafe { self.uring.submission().push(entry) }.is_ok() {
+                self.inflight += 1;
                 break;
             }
             let _ = self.uring.submit();
@@ -375,7 +394,9 @@ impl Ring {
     /// Handles every completion there is; wakers are collected in `self.wake`.
     fn reap(&mut self) {
         let mut cq = std::mem::take(&mut self.cq);
+        let before = cq.len();
         cq.extend(self.uring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+        self.inflight -= cq.len() - before;
         let mut returned = false;
         let mut again = std::mem::take(&mut self.again);
         let mut resend = std::mem::take(&mut self.resend);
@@ -485,6 +506,45 @@ impl Ring {
 }
 
 /// Runs `f` on this thread's ring, if it is `id`'s; then calls the wakers it collected.
+impl Drop for Ring {
+    /// Ends the operations still out before the memory they use (send buffers, provided
+    /// buffers) is freed and the descriptors they hold (sockets, listeners) are let go.
+    /// Closing the ring alone ends them later, in the kernel's own time: a listener would
+    /// take connections for a moment after its process exited. Every operation is
+    /// cancelable (receives, sends, polls and accepts on sockets), so this takes one or
+    /// two turns; it gives up after `QUIESCE_LIMIT`.
+    fn drop(&mut self) {
+        if self.inflight == 0 {
+            return;
+        }
+        let all = opcode::AsyncCancel2::new(types::CancelBuilder::any().all()).build().user_data(CANCEL);
+        self.push(&all);
+        let deadline = std::time::Instant::now() + QUIESCE_LIMIT;
+        let turn = types::Timespec::new().nsec(50_000_000);
+        let args = types::SubmitArgs::new().timespec(&turn);
+        while self.inflight > 0 && std::time::Instant::now() < deadline {
+            // (Waits for one completion or 50 ms; GETEVENTS runs the deferred work that
+            // posts the cancelled operations' completions.)
+            let _ = self.uring.submitter().submit_with_args(1, &args);
+            for c in self.uring.completion() {
+                self.inflight -= 1;
+                if c.user_data() & 0xff == ACCEPT && c.result() >= 0 {
+                    // SAFETY: an accept's result is a new descriptor that nothing else owns.
+                    drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(c.result()) });
+                }
+            }
+        }
+        if self.inflight > 0 {
+            // Operations the kernel did not end: the memory they may still use is left
+            // allocated rather than freed under them.
+            for s in &mut self.slots {
+                std::mem::forget(s.tx.take());
+            }
+            self.bufs.leak();
+        }
+    }
+}
+
 fn with_ring<R>(id: u64, f: impl FnOnce(&mut Ring) -> R) -> io::Result<R> {
     let (r, wake) = RING.with(|cell| {
         let mut guard = cell.borrow_mut();
@@ -1327,5 +1387,39 @@ mod tests {
             assert!(closed, "a held connection was left open: {r:?}");
             drop((clients, client, listener));
         });
+    }
+
+    /// A ring ends its operations before its thread does: a listener whose accept was out
+    /// (and cancelled by its acceptor's drop) takes no connection once the thread is gone.
+    /// Closing the ring alone leaves the cancelled accept to the kernel's own clean-up,
+    /// which holds the listener open for a moment after the thread (or process) ended.
+    #[test]
+    fn a_listener_takes_nothing_once_its_rings_thread_has_ended() {
+        use std::net::{TcpListener, TcpStream};
+        use std::os::fd::AsFd;
+
+        for round in 0..30 {
+            let addr = std::thread::spawn(|| {
+                let rt = ring_runtime()?;
+                let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+                listener.set_nonblocking(true).unwrap();
+                let addr = listener.local_addr().unwrap();
+                rt.block_on(async {
+                    let acceptor = Acceptor::new(listener.as_fd()).unwrap();
+                    let mut accept = pin!(std::future::poll_fn(|cx| acceptor.poll_accept(cx, 100)));
+                    assert!(accept.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+                    // The accepts go to the kernel, as at the end of a worker's turn.
+                    before_park();
+                });
+                drop(rt);
+                drop(listener);
+                Some(addr)
+            })
+            .join()
+            .unwrap();
+            let Some(addr) = addr else { return };
+            let taken = TcpStream::connect(addr);
+            assert!(taken.is_err(), "round {round}: a connection was taken after the ring's thread ended");
+        }
     }
 }
