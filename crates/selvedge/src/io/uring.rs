@@ -505,7 +505,6 @@ impl Ring {
     }
 }
 
-/// Runs `f` on this thread's ring, if it is `id`'s; then calls the wakers it collected.
 impl Drop for Ring {
     /// Ends the operations still out before the memory they use (send buffers, provided
     /// buffers) is freed and the descriptors they hold (sockets, listeners) are let go.
@@ -545,6 +544,7 @@ impl Drop for Ring {
     }
 }
 
+/// Runs `f` on this thread's ring, if it is `id`'s; then calls the wakers it collected.
 fn with_ring<R>(id: u64, f: impl FnOnce(&mut Ring) -> R) -> io::Result<R> {
     let (r, wake) = RING.with(|cell| {
         let mut guard = cell.borrow_mut();
