@@ -525,13 +525,15 @@ impl Drop for Ring {
             // (Waits for one completion or 50 ms; GETEVENTS runs the deferred work that
             // posts the cancelled operations' completions.)
             let _ = self.uring.submitter().submit_with_args(1, &args);
-            for c in self.uring.completion() {
-                self.inflight -= 1;
-                if c.user_data() & 0xff == ACCEPT && c.result() >= 0 {
-                    // SAFETY: an accept's result is a new descriptor that nothing else owns.
-                    drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(c.result()) });
-                }
+            let mut cq = std::mem::take(&mut self.cq);
+            cq.extend(self.uring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+            self.inflight -= cq.len();
+            // A last accept's connection is closed there (its acceptor is gone).
+            for &(ud, res, _) in cq.iter().filter(|(ud, ..)| ud & 0xff == ACCEPT) {
+                self.accepted((ud >> 32) as u32, res);
             }
+            cq.clear();
+            self.cq = cq;
         }
         if self.inflight > 0 {
             // Operations the kernel did not end: the memory they may still use is left
